@@ -1,0 +1,145 @@
+import { createReadStream } from 'node:fs';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import helmet from 'helmet';
+import cors from 'cors';
+import { pinoHttp } from 'pino-http';
+import archiver from 'archiver';
+import { createExpressMiddleware } from '@trpc/server/adapters/express';
+import { createOpenApiExpressMiddleware } from 'trpc-to-openapi';
+import type { AppDeps } from './deps.ts';
+import { appRouter } from './trpc/router.ts';
+import { createCallerFactory } from './trpc/procedures.ts';
+import { createContextFactory } from './trpc/context.ts';
+import { openApiDocument } from './trpc/openapi.ts';
+import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
+import type { AppErrorCode } from './app-error.ts';
+import { packageVersion } from './version.ts';
+
+const require = createRequire(import.meta.url);
+const createCaller = createCallerFactory(appRouter);
+
+/** The error body of DESIGN §4 for anything thrown outside the tRPC adapters (plain routes, parsers). */
+export function sendError(res: Response, error: unknown): void {
+  const trpcError = toTRPCError(error);
+  const status = HTTP_STATUS[trpcError.code as AppErrorCode] ?? 500;
+  const message = status === 500 ? GENERIC_INTERNAL_MESSAGE : trpcError.message;
+  if (!res.headersSent) res.status(status).json({ message, code: trpcError.code, ...errorExtras(trpcError) });
+  else res.destroy();
+}
+
+export function createApp(deps: AppDeps) {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', 'loopback');
+
+  app.use(
+    helmet({
+      contentSecurityPolicy: {
+        directives: {
+          'img-src': ["'self'", 'data:'],
+          'script-src': ["'self'"],
+          'style-src': ["'self'", "'unsafe-inline'"],
+        },
+      },
+    }),
+  );
+  const origins = deps.env.CORS_ORIGINS.split(',')
+    .map((o) => o.trim())
+    .filter(Boolean);
+  app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
+  app.use(
+    pinoHttp({
+      logger: deps.logger,
+      genReqId: (req, res) => {
+        const id = (req.headers['x-request-id'] as string | undefined)?.slice(0, 100) || randomUUID();
+        res.setHeader('x-request-id', id);
+        return id;
+      },
+      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
+      serializers: { req: (req) => ({ id: req.id, method: req.method, url: req.url }) },
+    }),
+  );
+  app.use(express.json({ limit: deps.env.BODY_LIMIT }));
+
+  app.get('/api/health', async (_req, res) => {
+    try {
+      await deps.orm.em.getConnection().execute('select 1');
+      res.json({ status: 'ok', database: deps.dbKind });
+    } catch {
+      res.status(503).json({ message: 'The database is unavailable', code: 'SERVICE_UNAVAILABLE' });
+    }
+  });
+
+  app.get('/api/openapi.json', (_req, res) => {
+    res.json(openApiDocument(packageVersion));
+  });
+  mountApiReference(app);
+
+  const restContext = createContextFactory(deps, 'rest');
+
+  /** Binary downloads: the procedure guards and lists, the route streams. */
+  app.get('/api/auth/admin/logs/download', async (req, res) => {
+    try {
+      const ctx = restContext({ req });
+      const { files } = await createCaller(ctx).auth.adminLogsDownload({});
+      const dir = join(deps.env.dataDir, 'logs');
+      res.setHeader('content-type', 'application/gzip');
+      res.setHeader(
+        'content-disposition',
+        `attachment; filename="dimas-logs-${new Date().toISOString().slice(0, 10)}.tar.gz"`,
+      );
+      const archive = archiver('tar', { gzip: true });
+      archive.on('error', (err) => sendError(res, err));
+      archive.pipe(res);
+      for (const file of files) archive.append(createReadStream(join(dir, file.name)), { name: file.name });
+      await archive.finalize();
+    } catch (error) {
+      sendError(res, error);
+    }
+  });
+
+  app.use(
+    '/trpc',
+    createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
+  );
+  app.use(createOpenApiExpressMiddleware({ router: appRouter, createContext: restContext }));
+
+  app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const err = error as { type?: string; status?: number };
+    if (err.type === 'entity.too.large')
+      return void res
+        .status(413)
+        .json({ message: `Request body exceeds ${deps.env.BODY_LIMIT}`, code: 'PAYLOAD_TOO_LARGE' });
+    if (err.type === 'entity.parse.failed')
+      return void res.status(400).json({ message: 'Malformed JSON in request body', code: 'BAD_REQUEST' });
+    if (err.status && err.status >= 400 && err.status < 500)
+      return void res.status(err.status).json({ message: 'Bad request', code: 'BAD_REQUEST' });
+    deps.logger.error({ err: error }, 'unhandled error');
+    sendError(res, error);
+  });
+  return app;
+}
+
+/** /api/docs: Swagger UI served from this server, so it works behind a firewall with no internet. */
+function mountApiReference(app: express.Express) {
+  const assets = require('swagger-ui-dist').getAbsoluteFSPath() as string;
+  app.use('/api/docs/assets', express.static(assets, { index: false }));
+  app.get('/api/docs/init.js', (_req, res) => {
+    res
+      .type('application/javascript')
+      .send(
+        `window.ui = SwaggerUIBundle({ url: '/api/openapi.json', dom_id: '#ui', deepLinking: true, persistAuthorization: true });`,
+      );
+  });
+  app.get(['/api/docs', '/api/docs/'], (_req, res) => {
+    res.type('html').send(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>dimas API reference</title>
+<link rel="stylesheet" href="/api/docs/assets/swagger-ui.css"></head>
+<body><div id="ui"></div>
+<script src="/api/docs/assets/swagger-ui-bundle.js"></script>
+<script src="/api/docs/init.js"></script></body></html>`);
+  });
+}

@@ -1,0 +1,112 @@
+import { mkdirSync } from 'node:fs';
+import { PGlite, types, type Results } from '@electric-sql/pglite';
+import { PostgresDialect } from 'kysely';
+import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
+
+/**
+ * The embedded database: real PostgreSQL compiled to WASM, in-process. It answers one query at a
+ * time, so everything that reaches it goes through one mutex; a Kysely transaction holds the mutex
+ * from BEGIN to COMMIT, which is exactly the isolation a single connection gives.
+ */
+export async function openEmbeddedPostgres(dataDir?: string, loadDataDir?: Blob): Promise<PGlite> {
+  if (dataDir) mkdirSync(dataDir, { recursive: true });
+  return PGlite.create(dataDir, { parsers: embeddedParsers(), loadDataDir });
+}
+
+/** Parse values the way `pg` does against a real server, so both modes return the same shapes. */
+function embeddedParsers() {
+  const asText = (value: string) => value;
+  return {
+    ...createPostgreSqlTypeParsers((value: string) => types.arrayParser(value, asText, 0)),
+    [types.INT8]: asText,
+    [types.NUMERIC]: asText,
+  };
+}
+
+class Mutex {
+  #tail: Promise<void> = Promise.resolve();
+
+  acquire(): Promise<() => void> {
+    let release!: () => void;
+    const next = new Promise<void>((resolve) => (release = resolve));
+    const ready = this.#tail.then(() => release);
+    this.#tail = this.#tail.then(() => next);
+    return ready;
+  }
+}
+
+interface PgLikeResult {
+  command: string;
+  rowCount: number;
+  rows: unknown[];
+  fields: { name: string; dataTypeID: number }[];
+}
+
+const MUTATING = /^\s*(insert|update|delete|merge)\b/i;
+
+function toPgResult(sql: string, result: Results): PgLikeResult {
+  const affected = result.affectedRows ?? 0;
+  return {
+    command: affected > 0 || MUTATING.test(sql) ? 'UPDATE' : 'SELECT',
+    rowCount: affected || result.rows.length,
+    rows: result.rows,
+    fields: result.fields,
+  };
+}
+
+/** Parameterless SQL may hold several statements, which only the simple protocol (`exec`) accepts. */
+async function run(pg: PGlite, sql: string, params: readonly unknown[] = []): Promise<PgLikeResult> {
+  if (params.length > 0) return toPgResult(sql, await pg.query(sql, [...params]));
+  const results = await pg.exec(sql);
+  const last = results.filter((r) => r.fields.length > 0).at(-1) ?? results.at(-1);
+  const affected = results.reduce((sum, r) => sum + (r.affectedRows ?? 0), 0);
+  return toPgResult(sql, { rows: last?.rows ?? [], fields: last?.fields ?? [], affectedRows: affected });
+}
+
+/** The cursor Kysely asks for when streaming; PGlite lives in this process, so reading ahead is cheap. */
+class EmbeddedCursor {
+  pg?: PGlite;
+  #rows?: unknown[];
+  #offset = 0;
+
+  constructor(
+    readonly sql: string,
+    readonly params: unknown[],
+  ) {}
+
+  async read(count: number): Promise<unknown[]> {
+    this.#rows ??= (await run(this.pg!, this.sql, this.params)).rows;
+    const chunk = this.#rows.slice(this.#offset, this.#offset + count);
+    this.#offset += count;
+    return chunk;
+  }
+
+  async close(): Promise<void> {
+    this.#rows = undefined;
+  }
+}
+
+/** A pg-Pool look-alike over one PGlite instance, for Kysely's PostgresDialect (and so MikroORM). */
+export function createEmbeddedPool(pg: PGlite) {
+  const mutex = new Mutex();
+  return {
+    async connect() {
+      const release = await mutex.acquire();
+      return {
+        query(sql: string | EmbeddedCursor, params?: readonly unknown[]) {
+          if (sql instanceof EmbeddedCursor) {
+            sql.pg = pg;
+            return sql;
+          }
+          return run(pg, sql, params);
+        },
+        release,
+      };
+    },
+    async end() {},
+  };
+}
+
+export function createEmbeddedDialect(pg: PGlite): PostgresDialect {
+  return new PostgresDialect({ pool: createEmbeddedPool(pg) as never, cursor: EmbeddedCursor as never });
+}

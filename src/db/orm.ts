@@ -1,0 +1,69 @@
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { PGlite } from '@electric-sql/pglite';
+import { MikroORM, defineConfig, type Options } from '@mikro-orm/postgresql';
+import { Migrator } from '@mikro-orm/migrations';
+import { createEmbeddedDialect, openEmbeddedPostgres } from './embedded.ts';
+import { LoginFailure, Organization, Session, User } from '../modules/auth/auth.entity.ts';
+import { Role } from '../modules/admin/admin.entity.ts';
+import { ServiceAccount } from '../modules/service-accounts/service-accounts.entity.ts';
+import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
+
+export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace];
+
+const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
+
+export type DatabaseKind = 'embedded' | 'server';
+
+export function ormConfig(connection: { clientUrl: string } | { driverOptions: unknown }): Options {
+  return defineConfig({
+    ...connection,
+    dbName: 'clientUrl' in connection ? undefined : 'postgres',
+    entities,
+    extensions: [Migrator],
+    migrations: { path: migrationsPath, glob: '!(*.d).ts', snapshot: false, transactional: true },
+    pool: { min: 0, max: 10, idleTimeoutMillis: 10_000 },
+    // Entities are read through explicit em.find calls scoped to a tenant; no global identity map.
+    allowGlobalContext: false,
+    ensureDatabase: false,
+    debug: false,
+  } as Options);
+}
+
+export interface Database {
+  orm: MikroORM;
+  kind: DatabaseKind;
+  /** The embedded PGlite instance, when there is one (for dumps and direct access in tests). */
+  embedded?: PGlite;
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  databaseUrl?: string;
+  /** Directory for the embedded database; omitted = in memory. */
+  dataDir?: string;
+  /** A tarball of a data directory to start the embedded database from (tests). */
+  loadDataDir?: Blob;
+}
+
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  if (options.databaseUrl) {
+    const orm = await MikroORM.init(ormConfig({ clientUrl: options.databaseUrl }));
+    return { orm, kind: 'server', close: () => orm.close(true) };
+  }
+  const pg = await openEmbeddedPostgres(options.dataDir, options.loadDataDir);
+  const orm = await MikroORM.init(ormConfig({ driverOptions: createEmbeddedDialect(pg) }));
+  return {
+    orm,
+    kind: 'embedded',
+    embedded: pg,
+    async close() {
+      await orm.close(true);
+      await pg.close();
+    },
+  };
+}
+
+export async function migrate(orm: MikroORM): Promise<void> {
+  await orm.migrator.up();
+}

@@ -1,0 +1,43 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+const booleanFlag = z.stringbool().default(true);
+
+export const envSchema = z.object({
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  HOST: z.string().default('127.0.0.1'),
+  PORT: z.coerce.number().int().min(0).max(65535).default(8000),
+  DATABASE_URL: z.string().url().optional(),
+  DIMAS_DATA_DIR: z.string().default('./.data'),
+  DIMAS_SECRET_KEY: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/i, 'must be 64 hex characters (32 bytes)')
+    .optional(),
+  SESSION_TTL_HOURS: z.coerce
+    .number()
+    .positive()
+    .default(24 * 7),
+  AUTH_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
+  SUPERADMIN_USERNAME: z.string().min(3).default('superadmin'),
+  SUPERADMIN_PASSWORD: z.string().min(12, 'must have at least 12 characters').optional(),
+  SEED_DEMO: booleanFlag,
+  CORS_ORIGINS: z.string().default(''),
+  BODY_LIMIT: z.string().default('1mb'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOGIN_MAX_FAILURES_PER_USER: z.coerce.number().int().positive().default(5),
+  LOGIN_MAX_FAILURES_PER_ADDRESS: z.coerce.number().int().positive().default(30),
+  LOGIN_FAILURE_WINDOW_SECONDS: z.coerce.number().int().positive().default(900),
+  GIT_COMMIT: z.string().optional(),
+});
+
+export type Env = z.infer<typeof envSchema> & { dataDir: string };
+
+/** Parses the environment once; a bad value stops the process with a message naming the variable. */
+export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {
+  const parsed = envSchema.safeParse(source);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new Error(`Invalid environment:\n${lines.join('\n')}`);
+  }
+  return { ...parsed.data, dataDir: resolve(parsed.data.DIMAS_DATA_DIR) };
+}

@@ -1,0 +1,35 @@
+import { loadEnv } from './env.ts';
+import { startServer } from './server.ts';
+
+let env;
+try {
+  env = loadEnv();
+} catch (error) {
+  console.error((error as Error).message);
+  process.exit(1);
+}
+
+const running = await startServer(env);
+const { logger } = running.deps;
+logger.info({ url: running.url, database: running.deps.dbKind }, 'dimas is listening');
+console.log(`\ndimas is listening on ${running.url} (database: ${running.deps.dbKind})`);
+console.log(`API reference: ${running.url}/api/docs`);
+for (const line of running.seedReport.lines) console.log(line);
+if (running.seedReport.lines.length) console.log(`(kept in ${env.dataDir}/credentials.txt)`);
+
+let stopping = false;
+async function shutdown(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  logger.info({ signal }, 'shutting down');
+  try {
+    await running.close();
+    logger.flush();
+    process.exit(0);
+  } catch (error) {
+    logger.error({ err: error }, 'shutdown failed');
+    process.exit(1);
+  }
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));

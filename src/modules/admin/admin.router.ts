@@ -1,0 +1,106 @@
+import { z } from 'zod';
+import { permissionProcedure, router, superAdminProcedure } from '../../trpc/procedures.ts';
+import { rest } from '../../trpc/openapi-meta.ts';
+import { successOutput } from '../../trpc/common-schemas.ts';
+import { createdUserOutput, userIdInput, userListOutput, userOutput } from '../auth/auth.schemas.ts';
+import * as s from './admin.schemas.ts';
+import * as admin from './admin.service.ts';
+
+const tag = 'admin';
+const orgAdmin = permissionProcedure('org.admin');
+
+export const adminRouter = router({
+  listUsers: orgAdmin
+    .meta(rest('GET', '/api/admin/users', 'List users of the organization', tag))
+    .input(s.userPageInput)
+    .output(userListOutput)
+    .query(({ ctx, input }) => admin.listUsers(ctx, input)),
+
+  createUser: orgAdmin
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/users',
+        'Create a user (a temporary password is generated when none is given)',
+        tag,
+      ),
+    )
+    .input(s.createUserInput)
+    .output(createdUserOutput)
+    .mutation(({ ctx, input }) => admin.createOrganizationUser(ctx, input)),
+
+  updateUser: orgAdmin
+    .meta(rest('PUT', '/api/admin/users/{user_id}', 'Update a user', tag))
+    .input(s.updateUserInput)
+    .output(userOutput)
+    .mutation(({ ctx, input }) => admin.updateOrganizationUser(ctx, input)),
+
+  setUserPassword: superAdminProcedure
+    .meta(rest('PUT', '/api/admin/users/{user_id}/password', "Set a user's password (super admin only)", tag))
+    .input(s.setUserPasswordInput)
+    .output(successOutput)
+    .mutation(({ ctx, input }) => admin.setUserPassword(ctx, input)),
+
+  setUserRoles: orgAdmin
+    .meta(rest('PUT', '/api/admin/users/{user_id}/roles', 'Replace the role assignment of a user', tag))
+    .input(s.updateUserRolesInput)
+    .output(userOutput)
+    .mutation(({ ctx, input }) => admin.setUserRoles(ctx, input)),
+
+  deleteUser: orgAdmin
+    .meta(rest('DELETE', '/api/admin/users/{user_id}', 'Delete a user', tag))
+    .input(userIdInput)
+    .output(successOutput)
+    .mutation(({ ctx, input }) => admin.deleteOrganizationUser(ctx, input.user_id)),
+
+  listRoles: orgAdmin
+    .meta(rest('GET', '/api/admin/roles', 'List roles of the organization', tag))
+    .input(z.object({}))
+    .output(s.roleListOutput)
+    .query(({ ctx }) => admin.listRoles(ctx)),
+
+  createRole: orgAdmin
+    .meta(rest('POST', '/api/admin/roles', 'Create a custom role', tag))
+    .input(s.createRoleInput)
+    .output(s.roleOutput)
+    .mutation(({ ctx, input }) => admin.createRole(ctx, input)),
+
+  updateRole: orgAdmin
+    .meta(rest('PUT', '/api/admin/roles/{role_id}', 'Rename or describe a custom role', tag))
+    .input(s.updateRoleInput)
+    .output(s.roleOutput)
+    .mutation(({ ctx, input }) => admin.updateRole(ctx, input)),
+
+  setRolePermissions: orgAdmin
+    .meta(
+      rest('PUT', '/api/admin/roles/{role_id}/permissions', 'Replace the permissions of a custom role', tag),
+    )
+    .input(s.updateRolePermissionsInput)
+    .output(s.roleOutput)
+    .mutation(({ ctx, input }) => admin.setRolePermissions(ctx, input)),
+
+  deleteRole: orgAdmin
+    .meta(
+      rest(
+        'DELETE',
+        '/api/admin/roles/{role_id}',
+        'Delete a custom role (built-in roles cannot be deleted)',
+        tag,
+      ),
+    )
+    .input(s.roleIdInput)
+    .output(successOutput)
+    .mutation(({ ctx, input }) => admin.deleteRole(ctx, input.role_id)),
+
+  permissions: orgAdmin
+    .meta(rest('GET', '/api/admin/permissions', 'List all available permissions with descriptions', tag))
+    .input(z.object({}))
+    .output(s.permissionListOutput)
+    .query(() => admin.listPermissions()),
+
+  systemInfo: superAdminProcedure
+    .meta(rest('GET', '/api/admin/system-info', 'System information including the deployment version', tag))
+    .input(z.object({}))
+    .output(s.systemInfoOutput)
+    .query(({ ctx }) => admin.systemInfo(ctx)),
+});

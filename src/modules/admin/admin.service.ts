@@ -1,0 +1,233 @@
+import { execFileSync } from 'node:child_process';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope, Scope } from '../../deps.ts';
+import { packageVersion } from '../../version.ts';
+import { ALL_PERMISSIONS, BUILTIN_ROLES, PERMISSIONS, isPermission } from '../../auth/permissions.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { User } from '../auth/auth.entity.ts';
+import { createUser, deleteUserOf, setPassword, updateUserOf, userView } from '../auth/auth.service.ts';
+import { Role, type RoleEntity } from './admin.entity.ts';
+
+export function roleView(role: RoleEntity, userCount?: number) {
+  return {
+    id: role.id,
+    name: role.name,
+    description: role.description,
+    permissions: role.permissions,
+    is_builtin: role.isBuiltin,
+    user_count: userCount ?? 0,
+    created_at: role.createdAt,
+    updated_at: role.updatedAt,
+  };
+}
+
+/** The built-in roles every organization starts with. */
+export function createBuiltinRoles(em: EntityManager, organizationId: string): void {
+  for (const role of BUILTIN_ROLES)
+    em.create(Role, {
+      organization: organizationId,
+      ...role,
+      permissions: [...role.permissions],
+      isBuiltin: true,
+    });
+}
+
+/** Role names → roles of the organization; every unknown name is reported at once. */
+export async function resolveRoles(
+  em: EntityManager,
+  organizationId: string,
+  names: string[],
+): Promise<RoleEntity[]> {
+  const unique = [...new Set(names)];
+  if (unique.length === 0) return [];
+  const roles = await em.find(Role, { organization: organizationId, name: { $in: unique } });
+  const missing = unique.filter((n) => !roles.some((r) => r.name === n));
+  if (missing.length)
+    throw new AppError('BAD_REQUEST', `Unknown roles: ${missing.join(', ')}`, {
+      issues: missing.map((name) => ({ path: ['roles'], message: `unknown role ${name}` })),
+    });
+  return roles;
+}
+
+function validatePermissions(permissions: string[]): string[] {
+  const unknown = permissions.filter((p) => !isPermission(p));
+  if (unknown.length)
+    throw new AppError('BAD_REQUEST', `Unknown permissions: ${unknown.join(', ')}`, {
+      issues: unknown.map((p) => ({ path: ['permissions'], message: `unknown permission ${p}` })),
+    });
+  return [...new Set(permissions)];
+}
+
+export function listPermissions() {
+  return { permissions: ALL_PERMISSIONS.map((name) => ({ name, description: PERMISSIONS[name] })) };
+}
+
+// ---- users of the caller's organization ----
+
+export async function listUsers(scope: CallerScope, page: { limit: number; offset: number }) {
+  const organization = organizationOf(scope.principal);
+  const [users, total] = await scope.em.findAndCount(
+    User,
+    { organization },
+    { populate: ['roles'], orderBy: { username: 'asc' }, limit: page.limit, offset: page.offset },
+  );
+  return { users: users.map(userView), total };
+}
+
+export async function createOrganizationUser(
+  scope: CallerScope,
+  input: {
+    username: string;
+    email?: string;
+    password?: string;
+    roles: string[];
+    must_change_password: boolean;
+  },
+) {
+  return createUser(scope, {
+    ...input,
+    organizationId: organizationOf(scope.principal),
+    isSuperAdmin: false,
+  });
+}
+
+export async function updateOrganizationUser(
+  scope: CallerScope,
+  input: { user_id: string; email?: string | null; is_active?: boolean; must_change_password?: boolean },
+) {
+  if (input.is_active === false && input.user_id === scope.principal.id)
+    throw new AppError('BAD_REQUEST', 'You cannot deactivate yourself');
+  return updateUserOf(scope, organizationOf(scope.principal), input);
+}
+
+export async function setUserRoles(scope: CallerScope, input: { user_id: string; roles: string[] }) {
+  const organization = organizationOf(scope.principal);
+  if (input.user_id === scope.principal.id && !input.roles.includes('admin'))
+    throw new AppError('BAD_REQUEST', 'You cannot remove your own admin role');
+  return updateUserOf(scope, organization, { user_id: input.user_id, roles: input.roles });
+}
+
+export async function deleteOrganizationUser(scope: CallerScope, userId: string) {
+  if (userId === scope.principal.id) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
+  await deleteUserOf(scope, organizationOf(scope.principal), userId);
+  return { success: true as const };
+}
+
+/** Super admin: any user's password (the user must change it at next login unless told otherwise). */
+export async function setUserPassword(
+  scope: Scope,
+  input: { user_id: string; password: string; must_change_password: boolean },
+) {
+  await setPassword(scope, input.user_id, input.password, input.must_change_password);
+  return { success: true as const };
+}
+
+// ---- roles ----
+
+async function findRole(scope: CallerScope, roleId: number): Promise<RoleEntity> {
+  const role = await scope.em.findOne(Role, { id: roleId, organization: organizationOf(scope.principal) });
+  if (!role) throw notFound('Role');
+  return role;
+}
+
+export async function listRoles(scope: CallerScope) {
+  const organization = organizationOf(scope.principal);
+  const roles = await scope.em.find(Role, { organization }, { orderBy: { id: 'asc' } });
+  const counts: { role_id: number; n: number }[] = await scope.em
+    .getConnection()
+    .execute(
+      'select ur.role_id, count(*)::int as n from user_roles ur join roles r on r.id = ur.role_id where r.organization_id = ? group by ur.role_id',
+      [organization],
+    );
+  const byRole = new Map(counts.map((c) => [c.role_id, c.n]));
+  return { roles: roles.map((r) => roleView(r, byRole.get(r.id))) };
+}
+
+export async function createRole(
+  scope: CallerScope,
+  input: { name: string; description?: string; permissions: string[] },
+) {
+  const organization = organizationOf(scope.principal);
+  if (await scope.em.count(Role, { organization, name: input.name }))
+    throw new AppError('CONFLICT', `A role named ${input.name} already exists`);
+  const role = scope.em.create(Role, {
+    organization,
+    name: input.name,
+    description: input.description ?? '',
+    permissions: validatePermissions(input.permissions),
+    isBuiltin: false,
+  });
+  await scope.em.flush();
+  return roleView(role);
+}
+
+function assertEditable(role: RoleEntity) {
+  if (role.isBuiltin) throw new AppError('BAD_REQUEST', `The built-in role ${role.name} cannot be changed`);
+}
+
+export async function updateRole(
+  scope: CallerScope,
+  input: { role_id: number; name?: string; description?: string },
+) {
+  const role = await findRole(scope, input.role_id);
+  assertEditable(role);
+  if (input.name && input.name !== role.name) {
+    if (await scope.em.count(Role, { organization: role.organization, name: input.name }))
+      throw new AppError('CONFLICT', `A role named ${input.name} already exists`);
+    role.name = input.name;
+  }
+  if (input.description !== undefined) role.description = input.description;
+  await scope.em.flush();
+  return roleView(role);
+}
+
+export async function setRolePermissions(
+  scope: CallerScope,
+  input: { role_id: number; permissions: string[] },
+) {
+  const role = await findRole(scope, input.role_id);
+  assertEditable(role);
+  role.permissions = validatePermissions(input.permissions);
+  await scope.em.flush();
+  scope.deps.authenticator.forget();
+  return roleView(role);
+}
+
+export async function deleteRole(scope: CallerScope, roleId: number) {
+  const role = await findRole(scope, roleId);
+  if (role.isBuiltin) throw new AppError('BAD_REQUEST', `The built-in role ${role.name} cannot be deleted`);
+  await scope.em.remove(role).flush();
+  scope.deps.authenticator.forget();
+  return { success: true as const };
+}
+
+// ---- system information ----
+
+let gitCommit: string | null | undefined;
+function deploymentCommit(configured?: string): string | null {
+  if (configured) return configured;
+  if (gitCommit === undefined) {
+    try {
+      gitCommit = execFileSync('git', ['rev-parse', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'] })
+        .toString()
+        .trim();
+    } catch {
+      gitCommit = null;
+    }
+  }
+  return gitCommit;
+}
+
+export async function systemInfo(scope: Scope) {
+  const [row] = await scope.em.getConnection().execute('select version() as version');
+  return {
+    version: packageVersion,
+    git_commit: deploymentCommit(scope.deps.env.GIT_COMMIT),
+    started_at: scope.deps.startedAt,
+    uptime_seconds: Math.round((Date.now() - scope.deps.startedAt.getTime()) / 1000),
+    database: { kind: scope.deps.dbKind, version: String(row.version) },
+    node_version: process.version,
+    platform: `${process.platform}-${process.arch}`,
+  };
+}

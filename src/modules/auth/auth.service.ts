@@ -1,0 +1,500 @@
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope, ClientScope, Scope } from '../../deps.ts';
+import { effectivePermissions } from '../../auth/permissions.ts';
+import type { Principal } from '../../auth/principal.ts';
+import { hashPassword, passwordPolicyIssues, verifyPassword } from '../../auth/password.ts';
+import { createSession, deleteSession, deleteUserSessions } from '../../auth/session.ts';
+import { generateToken } from '../../auth/tokens.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { createBuiltinRoles, resolveRoles } from '../admin/admin.service.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+import { LoginFailure, Organization, User, type OrganizationEntity, type UserEntity } from './auth.entity.ts';
+
+// ---- views ----
+
+export function userView(user: UserEntity) {
+  return {
+    id: user.id,
+    username: user.username,
+    email: user.email ?? null,
+    organization_id: user.organization?.id ?? null,
+    is_super_admin: user.isSuperAdmin,
+    is_active: user.isActive,
+    must_change_password: user.mustChangePassword,
+    roles: user.roles.isInitialized() ? user.roles.getItems().map((r) => r.name) : [],
+    last_login_at: user.lastLoginAt ?? null,
+    created_at: user.createdAt,
+    updated_at: user.updatedAt,
+  };
+}
+
+export function organizationView(org: OrganizationEntity) {
+  return {
+    id: org.id,
+    name: org.name,
+    domain: org.domain,
+    created_at: org.createdAt,
+    updated_at: org.updatedAt,
+  };
+}
+
+export function principalInfo(principal: Principal) {
+  return {
+    id: principal.id,
+    username: principal.username,
+    organization_id: principal.organizationId,
+    is_super_admin: principal.isSuperAdmin,
+    must_change_password: principal.mustChangePassword,
+    permissions: effectivePermissions(principal.permissions),
+  };
+}
+
+// ---- login ----
+
+let dummyHash: Promise<string> | undefined;
+/** Verifying against a throwaway hash keeps a wrong username as slow as a wrong password. */
+const burnPasswordCheck = async (password: string) =>
+  verifyPassword(await (dummyHash ??= hashPassword('not-a-real-password-0')), password);
+
+const INVALID_LOGIN = 'Invalid username, organization or password';
+
+async function assertNotThrottled(scope: ClientScope, key: string): Promise<void> {
+  const { env } = scope.deps;
+  const since = new Date(Date.now() - env.LOGIN_FAILURE_WINDOW_SECONDS * 1000);
+  const [row] = await scope.em.getConnection().execute(
+    `select count(*) filter (where username = ?)::int as by_user, min(at) filter (where username = ?) as first_user,
+            count(*) filter (where ip_address = ?)::int as by_address, min(at) filter (where ip_address = ?) as first_address
+     from login_failures where at > ? and (username = ? or ip_address = ?)`,
+    [key, key, scope.ipAddress, scope.ipAddress, since, key, scope.ipAddress],
+  );
+  const blockedSince =
+    row.by_user >= env.LOGIN_MAX_FAILURES_PER_USER
+      ? row.first_user
+      : row.by_address >= env.LOGIN_MAX_FAILURES_PER_ADDRESS
+        ? row.first_address
+        : null;
+  if (blockedSince) {
+    const retryAfter = Math.max(
+      1,
+      Math.ceil(
+        (new Date(blockedSince).getTime() + env.LOGIN_FAILURE_WINDOW_SECONDS * 1000 - Date.now()) / 1000,
+      ),
+    );
+    throw new AppError('TOO_MANY_REQUESTS', `Too many failed logins; try again in ${retryAfter} s`, {
+      retryAfter,
+    });
+  }
+}
+
+async function recordFailure(scope: ClientScope, key: string): Promise<never> {
+  scope.em.create(LoginFailure, { username: key, ipAddress: scope.ipAddress });
+  await scope.em.flush();
+  throw new AppError('UNAUTHORIZED', INVALID_LOGIN);
+}
+
+async function completeLogin(scope: ClientScope, user: UserEntity, key: string) {
+  const ttlMs = scope.deps.env.SESSION_TTL_HOURS * 3600_000;
+  await scope.em.nativeDelete(LoginFailure, { username: key });
+  user.lastLoginAt = new Date();
+  const session = await createSession(scope.em, user.id, ttlMs, scope);
+  const principal = await scope.deps.authenticator.authenticate(scope.em, session.token);
+  return { token: session.token, expires_at: session.expiresAt, user: principalInfo(principal!) };
+}
+
+export async function login(
+  scope: ClientScope,
+  input: { username: string; domain: string; password: string },
+) {
+  const key = `${input.domain.trim().toLowerCase()}/${input.username.trim().toLowerCase()}`;
+  await assertNotThrottled(scope, key);
+  const user = await scope.em.findOne(User, {
+    username: input.username.trim(),
+    organization: { domain: input.domain.trim().toLowerCase() },
+    isActive: true,
+  });
+  if (!user) {
+    await burnPasswordCheck(input.password);
+    return recordFailure(scope, key);
+  }
+  if (!(await verifyPassword(user.passwordHash, input.password))) return recordFailure(scope, key);
+  return completeLogin(scope, user, key);
+}
+
+export async function superAdminLogin(scope: ClientScope, input: { username: string; password: string }) {
+  const key = `super-admin/${input.username.trim().toLowerCase()}`;
+  await assertNotThrottled(scope, key);
+  const user = await scope.em.findOne(User, {
+    username: input.username.trim(),
+    organization: null,
+    isSuperAdmin: true,
+    isActive: true,
+  });
+  if (!user) {
+    await burnPasswordCheck(input.password);
+    return recordFailure(scope, key);
+  }
+  if (!(await verifyPassword(user.passwordHash, input.password))) return recordFailure(scope, key);
+  return completeLogin(scope, user, key);
+}
+
+export async function logout(scope: CallerScope) {
+  if (scope.principal.sessionId) await deleteSession(scope.em, scope.principal.sessionId);
+  scope.deps.authenticator.forget();
+  return { success: true as const };
+}
+
+export function sessionInfo(principal: Principal) {
+  return { kind: principal.kind, expires_at: principal.expiresAt, user: principalInfo(principal) };
+}
+
+export async function listSessions(scope: CallerScope, page: { limit: number; offset: number }) {
+  const organization = organizationOf(scope.principal);
+  const conn = scope.em.getConnection();
+  const rows = await conn.execute(
+    `select s.id, s.user_id, u.username, s.created_at, s.expires_at, s.ip_address, s.user_agent,
+            count(*) over ()::int as total
+     from sessions s join users u on u.id = s.user_id
+     where u.organization_id = ? and s.expires_at > now()
+     order by s.created_at desc limit ? offset ?`,
+    [organization, page.limit, page.offset],
+  );
+  return {
+    sessions: rows.map((r) => ({
+      id: String(r.id).slice(0, 12),
+      user_id: r.user_id,
+      username: r.username,
+      created_at: new Date(r.created_at),
+      expires_at: new Date(r.expires_at),
+      ip_address: r.ip_address,
+      user_agent: r.user_agent,
+    })),
+    total: rows[0]?.total ?? 0,
+  };
+}
+
+// ---- the caller's own account ----
+
+async function ownUser(scope: CallerScope): Promise<UserEntity> {
+  if (scope.principal.kind !== 'user')
+    throw new AppError('BAD_REQUEST', 'Service accounts have no user account');
+  const user = await scope.em.findOne(User, { id: scope.principal.id });
+  if (!user) throw new AppError('UNAUTHORIZED', 'The account no longer exists');
+  return user;
+}
+
+export async function getPreferences(scope: CallerScope) {
+  if (scope.principal.kind !== 'user') return { preferences: {} };
+  return { preferences: (await ownUser(scope)).preferences };
+}
+
+/** Merges the given keys into the stored preferences; a key set to null is removed. */
+export async function mergePreferences(scope: CallerScope, patch: Record<string, unknown>) {
+  const user = await ownUser(scope);
+  const next: Record<string, unknown> = { ...user.preferences };
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete next[key];
+    else next[key] = value;
+  }
+  if (JSON.stringify(next).length > 64 * 1024)
+    throw new AppError('PAYLOAD_TOO_LARGE', 'Preferences exceed 64 KiB');
+  user.preferences = next;
+  await scope.em.flush();
+  return { preferences: next };
+}
+
+export async function changePassword(
+  scope: CallerScope,
+  input: { current_password: string; new_password: string },
+) {
+  const user = await ownUser(scope);
+  if (!(await verifyPassword(user.passwordHash, input.current_password)))
+    throw new AppError('BAD_REQUEST', 'The current password is wrong', {
+      issues: [{ path: ['current_password'], message: 'does not match' }],
+    });
+  const issues = passwordPolicyIssues(user.username, input.new_password, 'new_password');
+  if (input.new_password === input.current_password)
+    issues.push({ path: ['new_password'], message: 'must differ from the current password' });
+  if (issues.length)
+    throw new AppError('BAD_REQUEST', 'The new password does not meet the policy', { issues });
+  user.passwordHash = await hashPassword(input.new_password);
+  user.mustChangePassword = false;
+  await scope.em.flush();
+  // Other sessions may belong to whoever knew the old password.
+  await deleteUserSessions(scope.em, user.id, scope.principal.sessionId);
+  scope.deps.authenticator.forget();
+  return { success: true as const };
+}
+
+// ---- organizations (super admin) ----
+
+export async function listPublicOrganizations(scope: Scope) {
+  const orgs = await scope.em.find(Organization, {}, { orderBy: { name: 'asc' }, limit: 1000 });
+  return { organizations: orgs.map((o) => ({ id: o.id, name: o.name, domain: o.domain })) };
+}
+
+export async function listOrganizations(scope: Scope, page: { limit: number; offset: number }) {
+  const rows = await scope.em.getConnection().execute(
+    `select o.*, (select count(*) from users u where u.organization_id = o.id)::int as user_count,
+            (select count(*) from workspaces w where w.organization_id = o.id)::int as workspace_count,
+            count(*) over ()::int as total
+     from organizations o order by o.name limit ? offset ?`,
+    [page.limit, page.offset],
+  );
+  return {
+    organizations: rows.map((r) => ({
+      id: r.id,
+      name: r.name,
+      domain: r.domain,
+      created_at: new Date(r.created_at),
+      updated_at: new Date(r.updated_at),
+      user_count: r.user_count,
+      workspace_count: r.workspace_count,
+    })),
+    total: rows[0]?.total ?? 0,
+  };
+}
+
+/** An organization with its built-in roles: the one way an organization comes to exist. */
+export async function createOrganizationRecord(em: EntityManager, input: { name: string; domain: string }) {
+  if (await em.count(Organization, { domain: input.domain }))
+    throw new AppError('CONFLICT', `An organization with domain ${input.domain} already exists`);
+  const org = em.create(Organization, { name: input.name, domain: input.domain });
+  await em.flush();
+  createBuiltinRoles(em, org.id);
+  await em.flush();
+  return org;
+}
+
+export async function createOrganization(
+  scope: Scope,
+  input: { name: string; domain: string; admin?: { username: string; email?: string; password?: string } },
+) {
+  return scope.em.transactional(async (em) => {
+    const inner = { ...scope, em: em as EntityManager };
+    const org = await createOrganizationRecord(inner.em, input);
+    if (!input.admin) return { organization: organizationView(org) };
+    const created = await createUser(inner, {
+      ...input.admin,
+      organizationId: org.id,
+      isSuperAdmin: false,
+      roles: ['admin'],
+      must_change_password: true,
+    });
+    return {
+      organization: organizationView(org),
+      admin: {
+        id: created.user.id,
+        username: created.user.username,
+        temporary_password: created.temporary_password,
+      },
+    };
+  });
+}
+
+async function findOrganization(em: EntityManager, id: string) {
+  const org = await em.findOne(Organization, { id });
+  if (!org) throw notFound('Organization');
+  return org;
+}
+
+export async function updateOrganization(
+  scope: Scope,
+  input: { org_id: string; name?: string; domain?: string },
+) {
+  const org = await findOrganization(scope.em, input.org_id);
+  if (input.domain && input.domain !== org.domain) {
+    if (await scope.em.count(Organization, { domain: input.domain }))
+      throw new AppError('CONFLICT', `An organization with domain ${input.domain} already exists`);
+    org.domain = input.domain;
+  }
+  if (input.name) org.name = input.name;
+  await scope.em.flush();
+  return organizationView(org);
+}
+
+/** Deletes the organization and everything it owns (the foreign keys cascade). */
+export async function deleteOrganization(scope: Scope, orgId: string) {
+  const deleted = await scope.em.nativeDelete(Organization, { id: orgId });
+  if (!deleted) throw notFound('Organization');
+  scope.deps.authenticator.forget();
+  return { success: true as const };
+}
+
+export async function listOrganizationWorkspaces(scope: Scope, orgId: string) {
+  await findOrganization(scope.em, orgId);
+  const workspaces = await scope.em.find(Workspace, { organization: orgId }, { orderBy: { name: 'asc' } });
+  return {
+    workspaces: workspaces.map((w) => ({
+      id: w.id,
+      name: w.name,
+      description: w.description,
+      created_at: w.createdAt,
+      updated_at: w.updatedAt,
+    })),
+  };
+}
+
+export async function deleteOrganizationWorkspace(
+  scope: Scope,
+  input: { tenant_id: string; workspace_name: string },
+) {
+  const deleted = await scope.em.nativeDelete(Workspace, {
+    organization: input.tenant_id,
+    name: input.workspace_name,
+  });
+  if (!deleted) throw notFound('Workspace');
+  return { success: true as const };
+}
+
+// ---- users ----
+
+export interface NewUser {
+  organizationId?: string;
+  isSuperAdmin: boolean;
+  username: string;
+  email?: string;
+  password?: string;
+  roles: string[];
+  must_change_password: boolean;
+}
+
+/** The one way a user comes to exist: policy-checked password (or a generated temporary one), roles. */
+export async function createUser(scope: Scope, input: NewUser) {
+  const { em } = scope;
+  if (input.isSuperAdmin === !!input.organizationId)
+    throw new AppError('BAD_REQUEST', 'A user is either a super admin or belongs to an organization', {
+      issues: [
+        { path: ['organization_id'], message: 'required unless is_super_admin is true, and only then' },
+      ],
+    });
+  if (input.organizationId) await findOrganization(em, input.organizationId);
+  const taken = await em.count(User, {
+    username: input.username,
+    organization: input.organizationId ?? null,
+  });
+  if (taken) throw new AppError('CONFLICT', `The username ${input.username} is taken`);
+  const temporary = input.password === undefined ? generateToken(15) : undefined;
+  const password = input.password ?? temporary!;
+  const issues = passwordPolicyIssues(input.username, password);
+  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  const roles = input.organizationId ? await resolveRoles(em, input.organizationId, input.roles) : [];
+  const user = em.create(User, {
+    organization: input.organizationId ?? null,
+    username: input.username,
+    email: input.email ?? null,
+    passwordHash: await hashPassword(password),
+    isSuperAdmin: input.isSuperAdmin,
+    mustChangePassword: temporary ? true : input.must_change_password,
+    preferences: {},
+  });
+  user.roles.set(roles);
+  await em.flush();
+  return { user: userView(user), ...(temporary ? { temporary_password: temporary } : {}) };
+}
+
+/** A user of the given organization (null = any: the super admin's reach). Others answer 404. */
+async function findUser(em: EntityManager, organizationId: string | null, userId: string) {
+  const user = await em.findOne(
+    User,
+    organizationId ? { id: userId, organization: organizationId } : { id: userId },
+    { populate: ['roles'] },
+  );
+  if (!user) throw notFound('User');
+  return user;
+}
+
+export async function updateUserOf(
+  scope: Scope,
+  organizationId: string | null,
+  input: {
+    user_id: string;
+    email?: string | null;
+    is_active?: boolean;
+    must_change_password?: boolean;
+    roles?: string[];
+  },
+) {
+  const user = await findUser(scope.em, organizationId, input.user_id);
+  if (input.email !== undefined) user.email = input.email;
+  if (input.is_active !== undefined) user.isActive = input.is_active;
+  if (input.must_change_password !== undefined) user.mustChangePassword = input.must_change_password;
+  if (input.roles) {
+    if (!user.organization) throw new AppError('BAD_REQUEST', 'A super admin has no organization roles');
+    user.roles.set(await resolveRoles(scope.em, user.organization.id, input.roles));
+  }
+  await scope.em.flush();
+  if (input.is_active === false) await deleteUserSessions(scope.em, user.id);
+  scope.deps.authenticator.forget();
+  return userView(user);
+}
+
+export async function deleteUserOf(scope: Scope, organizationId: string | null, userId: string) {
+  const user = await findUser(scope.em, organizationId, userId);
+  await scope.em.remove(user).flush();
+  scope.deps.authenticator.forget();
+}
+
+export async function setPassword(scope: Scope, userId: string, password: string, mustChange: boolean) {
+  const user = await findUser(scope.em, null, userId);
+  const issues = passwordPolicyIssues(user.username, password);
+  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  user.passwordHash = await hashPassword(password);
+  user.mustChangePassword = mustChange;
+  await scope.em.flush();
+  await deleteUserSessions(scope.em, user.id);
+  scope.deps.authenticator.forget();
+}
+
+export async function listAllUsers(
+  scope: Scope,
+  input: { organization_id?: string; limit: number; offset: number },
+) {
+  const [users, total] = await scope.em.findAndCount(
+    User,
+    input.organization_id ? { organization: input.organization_id } : {},
+    { populate: ['roles'], orderBy: { username: 'asc' }, limit: input.limit, offset: input.offset },
+  );
+  return { users: users.map(userView), total };
+}
+
+export async function superAdminUpdateUser(
+  scope: CallerScope,
+  input: {
+    user_id: string;
+    email?: string | null;
+    is_active?: boolean;
+    must_change_password?: boolean;
+    roles?: string[];
+  },
+) {
+  if (input.user_id === scope.principal.id && input.is_active === false)
+    throw new AppError('BAD_REQUEST', 'You cannot deactivate yourself');
+  return updateUserOf(scope, null, input);
+}
+
+export async function superAdminDeleteUser(scope: CallerScope, userId: string) {
+  if (userId === scope.principal.id) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
+  await deleteUserOf(scope, null, userId);
+  return { success: true as const };
+}
+
+// ---- logs ----
+
+export function logDirectory(scope: Scope): string {
+  return join(scope.deps.env.dataDir, 'logs');
+}
+
+export async function listLogFiles(scope: Scope) {
+  const dir = logDirectory(scope);
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const files = await Promise.all(
+    names.map(async (name) => {
+      const info = await stat(join(dir, name));
+      return { name, size: info.size, modified_at: info.mtime, isFile: info.isFile() };
+    }),
+  );
+  return { files: files.filter((f) => f.isFile).map(({ isFile: _, ...f }) => f) };
+}

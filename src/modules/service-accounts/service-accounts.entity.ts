@@ -1,0 +1,34 @@
+import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
+import { Organization, User } from '../auth/auth.entity.ts';
+import { Role } from '../admin/admin.entity.ts';
+
+/**
+ * A non-human caller with roles like a user. Its key is `dms_<prefix>_<secret>`: the prefix finds the
+ * row, sha256 of the whole key proves it. During a rotation's grace period the previous hash still works.
+ */
+export const ServiceAccount = defineEntity({
+  name: 'ServiceAccount',
+  tableName: 'service_accounts',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    name: p.string(),
+    description: p.text().default(''),
+    isActive: p.boolean().default(true),
+    keyPrefix: p.string().unique(),
+    keyHash: p.string().hidden(),
+    keyCreatedAt: p.datetime(),
+    keyExpiresAt: p.datetime().nullable(),
+    previousKeyPrefix: p.string().nullable().index(),
+    previousKeyHash: p.string().nullable().hidden(),
+    previousKeyExpiresAt: p.datetime().nullable(),
+    lastUsedAt: p.datetime().nullable(),
+    createdBy: () => p.manyToOne(User).nullable().deleteRule('set null'),
+    roles: () => p.manyToMany(Role).pivotTable('service_account_roles'),
+    ...timestamps(),
+  },
+  uniques: [{ properties: ['organization', 'name'] }],
+});
+
+export type ServiceAccountEntity = InferEntity<typeof ServiceAccount>;

@@ -1,0 +1,74 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import type { Env } from './env.ts';
+import type { AppDeps } from './deps.ts';
+import { createLogger, type Logger } from './logger.ts';
+import { migrate, openDatabase, type Database } from './db/orm.ts';
+import { seed, type SeedReport } from './db/seed.ts';
+import { Authenticator } from './auth/principal.ts';
+import { SecretBox, loadSecretKey } from './auth/secret-box.ts';
+import { createApp } from './app.ts';
+
+export interface RunningServer {
+  url: string;
+  deps: AppDeps;
+  db: Database;
+  server: Server;
+  seedReport: SeedReport;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  logger?: Logger;
+  /** A ready database (tests hand one in); otherwise opened from the environment. */
+  db?: Database;
+  seed?: boolean;
+}
+
+/** env → database (server or embedded) → migrate → seed → listen. */
+export async function startServer(env: Env, options: StartOptions = {}): Promise<RunningServer> {
+  const logger = options.logger ?? createLogger({ level: env.LOG_LEVEL, logDir: join(env.dataDir, 'logs') });
+  const db =
+    options.db ??
+    (await openDatabase({
+      databaseUrl: env.DATABASE_URL,
+      dataDir: env.DATABASE_URL ? undefined : join(env.dataDir, 'pg'),
+    }));
+  await migrate(db.orm);
+  const deps: AppDeps = {
+    env,
+    orm: db.orm,
+    dbKind: db.kind,
+    logger,
+    authenticator: new Authenticator({
+      cacheTtlMs: env.AUTH_CACHE_TTL_MS,
+      sessionTtlMs: env.SESSION_TTL_HOURS * 3600_000,
+    }),
+    secrets: new SecretBox(loadSecretKey(env.DIMAS_SECRET_KEY, env.dataDir)),
+    startedAt: new Date(),
+  };
+  const seedReport = options.seed === false ? { lines: [] } : await seed(deps);
+  const server = createApp(deps).listen(env.PORT, env.HOST);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://${env.HOST}:${port}`,
+    deps,
+    db,
+    server,
+    seedReport,
+    async close() {
+      // Stop accepting, let in-flight requests finish (bounded), then close the database.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const force = setTimeout(() => server.closeAllConnections(), 10_000);
+      await closed;
+      clearTimeout(force);
+      await db.close();
+    },
+  };
+}

@@ -1,0 +1,35 @@
+import { initTRPC } from '@trpc/server';
+import superjson from 'superjson';
+import type { OpenApiMeta } from 'trpc-to-openapi';
+import type { Context } from './context.ts';
+import { GENERIC_INTERNAL_MESSAGE, errorExtras } from './errors.ts';
+
+export interface Meta extends OpenApiMeta {
+  /** Callable while the user still has to replace a temporary password. */
+  allowPendingPasswordChange?: boolean;
+}
+
+export const t = initTRPC
+  .context<Context>()
+  .meta<Meta>()
+  .create({
+    transformer: superjson,
+    isDev: false,
+    errorFormatter({ shape, error, ctx, path }) {
+      const internal = error.code === 'INTERNAL_SERVER_ERROR';
+      if (internal)
+        ctx?.deps.logger.error(
+          { err: error.cause ?? error, path, requestId: ctx?.requestId },
+          'internal error',
+        );
+      const message = internal ? GENERIC_INTERNAL_MESSAGE : error.message;
+      const extras = errorExtras(error);
+      const rest = ctx ? ctx.transport === 'rest' : path === undefined;
+      if (rest) return { message, code: error.code, ...extras } as unknown as typeof shape;
+      return {
+        ...shape,
+        message,
+        data: { code: shape.data.code, httpStatus: shape.data.httpStatus, path, ...extras },
+      };
+    },
+  });
