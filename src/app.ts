@@ -59,10 +59,23 @@ export function createApp(deps: AppDeps) {
         return id;
       },
       customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
-      serializers: { req: (req) => ({ id: req.id, method: req.method, url: req.url }) },
+      serializers: {
+        req: (req) => ({ id: req.id, method: req.method, url: req.url }),
+        res: (res) => ({ statusCode: res.statusCode }),
+      },
     }),
   );
   app.use(express.json({ limit: deps.env.BODY_LIMIT }));
+  // A POST without a body (logout, cancel…) needs no content type; the REST adapter insists on one.
+  app.use((req, _res, next) => {
+    if (
+      !req.headers['content-type'] &&
+      !Number(req.headers['content-length'] ?? 0) &&
+      !req.headers['transfer-encoding']
+    )
+      req.headers['content-type'] = 'application/json';
+    next();
+  });
 
   app.get('/api/health', async (_req, res) => {
     try {

@@ -24,6 +24,7 @@ async function shutdown(signal: string) {
   logger.info({ signal }, 'shutting down');
   try {
     await running.close();
+    console.log('dimas stopped cleanly');
     logger.flush();
     process.exit(0);
   } catch (error) {

@@ -1,5 +1,5 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
-import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
+import { timestamps } from '../../db/base-entity.ts';
 import { Organization } from '../auth/auth.entity.ts';
 
 /** A named set of permissions inside one organization; built-in roles cannot be deleted. */

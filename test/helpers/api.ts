@@ -1,0 +1,100 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { TestServer } from './server.ts';
+import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_PASSWORD } from './constants.ts';
+import { createOrganizationRecord, createUser } from '../../src/modules/auth/auth.service.ts';
+
+export interface ApiResponse<T = any> {
+  status: number;
+  body: T;
+  headers: Headers;
+}
+
+export interface CallOptions {
+  token?: string;
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined>;
+  headers?: Record<string, string>;
+}
+
+/** One REST call through fetch, as an external client makes it. */
+export async function call<T = any>(
+  server: TestServer,
+  method: string,
+  path: string,
+  options: CallOptions = {},
+): Promise<ApiResponse<T>> {
+  const url = new URL(path, server.url);
+  for (const [k, v] of Object.entries(options.query ?? {}))
+    if (v !== undefined) url.searchParams.set(k, String(v));
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  let body: string | undefined;
+  if (options.body !== undefined) {
+    headers['content-type'] ??= 'application/json';
+    body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
+  }
+  const res = await fetch(url, { method, headers, body });
+  const text = await res.text();
+  let parsed: unknown = text;
+  if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+  return { status: res.status, body: parsed as T, headers: res.headers };
+}
+
+let counter = 0;
+/** A name no other test (file, run or process) uses. */
+export function unique(prefix: string): string {
+  return `${prefix}${process.pid.toString(36)}${Date.now().toString(36)}${(counter++).toString(36)}`;
+}
+
+export async function login(server: TestServer, username: string, domain: string, password = TEST_PASSWORD) {
+  const res = await call(server, 'POST', '/api/auth/login', { body: { username, domain, password } });
+  if (res.status !== 200)
+    throw new Error(`login ${username}@${domain} answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body.token as string;
+}
+
+export async function superAdminToken(server: TestServer): Promise<string> {
+  const res = await call(server, 'POST', '/api/auth/admin/login', {
+    body: { username: SUPERADMIN_USERNAME, password: SUPERADMIN_PASSWORD },
+  });
+  if (res.status !== 200) throw new Error(`super admin login answered ${res.status}`);
+  return res.body.token;
+}
+
+export interface TestUser {
+  id: string;
+  username: string;
+  token: string;
+}
+
+export interface Tenant {
+  organization: { id: string; domain: string; name: string };
+  admin: TestUser;
+  /** Another user of this organization with the given roles (built-in or custom names). */
+  addUser(roles: string[], options?: { mustChangePassword?: boolean }): Promise<TestUser>;
+}
+
+/** A new organization with an admin user, signed in: the unit of isolation between tests. */
+export async function createTenant(server: TestServer): Promise<Tenant> {
+  const em = server.deps.orm.em.fork() as EntityManager;
+  const domain = `${unique('t')}.test`;
+  const org = await createOrganizationRecord(em, { name: `Org ${domain}`, domain });
+  const scope = { em, deps: server.deps };
+  const addUser = async (
+    roles: string[],
+    options: { mustChangePassword?: boolean } = {},
+  ): Promise<TestUser> => {
+    const username = unique('u');
+    const { user } = await createUser(scope, {
+      organizationId: org.id,
+      isSuperAdmin: false,
+      username,
+      password: TEST_PASSWORD,
+      roles,
+      must_change_password: options.mustChangePassword ?? false,
+    });
+    return { id: user.id, username, token: await login(server, username, domain) };
+  };
+  const admin = await addUser(['admin']);
+  return { organization: { id: org.id, domain, name: org.name }, admin, addUser };
+}

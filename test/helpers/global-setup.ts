@@ -1,0 +1,81 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { TestProject } from 'vitest/node';
+import { loadEnv } from '../../src/env.ts';
+import { migrate, openDatabase } from '../../src/db/orm.ts';
+import { seed } from '../../src/db/seed.ts';
+import { createLogger } from '../../src/logger.ts';
+import { Authenticator } from '../../src/auth/principal.ts';
+import { SecretBox } from '../../src/auth/secret-box.ts';
+import type { AppDeps } from '../../src/deps.ts';
+import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+    embeddedTemplate: string;
+    scratchDir: string;
+  }
+}
+
+/**
+ * One database for the whole run, migrated and seeded (super admin) once: a fresh database on the
+ * server named by TEST_DATABASE_URL, or else an embedded template that every test file loads.
+ */
+export default async function setup(project: TestProject) {
+  const scratchDir = mkdtempSync(join(tmpdir(), 'dimas-test-'));
+  const env = loadEnv({
+    DIMAS_DATA_DIR: scratchDir,
+    SUPERADMIN_USERNAME,
+    SUPERADMIN_PASSWORD,
+    DIMAS_SECRET_KEY: TEST_SECRET_KEY,
+    SEED_DEMO: 'false',
+  });
+  let databaseUrl = '';
+  let dropDatabase: (() => Promise<void>) | undefined;
+  const serverUrl = process.env.TEST_DATABASE_URL;
+  if (serverUrl) {
+    const name = `dimas_test_${process.pid}_${Date.now()}`;
+    const admin = new pg.Client({ connectionString: serverUrl });
+    await admin.connect();
+    await admin.query(`create database "${name}"`);
+    await admin.end();
+    const url = new URL(serverUrl);
+    url.pathname = `/${name}`;
+    databaseUrl = url.toString();
+    dropDatabase = async () => {
+      const c = new pg.Client({ connectionString: serverUrl });
+      await c.connect();
+      await c.query(`drop database if exists "${name}" with (force)`);
+      await c.end();
+    };
+  }
+  const db = await openDatabase({ databaseUrl: databaseUrl || undefined });
+  await migrate(db.orm);
+  const deps = {
+    env,
+    orm: db.orm,
+    dbKind: db.kind,
+    logger: createLogger({ level: 'silent' }),
+    authenticator: new Authenticator({ cacheTtlMs: 0, sessionTtlMs: 3600_000 }),
+    secrets: new SecretBox(TEST_SECRET_KEY),
+    startedAt: new Date(),
+  } satisfies AppDeps;
+  await seed(deps);
+  let embeddedTemplate = '';
+  if (db.embedded) {
+    const dump = await db.embedded.dumpDataDir('gzip');
+    embeddedTemplate = join(scratchDir, 'template.tar.gz');
+    writeFileSync(embeddedTemplate, Buffer.from(await dump.arrayBuffer()));
+  }
+  await db.close();
+  project.provide('databaseUrl', databaseUrl);
+  project.provide('embeddedTemplate', embeddedTemplate);
+  project.provide('scratchDir', scratchDir);
+  return async () => {
+    await dropDatabase?.();
+    rmSync(scratchDir, { recursive: true, force: true });
+  };
+}

@@ -1,0 +1,36 @@
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { inject } from 'vitest';
+import { loadEnv, type Env } from '../../src/env.ts';
+import { openDatabase } from '../../src/db/orm.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startServer, type RunningServer } from '../../src/server.ts';
+import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
+
+export type TestServer = RunningServer;
+
+/**
+ * A real server on a random port over the run's database: the PostgreSQL server of
+ * TEST_DATABASE_URL, or a private embedded copy of the migrated template.
+ */
+export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
+  const databaseUrl = inject('databaseUrl');
+  const dataDir = mkdtempSync(join(inject('scratchDir'), 'server-'));
+  const env: Env = loadEnv({
+    PORT: '0',
+    DIMAS_DATA_DIR: dataDir,
+    DIMAS_SECRET_KEY: TEST_SECRET_KEY,
+    SUPERADMIN_USERNAME,
+    SUPERADMIN_PASSWORD,
+    SEED_DEMO: 'false',
+    LOG_LEVEL: 'silent',
+    AUTH_CACHE_TTL_MS: '0',
+    LOGIN_MAX_FAILURES_PER_ADDRESS: '100000',
+    ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+    ...overrides,
+  });
+  const db = databaseUrl
+    ? await openDatabase({ databaseUrl })
+    : await openDatabase({ loadDataDir: new Blob([readFileSync(inject('embeddedTemplate'))]) });
+  return startServer(env, { db, seed: false, logger: createLogger({ level: env.LOG_LEVEL }) });
+}
