@@ -13,7 +13,7 @@ import type { AppDeps } from './deps.ts';
 import { appRouter } from './trpc/router.ts';
 import { createCallerFactory } from './trpc/procedures.ts';
 import { createContextFactory } from './trpc/context.ts';
-import { openApiDocument } from './trpc/openapi.ts';
+import { openApiDocument, pinBodyCoercion } from './trpc/openapi.ts';
 import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
 import type { AppErrorCode } from './app-error.ts';
 import { packageVersion } from './version.ts';
@@ -114,10 +114,29 @@ export function createApp(deps: AppDeps) {
     }
   });
 
+  app.get('/api/workspaces/:workspace_name/download', async (req, res) => {
+    try {
+      const ctx = restContext({ req });
+      const { filename, files } = await createCaller(ctx).workspaces.download({
+        workspace_name: String(req.params.workspace_name),
+      });
+      res.setHeader('content-type', 'application/zip');
+      res.setHeader('content-disposition', `attachment; filename="${filename}"`);
+      const archive = archiver('zip');
+      archive.on('error', (err) => sendError(res, err));
+      archive.pipe(res);
+      for (const file of files) archive.append(file.content, { name: file.path });
+      await archive.finalize();
+    } catch (error) {
+      sendError(res, error);
+    }
+  });
+
   app.use(
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
   );
+  pinBodyCoercion(appRouter);
   app.use(createOpenApiExpressMiddleware({ router: appRouter, createContext: restContext }));
 
   app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {

@@ -5,6 +5,8 @@ import type { Logger } from './logger.ts';
 import type { Authenticator } from './auth/principal.ts';
 import type { SecretBox } from './auth/secret-box.ts';
 import type { DatabaseKind } from './db/orm.ts';
+import type { JobQueue } from './jobs/queue.ts';
+import type { DemoWarehouse } from './warehouse/demo.ts';
 
 /** What a running server is made of; built once in main.ts (or a test) and handed to createApp. */
 export interface AppDeps {
@@ -14,7 +16,10 @@ export interface AppDeps {
   logger: Logger;
   authenticator: Authenticator;
   secrets: SecretBox;
+  jobs: JobQueue;
   startedAt: Date;
+  /** Embedded mode with SEED_DEMO: the demo warehouse (a second PGlite on 127.0.0.1). */
+  demoWarehouse?: DemoWarehouse;
 }
 
 /** What a service is handed: the request's unit of work and the server's parts. */

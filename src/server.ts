@@ -9,6 +9,9 @@ import { seed, type SeedReport } from './db/seed.ts';
 import { Authenticator } from './auth/principal.ts';
 import { SecretBox, loadSecretKey } from './auth/secret-box.ts';
 import { createApp } from './app.ts';
+import { closeWarehouses } from './warehouse/postgres.ts';
+import { connectDemoWorkspace, startDemoWarehouse } from './warehouse/demo.ts';
+import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
 
 export interface RunningServer {
   url: string;
@@ -46,9 +49,20 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       sessionTtlMs: env.SESSION_TTL_HOURS * 3600_000,
     }),
     secrets: new SecretBox(loadSecretKey(env.DIMAS_SECRET_KEY, env.dataDir)),
+    jobs: createJobQueue({ orm: db.orm, logger, connection: jobQueueConnection(db) }),
     startedAt: new Date(),
   };
   const seedReport = options.seed === false ? { lines: [] } : await seed(deps);
+  // Embedded mode with the demo: a second PGlite as the demo workspace's source/target warehouse.
+  if (db.kind === 'embedded' && env.SEED_DEMO) {
+    deps.demoWarehouse = await startDemoWarehouse({
+      dataDir: env.dataDir,
+      logger,
+      port: env.DEMO_WAREHOUSE_PORT,
+    });
+    await connectDemoWorkspace(deps, deps.demoWarehouse);
+  }
+  await deps.jobs.start();
   const server = createApp(deps).listen(env.PORT, env.HOST);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
@@ -68,7 +82,17 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       const force = setTimeout(() => server.closeAllConnections(), 10_000);
       await closed;
       clearTimeout(force);
+      await deps.jobs.stop();
+      await closeWarehouses(deps);
+      await deps.demoWarehouse?.close();
       await db.close();
     },
   };
+}
+
+/** The queue lives in the control-plane database: the same PGlite instance, or the same server. */
+export function jobQueueConnection(db: Database): JobQueueConnection {
+  return db.embedded
+    ? { embedded: db.embedded }
+    : { connectionString: db.orm.config.get('clientUrl') as string };
 }

@@ -86,9 +86,13 @@ class EmbeddedCursor {
   }
 }
 
+/** One mutex per PGlite instance: every pool over it (MikroORM's, the job queue's) must take turns. */
+const mutexes = new WeakMap<PGlite, Mutex>();
+
 /** A pg-Pool look-alike over one PGlite instance, for Kysely's PostgresDialect (and so MikroORM). */
 export function createEmbeddedPool(pg: PGlite) {
-  const mutex = new Mutex();
+  let mutex = mutexes.get(pg);
+  if (!mutex) mutexes.set(pg, (mutex = new Mutex()));
   return {
     async connect() {
       const release = await mutex.acquire();

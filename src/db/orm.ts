@@ -6,10 +6,20 @@ import { Migrator } from '@mikro-orm/migrations';
 import { createEmbeddedDialect, openEmbeddedPostgres } from './embedded.ts';
 import { LoginFailure, Organization, Session, User } from '../modules/auth/auth.entity.ts';
 import { Role } from '../modules/admin/admin.entity.ts';
+import { CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig } from '../modules/admin/admin.entity.ts';
 import { ServiceAccount } from '../modules/service-accounts/service-accounts.entity.ts';
-import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
+import { OrganizationSettings, Workspace, WorkspaceCommit } from '../modules/workspaces/workspaces.entity.ts';
+import { JobRun } from '../jobs/job-run.entity.ts';
+import { LlmUsage } from '../llm/llm-usage.entity.ts';
+import { audienceEntities } from '../modules/audiences/audiences.entity.ts';
+import { mappingEntities } from '../modules/mappings/mappings.entity.ts';
+import { pipelineEntities } from '../modules/pipelines/pipelines.entity.ts';
 
-export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace];
+export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace, OrganizationSettings, WorkspaceCommit,
+  CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig, JobRun,
+  LlmUsage,
+  ...audienceEntities,
+  ...mappingEntities, ...pipelineEntities];
 
 const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
 

@@ -32,6 +32,12 @@ const CONNECTION_ERROR_CODES = new Set([
   '57P03',
 ]);
 
+/**
+ * PostgreSQL data exceptions caused by a value from the request (an id that is not a UUID, a number
+ * beyond the column's range, an impossible date): the request is wrong, not the server.
+ */
+const BAD_VALUE_CODES = new Set(['22P02', '22003', '22007', '22008']);
+
 function isDatabaseUnavailable(error: unknown): boolean {
   if (error instanceof ConnectionException) return true;
   const code = (error as { code?: string } | null)?.code;
@@ -51,6 +57,8 @@ export function toAppError(error: unknown): AppError {
       'CONFLICT',
       'The record is referenced by, or refers to, records that prevent this change',
     );
+  if (BAD_VALUE_CODES.has((error as { code?: string } | null)?.code ?? ''))
+    return new AppError('BAD_REQUEST', 'A value in the request has the wrong format or is out of range');
   if (isDatabaseUnavailable(error)) return new AppError('SERVICE_UNAVAILABLE', 'The database is unavailable');
   return new AppError('INTERNAL_SERVER_ERROR', GENERIC_INTERNAL_MESSAGE);
 }

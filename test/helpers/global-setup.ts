@@ -10,6 +10,8 @@ import { createLogger } from '../../src/logger.ts';
 import { Authenticator } from '../../src/auth/principal.ts';
 import { SecretBox } from '../../src/auth/secret-box.ts';
 import type { AppDeps } from '../../src/deps.ts';
+import { createJobQueue } from '../../src/jobs/queue.ts';
+import { jobQueueConnection } from '../../src/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
 
 declare module 'vitest' {
@@ -61,6 +63,12 @@ export default async function setup(project: TestProject) {
     logger: createLogger({ level: 'silent' }),
     authenticator: new Authenticator({ cacheTtlMs: 0, sessionTtlMs: 3600_000 }),
     secrets: new SecretBox(TEST_SECRET_KEY),
+    // Never started: seeding enqueues nothing.
+    jobs: createJobQueue({
+      orm: db.orm,
+      logger: createLogger({ level: 'silent' }),
+      connection: jobQueueConnection(db),
+    }),
     startedAt: new Date(),
   } satisfies AppDeps;
   await seed(deps);

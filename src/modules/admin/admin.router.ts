@@ -1,13 +1,16 @@
 import { z } from 'zod';
 import { permissionProcedure, router, superAdminProcedure } from '../../trpc/procedures.ts';
+import { authedProcedure } from '../../trpc/procedures.ts';
 import { rest } from '../../trpc/openapi-meta.ts';
 import { successOutput } from '../../trpc/common-schemas.ts';
 import { createdUserOutput, userIdInput, userListOutput, userOutput } from '../auth/auth.schemas.ts';
 import * as s from './admin.schemas.ts';
 import * as admin from './admin.service.ts';
+import * as settings from './admin-settings.service.ts';
 
 const tag = 'admin';
 const orgAdmin = permissionProcedure('org.admin');
+const manageSettings = permissionProcedure('settings.manage');
 
 export const adminRouter = router({
   listUsers: orgAdmin
@@ -103,4 +106,120 @@ export const adminRouter = router({
     .input(z.object({}))
     .output(s.systemInfoOutput)
     .query(({ ctx }) => admin.systemInfo(ctx)),
+  // ---- cache and feature settings, user overrides, version control (issue 10) ----
+
+  getCacheSettings: authedProcedure
+    .meta(rest('GET', '/api/admin/cache-settings', 'Cache settings of the organization', tag))
+    .input(z.object({}))
+    .output(s.cacheSettingsOutput)
+    .query(({ ctx }) => settings.getCacheSettings(ctx)),
+
+  saveCacheSettings: manageSettings
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/cache-settings',
+        'Save cache settings; a cache switched on or off is cleared',
+        tag,
+      ),
+    )
+    .input(s.cacheSettingsInput)
+    .output(s.saveCacheSettingsOutput)
+    .mutation(({ ctx, input }) => settings.saveCacheSettings(ctx, input)),
+
+  getFeatureSettings: authedProcedure
+    .meta(rest('GET', '/api/admin/feature-settings', 'Feature flag settings and available features', tag))
+    .input(z.object({}))
+    .output(s.featureSettingsOutput)
+    .query(({ ctx }) => settings.getFeatureSettings(ctx)),
+
+  saveFeatureSettings: manageSettings
+    .meta(rest('POST', '/api/admin/feature-settings', 'Save feature flag settings', tag))
+    .input(s.featureSettingsInput)
+    .output(s.featureSettingsOutput)
+    .mutation(({ ctx, input }) => settings.saveFeatureSettings(ctx, input)),
+
+  userFeatureAccess: authedProcedure
+    .meta(
+      rest(
+        'GET',
+        '/api/admin/user-feature-access',
+        'Whether the caller may use user-level feature overrides',
+        tag,
+      ),
+    )
+    .input(z.object({}))
+    .output(s.userFeatureAccessOutput)
+    .query(({ ctx }) => settings.userFeatureAccess(ctx)),
+
+  getUserFeatureOverrides: authedProcedure
+    .meta(
+      rest(
+        'GET',
+        '/api/admin/user-feature-overrides',
+        "A user's feature overrides and effective settings (own organization only)",
+        tag,
+      ),
+    )
+    .input(s.userFeatureOverridesQuery)
+    .output(s.userFeatureOverridesOutput)
+    .query(({ ctx, input }) => settings.getUserFeatureOverrides(ctx, input)),
+
+  saveUserFeatureOverrides: authedProcedure
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/user-feature-overrides',
+        'Save feature overrides of a user (own organization, overridable features only)',
+        tag,
+      ),
+    )
+    .input(s.userFeatureOverridesInput)
+    .output(s.userFeatureOverridesOutput)
+    .mutation(({ ctx, input }) => settings.saveUserFeatureOverrides(ctx, input)),
+
+  clearUserFeatureOverrides: authedProcedure
+    .meta(
+      rest(
+        'DELETE',
+        '/api/admin/user-feature-overrides',
+        "Clear all of a user's feature overrides (own organization only)",
+        tag,
+      ),
+    )
+    .input(s.userFeatureOverridesQuery)
+    .output(s.userFeatureOverridesOutput)
+    .mutation(({ ctx, input }) => settings.clearUserFeatureOverrides(ctx, input)),
+
+  getVcsConfig: authedProcedure
+    .meta(
+      rest(
+        'GET',
+        '/api/admin/vcs-config',
+        'Version-control integration configuration (token never returned)',
+        tag,
+      ),
+    )
+    .input(z.object({}))
+    .output(s.vcsConfigOutput)
+    .query(({ ctx }) => settings.getVcsConfig(ctx)),
+
+  saveVcsConfig: manageSettings
+    .meta(rest('POST', '/api/admin/vcs-config', 'Save the version-control integration configuration', tag))
+    .input(s.vcsConfigInput)
+    .output(s.vcsConfigOutput)
+    .mutation(({ ctx, input }) => settings.saveVcsConfig(ctx, input)),
+
+  testVcs: manageSettings
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/vcs-test',
+        'Test the version-control connection: list remote refs and check push access',
+        tag,
+      ),
+    )
+    .input(s.vcsConfigInput)
+    .output(s.vcsTestOutput)
+    .mutation(({ ctx, input }) => settings.testVcsConnection(ctx, input)),
 });

@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import { pageInput, timestamp } from '../../trpc/common-schemas.ts';
 import { newUserFields } from '../auth/auth.schemas.ts';
+import { CACHE_NAMES, MAX_CACHE_ENTRIES, MAX_TTL_SECONDS, isCacheName } from '../../cache.ts';
+import { isFeatureName } from '../../features.ts';
 
 const roleName = z
   .string()
@@ -21,7 +23,8 @@ export const roleOutput = z.object({
   updated_at: timestamp,
 });
 export const roleListOutput = z.object({ roles: z.array(roleOutput) });
-export const roleIdInput = z.object({ role_id: z.coerce.number().int().positive() });
+// The bound of the integer column, so an oversized id is a 400 rather than a database error.
+export const roleIdInput = z.object({ role_id: z.coerce.number().int().positive().max(2_147_483_647) });
 export const createRoleInput = z.object({
   name: roleName,
   description: z.string().max(500).optional(),
@@ -63,4 +66,193 @@ export const systemInfoOutput = z.object({
   database: z.object({ kind: z.enum(['embedded', 'server']), version: z.string() }),
   node_version: z.string(),
   platform: z.string(),
+});
+
+// ---- cache settings, feature flags, user overrides, version control (issue 10) ----
+
+const cacheConfig = {
+  enabled: z.boolean(),
+  ttl_seconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_TTL_SECONDS)
+    .describe('Time to live of an entry (0 = no caching)'),
+  max_entries: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_CACHE_ENTRIES)
+    .describe('Entries kept per organization and API process; least recently used go first'),
+};
+
+export const cacheSettingsOutput = z.object({
+  caches: z.array(
+    z.object({
+      name: z.string(),
+      description: z.string(),
+      ...cacheConfig,
+      defaults: z.object(cacheConfig),
+      entries: z.number().int().describe('Entries this API process holds for the organization now'),
+    }),
+  ),
+  updated_at: timestamp.nullable(),
+});
+export const saveCacheSettingsOutput = cacheSettingsOutput.extend({
+  cleared: z.array(z.string()).describe('Caches cleared by this save (switched on or off, or asked for)'),
+});
+
+const knownNames =
+  (known: (name: string) => boolean, what: string) => (value: object, ctx: z.RefinementCtx) => {
+    for (const name of Object.keys(value))
+      if (!known(name)) ctx.addIssue({ code: 'custom', path: [name], message: `unknown ${what} ${name}` });
+  };
+
+export const cacheSettingsInput = z.object({
+  caches: z
+    .record(z.string(), z.object(cacheConfig).partial().strict())
+    .superRefine(knownNames(isCacheName, 'cache'))
+    .default({})
+    .describe('Cache name → the settings to change; unnamed caches and fields keep their values'),
+  clear: z
+    .array(z.string().refine(isCacheName, 'unknown cache'))
+    .max(CACHE_NAMES.length)
+    .default([])
+    .describe('Caches to clear now, whatever their settings'),
+});
+
+const featureInfo = z.object({
+  name: z.string(),
+  description: z.string(),
+  default: z.boolean(),
+  user_overridable: z.boolean(),
+  organization_value: z.boolean().nullable().describe("The organization's setting; null = the default"),
+  enabled: z.boolean().describe('Effective value for the organization'),
+});
+
+export const featureSettingsOutput = z.object({
+  features: z.array(featureInfo),
+  allow_user_overrides: z.boolean(),
+  updated_at: timestamp.nullable(),
+});
+
+export const featureSettingsInput = z.object({
+  features: z
+    .record(z.string(), z.boolean().nullable())
+    .superRefine(knownNames(isFeatureName, 'feature'))
+    .default({})
+    .describe('Feature name → on/off; null returns it to the default; unnamed features keep their value'),
+  allow_user_overrides: z.boolean().optional().describe('Whether users may override overridable features'),
+});
+
+export const userFeatureAccessOutput = z.object({
+  has_access: z.boolean(),
+  reason: z.string().nullable().describe('Why not, when has_access is false'),
+  organization_id: z.string().nullable(),
+  overridable_features: z.array(z.string()),
+});
+
+const overrideTarget = {
+  user_id: z
+    .string()
+    .min(1)
+    .max(64)
+    .optional()
+    .describe('Another user of your organization (needs org.admin); default: yourself'),
+  organization_id: z.string().min(1).max(64).optional().describe('Must be your own organization when given'),
+};
+
+export const userFeatureOverridesQuery = z.object(overrideTarget);
+export const userFeatureOverridesInput = z.object({
+  ...overrideTarget,
+  overrides: z
+    .record(z.string(), z.boolean().nullable())
+    .superRefine(knownNames(isFeatureName, 'feature'))
+    .describe('Feature name → on/off; null removes the override'),
+});
+
+export const userFeatureOverridesOutput = z.object({
+  user_id: z.string(),
+  organization_id: z.string(),
+  allow_user_overrides: z.boolean(),
+  overrides: z.record(z.string(), z.boolean()),
+  features: z.array(
+    featureInfo.extend({
+      user_value: z.boolean().nullable().describe("The user's override; null = none"),
+      enabled: z.boolean().describe('Effective value for the user'),
+    }),
+  ),
+  updated_at: timestamp.nullable(),
+});
+
+// A git ref name component rule set (git check-ref-format), enough to refuse what git would.
+const branchName = z
+  .string()
+  .trim()
+  .min(1)
+  .max(255)
+  .regex(
+    /^(?![-/.])(?!.*\.\.)(?!.*\/\/)(?!.*@\{)(?!.*\.lock$)(?!.*[/.]$)[^\s~^:?*[\\\p{Cc}]+$/u,
+    'not a valid git branch name',
+  );
+
+export const vcsConfigInput = z.object({
+  enabled: z.boolean().default(true).describe('Push on commit-transformation when true'),
+  url: z
+    .string()
+    .trim()
+    .min(1)
+    .max(2000)
+    .describe('HTTPS URL of the repository (http only for loopback hosts)'),
+  branch: branchName.default('main'),
+  author_name: z.string().trim().min(1).max(255).default('dimas'),
+  author_email: z.string().trim().email().max(255).default('dimas@noreply.invalid'),
+  path_prefix: z
+    .string()
+    .trim()
+    .max(500)
+    .default('')
+    .describe('Directory of the repository the files go under'),
+  username: z
+    .string()
+    .trim()
+    .min(1)
+    .max(255)
+    .default('x-access-token')
+    .describe('Basic-auth user sent with the token (GitLab: oauth2; Bitbucket: your user name)'),
+  token: z
+    .string()
+    .min(1)
+    .max(4096)
+    .nullable()
+    .optional()
+    .describe('Access token; omitted = keep the stored one, null = remove it. Never returned.'),
+});
+
+export const vcsConfigOutput = z.object({
+  configured: z.boolean(),
+  enabled: z.boolean(),
+  url: z.string().nullable(),
+  branch: z.string(),
+  author_name: z.string(),
+  author_email: z.string(),
+  path_prefix: z.string(),
+  username: z.string(),
+  token_set: z.boolean(),
+  last_push_at: timestamp.nullable(),
+  last_push_commit: z.string().nullable(),
+  last_push_error: z.string().nullable(),
+  updated_at: timestamp.nullable(),
+});
+
+export const vcsTestOutput = z.object({
+  success: z.literal(true),
+  message: z.string(),
+  url: z.string(),
+  branch: z.string(),
+  branch_exists: z.boolean(),
+  default_branch: z.string().nullable(),
+  refs: z.number().int(),
+  push_access: z.boolean(),
+  token_used: z.enum(['given', 'stored', 'none']),
 });

@@ -1,0 +1,54 @@
+import autocannon from 'autocannon';
+
+export interface LoadResult {
+  label: string;
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+}
+
+export interface LoadOptions {
+  url: string;
+  headers?: Record<string, string>;
+  connections?: number;
+  durationSeconds?: number;
+}
+
+/**
+ * One autocannon run in a worker thread, so that the load generator does not share the event loop
+ * of the servers it measures. A run with errors or non-2xx answers is a failed benchmark, not a
+ * fast one (a 401 is cheaper than a real answer).
+ */
+export async function load(label: string, options: LoadOptions): Promise<LoadResult> {
+  const result = await autocannon({
+    url: options.url,
+    headers: options.headers,
+    connections: options.connections ?? 50,
+    duration: options.durationSeconds ?? 10,
+    workers: 1,
+  });
+  if (result.errors || result.timeouts || result.non2xx)
+    throw new Error(
+      `${label}: ${result.errors} errors, ${result.timeouts} timeouts, ${result.non2xx} non-2xx answers`,
+    );
+  return {
+    label,
+    requestsPerSecond: result.requests.average,
+    p50Ms: result.latency.p50,
+    p99Ms: result.latency.p99,
+    requests: result.requests.total,
+  };
+}
+
+export function formatResult(r: LoadResult): string {
+  return `${r.label.padEnd(34)} ${r.requestsPerSecond.toFixed(0).padStart(7)} req/s   p50 ${r.p50Ms
+    .toFixed(1)
+    .padStart(5)} ms   p99 ${r.p99Ms.toFixed(1).padStart(6)} ms   (${r.requests} requests)`;
+}
+
+export const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};

@@ -1,0 +1,271 @@
+import { createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { once } from 'node:events';
+import { dirname, join } from 'node:path';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { AppDeps } from '../deps.ts';
+import type { JobContext } from './queue.ts';
+import { isFeatureEnabledFor } from '../features.ts';
+import { quoteIdent, warehouses } from '../warehouse/postgres.ts';
+import { portableFamily } from '../warehouse/ddl.ts';
+import type { Warehouse } from '../warehouse/warehouse.ts';
+import { AudienceExport, type AudienceExportEntity } from '../modules/audiences/audiences.entity.ts';
+import { csvLine, exportSelect, qualifiedName } from '../modules/audiences/audiences-sql.ts';
+import { audienceTarget } from './audience-materialize.ts';
+
+export const EXPORT_KIND = 'audience-export';
+
+export interface ExportPayload extends Record<string, unknown> {
+  export_id: string;
+}
+
+const STREAM_BATCH = 5000;
+/** Progress is written at most this often: every write is a control-plane statement. */
+const PROGRESS_EVERY_MS = 1000;
+const MAX_PARAMS = 60_000;
+
+/** Where a CSV export's file lives; one file per export, replaced by each successful run. */
+export function exportFilePath(deps: AppDeps, organizationId: string, exportId: string): string {
+  return join(deps.env.dataDir, 'audience-exports', organizationId, `${exportId}.csv`);
+}
+
+interface Source {
+  warehouse: Warehouse;
+  sql: string;
+  /** Columns in destination names with the audience's column types. */
+  columns: { name: string; type: string }[];
+}
+
+type Progress = (rows: number, extra?: Record<string, unknown>, force?: boolean) => Promise<void>;
+
+async function writeCsv(deps: AppDeps, exp: AudienceExportEntity, source: Source, runId: string, progress: Progress) {
+  const config = exp.destinationConfig as { delimiter?: string; include_header?: boolean };
+  const delimiter = config.delimiter ?? ',';
+  const path = exportFilePath(deps, exp.organization.id, exp.id);
+  const partial = `${path}.${runId}.part`;
+  await mkdir(dirname(path), { recursive: true });
+  const out = createWriteStream(partial);
+  let rows = 0;
+  try {
+    if (config.include_header !== false)
+      out.write(csvLine(source.columns.map((c) => c.name), delimiter));
+    for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
+      let chunk = '';
+      for (const row of batch) chunk += csvLine(Object.values(row), delimiter);
+      // Backpressure: never hold more than one batch in memory while the disk catches up.
+      if (!out.write(chunk)) await once(out, 'drain');
+      rows += batch.length;
+      await progress(rows);
+    }
+    out.end();
+    await once(out, 'finish');
+    await rename(partial, path);
+  } catch (error) {
+    out.destroy();
+    await rm(partial, { force: true });
+    throw error;
+  }
+  return { rows, filePath: path, fileSize: (await stat(path)).size };
+}
+
+async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: Source, progress: Progress) {
+  const c = exp.destinationConfig as Record<string, any>;
+  const destination = await warehouses(deps).open({
+    type: 'postgres',
+    host: c.host,
+    port: c.port,
+    database: c.database,
+    user: c.user,
+    password: c.password ? deps.secrets.decrypt(c.password) : undefined,
+    ssl: !!c.ssl,
+    schemas: [c.schema],
+  });
+  const table = qualifiedName(c.schema, c.table);
+  const names = source.columns.map((col) => quoteIdent(col.name));
+  const perStatement = Math.max(1, Math.floor(MAX_PARAMS / names.length));
+  let rows = 0;
+  // One transaction: a failed run leaves the destination table as it was.
+  await destination.transaction(async (tx) => {
+    await tx.query(`create schema if not exists ${quoteIdent(c.schema)}`);
+    const definitions = source.columns.map(
+      (col) => `${quoteIdent(col.name)} ${portableFamily(col.type).startsWith('other:') ? 'text' : col.type}`,
+    );
+    await tx.query(`create table if not exists ${table} (${definitions.join(', ')})`);
+    if (c.mode !== 'append') await tx.query(`truncate table ${table}`);
+    for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
+      for (let start = 0; start < batch.length; start += perStatement) {
+        const slice = batch.slice(start, start + perStatement);
+        const params: unknown[] = [];
+        const tuples = slice.map((row) => {
+          const values = Object.values(row);
+          return `(${values.map((v) => {
+            params.push(v !== null && typeof v === 'object' && !(v instanceof Date) ? JSON.stringify(v) : v);
+            return `$${params.length}`;
+          })})`;
+        });
+        await tx.query(`insert into ${table} (${names.join(', ')}) values ${tuples.join(', ')}`, params);
+      }
+      rows += batch.length;
+      await progress(rows);
+    }
+  });
+  return { rows };
+}
+
+const RETRYABLE = (status: number) => status === 408 || status === 425 || status === 429 || status >= 500;
+
+async function postBatch(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  options: { maxRetries: number; timeoutMs: number; signal: AbortSignal },
+): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    let reason: string;
+    let retryAfterMs = 0;
+    try {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers,
+        body,
+        signal: AbortSignal.any([options.signal, AbortSignal.timeout(options.timeoutMs)]),
+      });
+      await res.arrayBuffer().catch(() => undefined);
+      if (res.ok) return;
+      reason = `the webhook answered ${res.status}`;
+      if (!RETRYABLE(res.status)) throw new Error(reason);
+      retryAfterMs = Math.min(30_000, Number(res.headers.get('retry-after') ?? 0) * 1000 || 0);
+    } catch (error) {
+      if (options.signal.aborted) throw error;
+      if (error instanceof Error && error.message.startsWith('the webhook answered')) throw error;
+      reason = `the webhook could not be reached: ${(error as Error).message}`;
+    }
+    if (attempt >= options.maxRetries) throw new Error(`${reason} (after ${attempt + 1} attempts)`);
+    await new Promise((resolve) => setTimeout(resolve, Math.max(retryAfterMs, Math.min(5000, 200 * 2 ** attempt))));
+  }
+}
+
+/**
+ * Batches in a stable order, each with the idempotency key `<run>:<batch>`. The number of batches the
+ * webhook acknowledged is saved after each one, so a retried attempt of the run resumes after them:
+ * within a run no batch is sent again once acknowledged, and one whose answer was lost is resent with
+ * the same key for the receiver to recognise.
+ */
+async function sendWebhook(
+  deps: AppDeps,
+  exp: AudienceExportEntity,
+  source: Source,
+  context: JobContext,
+  resumeFrom: number,
+  progress: Progress,
+) {
+  const c = exp.destinationConfig as Record<string, any>;
+  const headers: Record<string, string> = {};
+  for (const [name, sealed] of Object.entries((c.headers ?? {}) as Record<string, string>))
+    headers[name] = deps.secrets.decrypt(sealed);
+  let batchIndex = 0;
+  let rows = 0;
+  for await (const batch of source.warehouse.stream(source.sql, { batchSize: c.batch_size ?? 500 })) {
+    if (batchIndex < resumeFrom) {
+      batchIndex++;
+      rows += batch.length;
+      continue;
+    }
+    const key = `${context.runId}:${batchIndex}`;
+    await postBatch(
+      c.url,
+      {
+        ...headers,
+        'content-type': 'application/json',
+        'idempotency-key': key,
+        'user-agent': 'dimas-audience-export',
+      },
+      JSON.stringify({ export_id: exp.id, run_id: context.runId, batch_index: batchIndex, idempotency_key: key, rows: batch }),
+      { maxRetries: c.max_retries ?? 3, timeoutMs: c.timeout_ms ?? 10_000, signal: context.signal },
+    );
+    batchIndex++;
+    rows += batch.length;
+    await progress(rows, { batches_sent: batchIndex }, true);
+  }
+  return { rows, batches: batchIndex };
+}
+
+async function record(em: EntityManager, id: string, organizationId: string, changes: Partial<AudienceExportEntity>) {
+  const fresh = em.fork() as EntityManager;
+  const row = await fresh.findOne(AudienceExport, { id, organization: organizationId });
+  if (!row) return;
+  Object.assign(row, changes);
+  await fresh.flush();
+}
+
+export async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context: JobContext) {
+  const em = deps.orm.em.fork() as EntityManager;
+  const exp = await em.findOne(
+    AudienceExport,
+    { id: payload.export_id, organization: context.organizationId },
+    { populate: ['audience', 'audience.workspace'] },
+  );
+  if (!exp) return { skipped: 'the export was deleted' };
+  if (exp.status === 'paused') {
+    await record(em, exp.id, context.organizationId, { lastRunStatus: 'cancelled', lastError: 'paused before it ran' });
+    return { skipped: 'the export is paused' };
+  }
+  const startedAt = new Date();
+  await record(em, exp.id, context.organizationId, { lastRunId: context.runId, lastRunStatus: 'running', lastRunAt: startedAt });
+  try {
+    if (!(await isFeatureEnabledFor(em, context.organizationId, 'audience_exports')))
+      throw new Error('Audience exports are disabled for this organization (feature audience_exports)');
+    const audience = exp.audience;
+    // A retried attempt reads the same versioned table as the first, even if a newer one was swapped in.
+    const previous = context.attempt > 1 ? (await deps.jobs.getRun(context.runId, context.organizationId))?.progress : undefined;
+    const table = (previous?.source_table as string | undefined) ?? audience.materializedTable;
+    if (!table || !audience.materializedSchema)
+      throw new Error(`Audience ${audience.name} has not been materialized yet`);
+    const warehouse = await warehouses(deps).open(audienceTarget(deps, em, audience), `${audience.workspace.id}:target`);
+    const types = new Map((audience.materializedColumns ?? []).map((col) => [col.name, col.type]));
+    const source: Source = {
+      warehouse,
+      sql: exportSelect({ schema: audience.materializedSchema, name: table }, exp.fieldMapping, audience.identifierColumns),
+      columns: exp.fieldMapping.map((m) => ({ name: m.destination, type: types.get(m.source) ?? 'text' })),
+    };
+    const total = audience.rowCount;
+    let lastWrite = 0;
+    const progress = async (rows: number, extra: Record<string, unknown> = {}, force = false) => {
+      if (!force && Date.now() - lastWrite < PROGRESS_EVERY_MS) return;
+      lastWrite = Date.now();
+      await context.progress({
+        rows_exported: rows,
+        total_rows: total,
+        percent: total ? Math.min(100, Math.round((rows / total) * 100)) : null,
+        source_table: table,
+        ...extra,
+      });
+    };
+    let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
+    if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context.runId, progress);
+    else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
+    else outcome = await sendWebhook(deps, exp, source, context, Number(previous?.batches_sent ?? 0), progress);
+    await progress(outcome.rows, outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}, true);
+    await record(em, exp.id, context.organizationId, {
+      lastRunStatus: 'succeeded',
+      lastError: null,
+      rowsExported: outcome.rows,
+      ...(outcome.filePath ? { filePath: outcome.filePath, fileSize: outcome.fileSize } : {}),
+    });
+    return { rows_exported: outcome.rows, ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}) };
+  } catch (error) {
+    await record(em, exp.id, context.organizationId, {
+      lastRunStatus: 'failed',
+      lastError: error instanceof Error ? error.message : String(error),
+    });
+    throw error;
+  }
+}
+
+export async function registerExportJob(deps: AppDeps): Promise<void> {
+  await deps.jobs.register<ExportPayload>(EXPORT_KIND, (payload, context) => runAudienceExport(deps, payload, context), {
+    retryLimit: 2,
+    retryDelaySeconds: 2,
+    timeoutSeconds: 6 * 3600,
+  });
+}

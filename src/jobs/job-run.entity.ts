@@ -1,0 +1,36 @@
+import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { timestamps, uuidPrimaryKey } from '../db/base-entity.ts';
+import { Organization } from '../modules/auth/auth.entity.ts';
+import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
+
+export const JOB_RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
+export type JobRunStatus = (typeof JOB_RUN_STATUSES)[number];
+
+/**
+ * One run of a long job (materialize, export, hypothesis test, monitoring run). The queue (pg-boss)
+ * only schedules; this row is what routes read, so it carries the tenant and outlives pg-boss's own
+ * retention. Its id is also the pg-boss job id. The migration adds a partial unique index on
+ * (organization, kind, singleton_key) over queued/running rows: one active run per key.
+ */
+export const JobRun = defineEntity({
+  name: 'JobRun',
+  tableName: 'job_runs',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).nullable().deleteRule('cascade'),
+    kind: p.string(),
+    status: p.enum(() => [...JOB_RUN_STATUSES]).default('queued'),
+    singletonKey: p.string().nullable(),
+    payload: p.json<Record<string, unknown>>(),
+    progress: p.json<Record<string, unknown>>(),
+    result: p.json<Record<string, unknown>>().nullable(),
+    error: p.text().nullable(),
+    retryCount: p.integer().default(0),
+    startedAt: p.datetime().nullable(),
+    finishedAt: p.datetime().nullable(),
+    ...timestamps(),
+  },
+});
+
+export type JobRunEntity = InferEntity<typeof JobRun>;

@@ -1,0 +1,181 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError } from '../app-error.ts';
+import type { AppDeps } from '../deps.ts';
+import type { JobContext } from './queue.ts';
+import { quoteIdent, qualified, warehouses } from '../warehouse/postgres.ts';
+import { generateDdl, type SchemaDocument } from '../warehouse/ddl.ts';
+import type { ConnectionConfig } from '../warehouse/config.ts';
+import type { TableRef, Warehouse } from '../warehouse/warehouse.ts';
+import { materializeSql, POSTGRES_TYPES } from '../transform/sql.ts';
+import type { PortableType } from '../modules/schemas/schemas.schemas.ts';
+import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
+import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
+import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
+import { MATERIALIZE_MAPPING_KIND } from '../modules/mappings/mappings.service.ts';
+
+export interface MaterializeMappingPayload extends Record<string, unknown> {
+  workspace_id: string;
+  table_name: string;
+  commit_id: string;
+  version: number;
+}
+
+/** Rows per batch of the cross-database copy: one statement of a few MB, whatever the table size. */
+const COPY_BATCH_ROWS = 5000;
+const PROGRESS_EVERY_MS = 500;
+
+/** Same server, database and login: the SELECT can run inside the target database itself. */
+export function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean {
+  const host = (h: string) => (/^(localhost|127\.0\.0\.1|::1)$/i.test(h) ? 'loopback' : h.toLowerCase());
+  return host(a.host) === host(b.host) && a.port === b.port && a.database === b.database && a.user === b.user;
+}
+
+async function ensureTargetTable(warehouse: Warehouse, target: TableRef, table: SchemaDocument['tables'][number]) {
+  await warehouse.transaction(async (tx) => {
+    const { rows } = await tx.query<{ t: string | null }>('select to_regclass($1)::text as t', [qualified(target)]);
+    if (rows[0].t) return;
+    // Not synced yet: create it from the schema.json definition the SQL was committed against.
+    for (const statement of generateDdl({ name: target.name, tables: [table] }, { targetSchema: target.schema }))
+      await tx.query(statement);
+  });
+}
+
+/**
+ * The whole result streamed from the source into the staging table: a cursor reads a batch, one
+ * INSERT … SELECT FROM unnest(text arrays) writes it, then the next batch is read. Every value
+ * travels as text and is cast back to the column type, so nothing is lost in JavaScript; memory
+ * holds one batch at a time.
+ */
+async function streamedCopy(
+  source: Warehouse,
+  target: Warehouse,
+  staging: TableRef,
+  selectSql: string,
+  columns: { name: string; type: string }[],
+  context: JobContext,
+): Promise<number> {
+  const names = columns.map((c) => quoteIdent(c.name));
+  const read = `SELECT ${columns.map((c) => `${quoteIdent(c.name)}::text AS ${quoteIdent(c.name)}`).join(', ')}\nFROM (\n${selectSql}\n) AS source_rows`;
+  const write = `INSERT INTO ${qualified(staging)} (${names.join(', ')})
+SELECT ${columns.map((c, i) => `u.c${i}::${POSTGRES_TYPES[c.type as PortableType] ?? 'text'}`).join(', ')}
+FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(', ')}) AS u(${columns.map((_, i) => `c${i}`).join(', ')})`;
+  let written = 0;
+  let reported = performance.now();
+  await target.transaction(async (tx) => {
+    for await (const batch of source.stream(read, { batchSize: COPY_BATCH_ROWS })) {
+      if (context.signal.aborted) throw new Error('The run was cancelled');
+      await tx.query(
+        write,
+        columns.map((c) => batch.map((row) => row[c.name] as string | null)),
+      );
+      written += batch.length;
+      if (performance.now() - reported > PROGRESS_EVERY_MS) {
+        reported = performance.now();
+        await context.progress({ phase: 'copying', mode: 'streamed_copy', rows_written: written });
+      }
+    }
+  });
+  return written;
+}
+
+/**
+ * Writes a committed transformation's result into its target table. The rows go into a staging
+ * table shaped like the target, which then replaces it in one short transaction: readers see the old
+ * rows or the new ones, and a run that fails leaves the previous content as it was.
+ */
+export async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayload, context: JobContext) {
+  const started = performance.now();
+  const em = deps.orm.em.fork() as EntityManager;
+  const organization = context.organizationId;
+  const workspace = await em.findOne(Workspace, { id: payload.workspace_id, organization });
+  if (!workspace) return { skipped: 'the workspace was deleted' };
+  const commit = await em.findOne(MappingCommit, { id: payload.commit_id, organization, workspace: workspace.id });
+  if (!commit) return { skipped: 'the mappings were cleared' };
+  const scope = { em, deps };
+  const sourceConfig = connectionConfig(scope, workspace, 'source');
+  const targetConfig = connectionConfig(scope, workspace, 'target');
+  if (!sourceConfig) throw new Error(`Workspace ${workspace.name} has no source database configured`);
+  if (!targetConfig) throw new Error(`Workspace ${workspace.name} has no target warehouse configured`);
+
+  const target: TableRef = { schema: targetConfig.schemas[0], name: commit.tableName };
+  const targetWarehouse = await warehouses(deps).open(targetConfig, `${workspace.id}:target`);
+  await ensureTargetTable(targetWarehouse, target, commit.targetTable as unknown as SchemaDocument['tables'][number]);
+  const mode = sameDatabase(sourceConfig, targetConfig) ? 'insert_select' : 'streamed_copy';
+  const plan = materializeSql({
+    target,
+    columns: commit.columns.map((c) => c.name),
+    selectSql: commit.sql,
+    runId: context.runId,
+  });
+  const run = (statements: string[]) =>
+    targetWarehouse.transaction(async (tx) => {
+      for (const statement of statements) await tx.query(statement);
+    });
+
+  let rows: number;
+  await run(plan.prepare);
+  try {
+    await context.progress({ phase: 'loading', mode, rows_written: 0 });
+    if (mode === 'insert_select') {
+      rows = await targetWarehouse.transaction(async (tx) => (await tx.query(plan.load)).rowCount);
+    } else {
+      const sourceWarehouse = await warehouses(deps).open(sourceConfig, `${workspace.id}:source`);
+      rows = await streamedCopy(sourceWarehouse, targetWarehouse, plan.staging, commit.sql, commit.columns, context);
+    }
+    await context.progress({ phase: 'swapping', mode, rows_written: rows });
+    try {
+      await run(plan.swap);
+    } catch (error) {
+      // Views or foreign keys depend on the target, so it cannot be dropped: replace its rows in
+      // place instead, still in one transaction (readers keep the old rows until it commits).
+      if (!(error instanceof AppError) || error.details.reason !== '2BP01') throw error;
+      const columns = commit.columns.map((c) => quoteIdent(c.name)).join(', ');
+      await run([
+        `DELETE FROM ${qualified(target)}`,
+        `INSERT INTO ${qualified(target)} (${columns}) SELECT ${columns} FROM ${qualified(plan.staging)}`,
+        `DROP TABLE ${qualified(plan.staging)}`,
+      ]);
+    }
+  } catch (error) {
+    await run(plan.cleanup).catch(() => {});
+    throw error;
+  }
+
+  const durationMs = Math.round(performance.now() - started);
+  const fresh = deps.orm.em.fork() as EntityManager;
+  const mapping = await fresh.findOne(TableMapping, {
+    organization,
+    workspace: workspace.id,
+    tableName: commit.tableName,
+  });
+  if (mapping) {
+    mapping.materializedVersion = commit.version;
+    mapping.materializedAt = new Date();
+    mapping.materializedRows = rows;
+    mapping.lastRunId = context.runId;
+    await fresh.flush();
+  }
+  return {
+    rows_written: rows,
+    mode,
+    target_table: `${target.schema}.${target.name}`,
+    version: commit.version,
+    duration_ms: durationMs,
+  };
+}
+
+const registered = new WeakMap<AppDeps, Promise<void>>();
+
+/** Registers the job kind once per server, before the first enqueue. */
+export function ensureMaterializeJob(deps: AppDeps): Promise<void> {
+  let ready = registered.get(deps);
+  if (!ready) {
+    ready = deps.jobs.register<MaterializeMappingPayload>(
+      MATERIALIZE_MAPPING_KIND,
+      (payload, context) => materializeMapping(deps, payload, context),
+      { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
+    );
+    registered.set(deps, ready);
+  }
+  return ready;
+}

@@ -1,0 +1,366 @@
+import { existsSync } from 'node:fs';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError, notFound } from '../../app-error.ts';
+import type { AppDeps, CallerScope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
+import { pointsAtControlPlane, warehouses } from '../../warehouse/postgres.ts';
+import { EXPORT_KIND } from '../../jobs/audience-export.ts';
+import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import { exportSelect } from './audiences-sql.ts';
+import {
+  AudienceExport,
+  type AudienceEntity,
+  type AudienceExportEntity,
+  type ExportSchedule,
+  type FieldMappingEntry,
+} from './audiences.entity.ts';
+import type { DestinationInput } from './audiences.schemas.ts';
+import { audienceWarehouseConfig, ensureAudienceJobs, findAudience } from './audiences.service.ts';
+
+const SCHEDULE_MS: Record<ExportSchedule, number | null> = {
+  manual: null,
+  hourly: 3600_000,
+  daily: 86_400_000,
+  weekly: 7 * 86_400_000,
+};
+
+const nextRun = (schedule: ExportSchedule, from = Date.now()) =>
+  SCHEDULE_MS[schedule] ? new Date(from + SCHEDULE_MS[schedule]!) : null;
+
+export const downloadUrl = (exportId: string) => `/api/api/audiences/exports/${exportId}/download`;
+
+interface RunRow {
+  id: string;
+  status: string;
+  progress: Record<string, unknown> | string | null;
+  error: string | null;
+  started_at: Date | string | null;
+  finished_at: Date | string | null;
+}
+
+const asDate = (v: unknown) => (v == null ? null : v instanceof Date ? v : new Date(v as string));
+
+function runView(row: RunRow | undefined) {
+  if (!row) return null;
+  const progress = typeof row.progress === 'string' ? JSON.parse(row.progress) : (row.progress ?? {});
+  return {
+    run_id: row.id,
+    status: row.status,
+    progress,
+    error: row.error ?? null,
+    started_at: asDate(row.started_at),
+    finished_at: asDate(row.finished_at),
+  };
+}
+
+/** The runs of several exports in one query. */
+async function runsOf(em: EntityManager, organizationId: string, ids: string[]): Promise<Map<string, RunRow>> {
+  if (!ids.length) return new Map();
+  const rows = (await em
+    .getConnection()
+    .execute(
+      `select id, status, progress, error, started_at, finished_at from job_runs
+        where organization_id = ? and id in (${ids.map(() => '?').join(', ')})`,
+      [organizationId, ...ids],
+    )) as RunRow[];
+  return new Map(rows.map((r) => [String(r.id), r]));
+}
+
+function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
+  const { password, headers, ...rest } = exp.destinationConfig as Record<string, unknown>;
+  if (exp.destinationType === 'postgres') return { ...rest, password_set: !!password };
+  if (exp.destinationType === 'webhook')
+    return { ...rest, headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])) };
+  return rest;
+}
+
+export function exportView(exp: AudienceExportEntity, run?: RunRow) {
+  return {
+    id: exp.id,
+    audience_id: exp.audience.id,
+    name: exp.name,
+    destination_type: exp.destinationType,
+    destination: maskedDestination(exp),
+    field_mapping: exp.fieldMapping,
+    schedule: exp.schedule,
+    status: exp.status,
+    next_run_at: exp.nextRunAt ?? null,
+    last_run: runView(run),
+    rows_exported: exp.rowsExported ?? null,
+    file:
+      exp.destinationType === 'csv' && exp.filePath
+        ? { size: exp.fileSize ?? null, download_url: downloadUrl(exp.id) }
+        : null,
+    created_at: exp.createdAt,
+    updated_at: exp.updatedAt,
+  };
+}
+
+async function assertExportsEnabled(scope: CallerScope) {
+  if (!(await isFeatureEnabled(scope, 'audience_exports')))
+    throw new AppError('FORBIDDEN', 'Audience exports are disabled for this organization (feature audience_exports)', {
+      reason: 'FEATURE_DISABLED',
+    });
+}
+
+function materializedColumns(audience: AudienceEntity) {
+  if (!audience.materializedColumns?.length || !audience.materializedView)
+    throw new AppError(
+      'CONFLICT',
+      `Audience ${audience.name} has not been materialized yet: POST /api/api/audiences/${audience.id}/materialize first`,
+      { reason: 'NOT_MATERIALIZED' },
+    );
+  return audience.materializedColumns;
+}
+
+/** Sources must be materialized columns; destination names must be distinct. */
+function checkMapping(audience: AudienceEntity, mapping: FieldMappingEntry[] | undefined): FieldMappingEntry[] {
+  const columns = materializedColumns(audience).map((c) => c.name);
+  if (!mapping) return columns.map((name) => ({ source: name, destination: name }));
+  const issues: { path: (string | number)[]; message: string }[] = [];
+  const seen = new Set<string>();
+  mapping.forEach((entry, i) => {
+    if (!columns.includes(entry.source))
+      issues.push({
+        path: ['field_mapping', i, 'source'],
+        message: `Unknown audience column ${entry.source} (columns: ${columns.join(', ')})`,
+      });
+    if (seen.has(entry.destination.toLowerCase()))
+      issues.push({ path: ['field_mapping', i, 'destination'], message: `Destination field ${entry.destination} is mapped twice` });
+    seen.add(entry.destination.toLowerCase());
+  });
+  if (issues.length) throw new AppError('BAD_REQUEST', issues[0].message, { issues });
+  return mapping.map((m) => ({ source: m.source, destination: m.destination }));
+}
+
+/** Secrets sealed; a destination sent back without a password keeps the stored one. */
+async function storedDestination(
+  scope: CallerScope,
+  input: DestinationInput,
+  previous?: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  if (input.type === 'postgres') {
+    const { password, ...rest } = input;
+    if (await pointsAtControlPlane({ ...rest, schemas: [rest.schema] }, scope.deps.env.DATABASE_URL))
+      throw new AppError('UNPROCESSABLE_CONTENT', "An export cannot write into dimas's own database", {
+        reason: 'CONTROL_PLANE_DATABASE',
+      });
+    const sealed =
+      password && !/^[*•]+$/.test(password)
+        ? scope.deps.secrets.encrypt(password)
+        : previous?.type === 'postgres'
+          ? (previous.password as string | undefined)
+          : undefined;
+    return sealed ? { ...rest, password: sealed } : rest;
+  }
+  if (input.type === 'webhook') {
+    const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(input.headers ?? {}))
+      headers[name] = /^[*•]+$/.test(value) && oldHeaders[name] ? oldHeaders[name] : scope.deps.secrets.encrypt(value);
+    return { ...input, headers };
+  }
+  return { ...input };
+}
+
+async function findExport(scope: CallerScope, id: string, workspace?: WorkspaceEntity) {
+  const ws = workspace ?? (await currentWorkspace(scope));
+  if (!UUID.test(id)) throw notFound('Export');
+  const exp = await scope.em.findOne(
+    AudienceExport,
+    { id, organization: organizationOf(scope.principal), workspace: ws.id },
+    { populate: ['audience'] },
+  );
+  if (!exp) throw notFound('Export');
+  return { exp, workspace: ws };
+}
+
+async function startRun(scope: CallerScope, exp: AudienceExportEntity) {
+  await ensureAudienceJobs(scope.deps);
+  const { run, created } = await scope.deps.jobs.enqueue(
+    EXPORT_KIND,
+    { export_id: exp.id },
+    { organizationId: exp.organization.id, workspaceId: exp.workspace.id, singletonKey: exp.id },
+  );
+  return { run_id: run.id, status: run.status, created };
+}
+
+export async function createExport(
+  scope: CallerScope,
+  input: {
+    audience_id: string;
+    name?: string;
+    destination: DestinationInput;
+    field_mapping?: FieldMappingEntry[];
+    schedule: ExportSchedule;
+    run_now: boolean;
+  },
+) {
+  await assertExportsEnabled(scope);
+  const { audience, workspace } = await findAudience(scope, input.audience_id);
+  const mapping = checkMapping(audience, input.field_mapping);
+  const exp = scope.em.create(AudienceExport, {
+    organization: organizationOf(scope.principal),
+    workspace: workspace.id,
+    audience,
+    name: input.name ?? `${audience.name} → ${input.destination.type}`,
+    destinationType: input.destination.type,
+    destinationConfig: await storedDestination(scope, input.destination),
+    fieldMapping: mapping,
+    schedule: input.schedule,
+    status: 'active',
+    nextRunAt: nextRun(input.schedule),
+    createdBy: scope.principal.kind === 'user' ? scope.principal.id : null,
+  });
+  await scope.em.flush();
+  const run = input.run_now ? await startRun(scope, exp) : null;
+  const runs = run ? await runsOf(scope.em, exp.organization.id, [run.run_id]) : new Map();
+  return { export: exportView(exp, run ? runs.get(run.run_id) : undefined), run };
+}
+
+export async function updateExport(
+  scope: CallerScope,
+  input: {
+    export_id: string;
+    name?: string;
+    destination?: DestinationInput;
+    field_mapping?: FieldMappingEntry[];
+    schedule?: ExportSchedule;
+    status?: 'active' | 'paused';
+    run?: boolean;
+  },
+) {
+  const { exp } = await findExport(scope, input.export_id);
+  if (input.run || input.status === 'active') await assertExportsEnabled(scope);
+  if (input.name !== undefined) exp.name = input.name;
+  if (input.destination) {
+    if (input.destination.type !== exp.destinationType) {
+      const message = `The destination of this export is ${exp.destinationType}; create a new export for ${input.destination.type}`;
+      throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['destination', 'type'], message }] });
+    }
+    exp.destinationConfig = await storedDestination(scope, input.destination, exp.destinationConfig);
+  }
+  if (input.field_mapping) exp.fieldMapping = checkMapping(exp.audience, input.field_mapping);
+  if (input.schedule !== undefined && input.schedule !== exp.schedule) {
+    exp.schedule = input.schedule;
+    exp.nextRunAt = nextRun(input.schedule);
+  }
+  let cancelled = false;
+  if (input.status !== undefined && input.status !== exp.status) {
+    exp.status = input.status;
+    if (input.status === 'paused' && exp.lastRunId) {
+      const run = await scope.deps.jobs.cancel(exp.lastRunId, exp.organization.id);
+      cancelled = run?.status === 'cancelled';
+    }
+    if (input.status === 'active' && exp.schedule !== 'manual') exp.nextRunAt = nextRun(exp.schedule);
+  }
+  if (cancelled) exp.lastRunStatus = 'cancelled';
+  await scope.em.flush();
+  let run = null;
+  if (input.run) {
+    if (exp.status === 'paused')
+      throw new AppError('CONFLICT', 'The export is paused: resume it ({ "status": "active" }) to run it', {
+        reason: 'EXPORT_PAUSED',
+      });
+    materializedColumns(exp.audience);
+    run = await startRun(scope, exp);
+  }
+  const runs = await runsOf(scope.em, exp.organization.id, [run?.run_id ?? exp.lastRunId].filter(Boolean) as string[]);
+  return { export: exportView(exp, runs.get(run?.run_id ?? exp.lastRunId ?? '')), run };
+}
+
+export async function listExports(scope: CallerScope, audienceId: string) {
+  const { audience, workspace } = await findAudience(scope, audienceId);
+  const exports = await scope.em.find(
+    AudienceExport,
+    { audience: audience.id, organization: organizationOf(scope.principal), workspace: workspace.id },
+    { orderBy: { createdAt: 'asc', id: 'asc' } },
+  );
+  const runs = await runsOf(
+    scope.em,
+    organizationOf(scope.principal),
+    exports.map((e) => e.lastRunId).filter(Boolean) as string[],
+  );
+  return { audience_id: audience.id, exports: exports.map((e) => exportView(e, runs.get(e.lastRunId ?? ''))) };
+}
+
+/** What a run would send, in the destination's field names and the run's order. */
+export async function previewExport(scope: CallerScope, input: { audience_id: string; export_id: string; limit: number }) {
+  const { audience, workspace } = await findAudience(scope, input.audience_id);
+  const { exp } = await findExport(scope, input.export_id, workspace);
+  if (exp.audience.id !== audience.id) throw notFound('Export');
+  materializedColumns(audience);
+  const warehouse = await warehouses(scope.deps).open(
+    audienceWarehouseConfig(scope, workspace, audience),
+    `${workspace.id}:target`,
+  );
+  const result = await warehouse.readOnlyQuery(
+    exportSelect(
+      { schema: audience.materializedSchema!, name: audience.materializedView! },
+      exp.fieldMapping,
+      audience.identifierColumns,
+      input.limit,
+    ),
+    { limit: input.limit },
+  );
+  return {
+    audience_id: audience.id,
+    export_id: exp.id,
+    columns: exp.fieldMapping.map((m) => m.destination),
+    rows: result.rows,
+    row_count: result.row_count,
+    total_rows: audience.rowCount ?? null,
+  };
+}
+
+/** The CSV file of an export (the download route streams it). */
+export async function exportFile(scope: CallerScope, exportId: string) {
+  const { exp } = await findExport(scope, exportId);
+  if (exp.destinationType !== 'csv') throw new AppError('BAD_REQUEST', 'Only CSV exports have a file to download');
+  if (!exp.filePath || !existsSync(exp.filePath))
+    throw new AppError('NOT_FOUND', 'This export has no file yet: it has not completed a run');
+  const safeName = exp.name.replace(/[^\w.-]+/g, '_').slice(0, 80) || 'audience';
+  const config = exp.destinationConfig as { filename?: string };
+  return { path: exp.filePath, filename: config.filename ?? `${safeName}.csv`, size: exp.fileSize ?? null };
+}
+
+// ---- schedules ----
+
+/**
+ * Starts every scheduled export that is due, across organizations, and moves its next run on. Safe
+ * to call from several processes: the singleton key keeps one run per export.
+ */
+export async function runDueExports(deps: AppDeps, now = new Date()): Promise<{ started: string[] }> {
+  const em = deps.orm.em.fork() as EntityManager;
+  const due = await em.find(
+    AudienceExport,
+    { status: 'active', schedule: { $ne: 'manual' }, nextRunAt: { $lte: now } },
+    { orderBy: { nextRunAt: 'asc' }, limit: 100 },
+  );
+  const started: string[] = [];
+  if (!due.length) return { started };
+  await ensureAudienceJobs(deps);
+  for (const exp of due) {
+    exp.nextRunAt = nextRun(exp.schedule, now.getTime());
+    if (!(await isFeatureEnabledFor(em, exp.organization.id, 'audience_exports'))) continue;
+    const { run } = await deps.jobs.enqueue(
+      EXPORT_KIND,
+      { export_id: exp.id },
+      { organizationId: exp.organization.id, workspaceId: exp.workspace.id, singletonKey: exp.id },
+    );
+    exp.lastRunId = run.id;
+    started.push(exp.id);
+  }
+  await em.flush();
+  return { started };
+}
+
+/** Checks for due exports every `intervalMs`; returns the function that stops it. */
+export function startExportScheduler(deps: AppDeps, intervalMs = 60_000): () => void {
+  const timer = setInterval(() => {
+    runDueExports(deps).catch((error) => deps.logger.warn({ err: error }, 'audience export scheduler'));
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -1,0 +1,249 @@
+import { randomUUID } from 'node:crypto';
+import { AppError } from '../../app-error.ts';
+import type { CallerScope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
+import { RATIOS_SQL, figuresOf, findAudience } from './audiences.service.ts';
+
+const asDate = (v: unknown) => (v instanceof Date ? v : new Date(v as string));
+
+const METRIC_COLUMNS = `id, audience_id, ad_platform, campaign_id, date::text as date, impressions, clicks, spend,
+  conversions, revenue, currency, created_at, updated_at`;
+
+function metricView(r: Record<string, unknown>) {
+  return {
+    id: String(r.id),
+    audience_segment_id: String(r.audience_id),
+    ad_platform: String(r.ad_platform),
+    campaign_id: String(r.campaign_id),
+    date: String(r.date),
+    impressions: Number(r.impressions),
+    clicks: Number(r.clicks),
+    spend: Number(r.spend),
+    conversions: Number(r.conversions),
+    revenue: Number(r.revenue),
+    currency: String(r.currency),
+    created_at: asDate(r.created_at),
+    updated_at: asDate(r.updated_at),
+  };
+}
+
+/** Idempotent: the same (segment, platform, campaign, date) posted again replaces the figures. */
+export async function recordMetric(
+  scope: CallerScope,
+  input: {
+    audience_segment_id: string;
+    ad_platform: string;
+    campaign_id: string;
+    date: string;
+    impressions: number;
+    clicks: number;
+    spend: number;
+    conversions: number;
+    revenue: number;
+    currency: string;
+  },
+) {
+  const { audience, workspace } = await findAudience(scope, input.audience_segment_id);
+  if (input.clicks > input.impressions)
+    throw new AppError('BAD_REQUEST', `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})`, {
+      issues: [{ path: ['clicks'], message: `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})` }],
+    });
+  const [row] = await scope.em.getConnection().execute(
+    `insert into audience_performance_metrics
+       (id, organization_id, workspace_id, audience_id, ad_platform, campaign_id, date, impressions, clicks, spend,
+        conversions, revenue, currency, created_at, updated_at)
+     values (?, ?, ?, ?, ?, ?, ?::date, ?, ?, ?, ?, ?, ?, now(), now())
+     on conflict (audience_id, ad_platform, campaign_id, date) do update set
+       impressions = excluded.impressions, clicks = excluded.clicks, spend = excluded.spend,
+       conversions = excluded.conversions, revenue = excluded.revenue, currency = excluded.currency,
+       updated_at = now()
+     returning ${METRIC_COLUMNS}, (xmax = 0) as inserted`,
+    [
+      randomUUID(),
+      organizationOf(scope.principal),
+      workspace.id,
+      audience.id,
+      input.ad_platform,
+      input.campaign_id,
+      input.date,
+      input.impressions,
+      input.clicks,
+      input.spend,
+      input.conversions,
+      input.revenue,
+      input.currency,
+    ],
+  );
+  return { metric: metricView(row), created: row.inserted === true || row.inserted === 't' };
+}
+
+export async function listMetrics(
+  scope: CallerScope,
+  input: {
+    audience_segment_id?: string;
+    ad_platform?: string;
+    campaign_id?: string;
+    start_date?: string;
+    end_date?: string;
+    limit: number;
+    offset: number;
+  },
+) {
+  const workspace = await currentWorkspace(scope);
+  if (input.start_date && input.end_date && input.start_date > input.end_date)
+    throw new AppError('BAD_REQUEST', 'start_date is after end_date', {
+      issues: [{ path: ['start_date'], message: 'start_date is after end_date' }],
+    });
+  // A segment id that is not even a uuid matches nothing (and must not reach a uuid comparison).
+  if (input.audience_segment_id && !UUID.test(input.audience_segment_id)) return { total: 0, metrics: [] };
+  const where = ['organization_id = ?', 'workspace_id = ?'];
+  const params: unknown[] = [organizationOf(scope.principal), workspace.id];
+  const filters: [string, unknown][] = [
+    ['audience_id = ?', input.audience_segment_id],
+    ['ad_platform = ?', input.ad_platform],
+    ['campaign_id = ?', input.campaign_id],
+    ['date >= ?::date', input.start_date],
+    ['date <= ?::date', input.end_date],
+  ];
+  for (const [clause, value] of filters)
+    if (value !== undefined && value !== '') {
+      where.push(clause);
+      params.push(value);
+    }
+  const conn = scope.em.getConnection();
+  const [{ total }] = await conn.execute(
+    `select count(*) as total from audience_performance_metrics where ${where.join(' and ')}`,
+    params,
+  );
+  const rows = await conn.execute(
+    `select ${METRIC_COLUMNS} from audience_performance_metrics where ${where.join(' and ')}
+      order by date desc, ad_platform, campaign_id, id limit ? offset ?`,
+    [...params, input.limit, input.offset],
+  );
+  return { total: Number(total), metrics: rows.map(metricView) };
+}
+
+function conversionView(r: Record<string, unknown>) {
+  return {
+    id: String(r.id),
+    audience_id: String(r.audience_id),
+    customer_id: String(r.customer_id),
+    event: String(r.event),
+    value: Number(r.value),
+    currency: String(r.currency),
+    occurred_at: asDate(r.occurred_at),
+    external_id: String(r.external_id),
+    ad_platform: (r.ad_platform as string | null) ?? null,
+    campaign_id: (r.campaign_id as string | null) ?? null,
+    created_at: asDate(r.created_at),
+  };
+}
+
+/** Deduplicated on external_id within the organization: a repeated post returns the first record. */
+export async function recordConversion(
+  scope: CallerScope,
+  input: {
+    audience_id: string;
+    customer_id: string;
+    event: string;
+    value: number;
+    currency: string;
+    occurred_at: string;
+    external_id: string;
+    ad_platform?: string;
+    campaign_id?: string;
+  },
+) {
+  const { audience, workspace } = await findAudience(scope, input.audience_id);
+  const organization = organizationOf(scope.principal);
+  const conn = scope.em.getConnection();
+  const [inserted] = await conn.execute(
+    `insert into audience_conversions
+       (id, organization_id, workspace_id, audience_id, customer_id, event, value, currency, occurred_at, external_id,
+        ad_platform, campaign_id, created_at)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz, ?, ?, ?, now())
+     on conflict (organization_id, external_id) do nothing
+     returning *`,
+    [
+      randomUUID(),
+      organization,
+      workspace.id,
+      audience.id,
+      input.customer_id,
+      input.event,
+      input.value,
+      input.currency,
+      input.occurred_at,
+      input.external_id,
+      input.ad_platform ?? null,
+      input.campaign_id ?? null,
+    ],
+  );
+  if (inserted) return { conversion: conversionView(inserted), created: true };
+  const [existing] = await conn.execute(
+    'select * from audience_conversions where organization_id = ? and external_id = ?',
+    [organization, input.external_id],
+  );
+  if (existing.audience_id !== audience.id)
+    throw new AppError('CONFLICT', `Conversion ${input.external_id} is already recorded for another audience`, {
+      reason: 'DUPLICATE_EXTERNAL_ID',
+    });
+  return { conversion: conversionView(existing), created: false };
+}
+
+/**
+ * Overall, per platform and per day in one statement: both tables are aggregated with grouping sets
+ * and the two results joined on (grouping, key). Ratios are computed on the sums, not averaged.
+ */
+export async function performanceSummary(scope: CallerScope, audienceId: string) {
+  const { audience } = await findAudience(scope, audienceId);
+  const organization = organizationOf(scope.principal);
+  const rows = await scope.em.getConnection().execute(
+    `with m as (
+        select case when grouping(ad_platform) = 0 then 'platform' when grouping(date) = 0 then 'day' else 'overall' end as kind,
+               case when grouping(ad_platform) = 0 then ad_platform when grouping(date) = 0 then date::text end as key,
+               sum(impressions) as impressions, sum(clicks) as clicks, sum(spend) as spend,
+               sum(conversions) as conversions, sum(revenue) as revenue
+          from audience_performance_metrics
+         where organization_id = ? and audience_id = ?
+         group by grouping sets ((), (ad_platform), (date))
+      ), c as (
+        select case when grouping(ad_platform) = 0 then 'platform' when grouping(day) = 0 then 'day' else 'overall' end as kind,
+               case when grouping(ad_platform) = 0 then ad_platform when grouping(day) = 0 then day end as key,
+               count(*) as recorded_conversions, sum(value) as recorded_conversion_value
+          from (select ad_platform, to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD') as day, value
+                  from audience_conversions where organization_id = ? and audience_id = ?) x
+         group by grouping sets ((), (ad_platform), (day))
+      ), currencies as (
+        select string_agg(distinct currency, ',' order by currency) as list from (
+          select currency from audience_performance_metrics where organization_id = ? and audience_id = ?
+          union select currency from audience_conversions where organization_id = ? and audience_id = ?) u
+      )
+      select s.*, ${RATIOS_SQL}, (select list from currencies) as currencies
+        from (
+          select coalesce(m.kind, c.kind) as kind, coalesce(m.key, c.key) as key,
+                 coalesce(m.impressions, 0) as impressions, coalesce(m.clicks, 0) as clicks,
+                 coalesce(m.spend, 0) as spend, coalesce(m.conversions, 0) as conversions,
+                 coalesce(m.revenue, 0) as revenue,
+                 coalesce(c.recorded_conversions, 0) as recorded_conversions,
+                 coalesce(c.recorded_conversion_value, 0) as recorded_conversion_value
+            from m full join c on m.kind = c.kind and coalesce(m.key, '') = coalesce(c.key, '')
+        ) s
+       order by s.kind, s.key nulls first`,
+    [organization, audience.id, organization, audience.id, organization, audience.id, organization, audience.id],
+  );
+  const overall = rows.find((r: Record<string, unknown>) => r.kind === 'overall') ?? {};
+  const currencies = rows[0]?.currencies ? String(rows[0].currencies).split(',') : [];
+  return {
+    audience_id: audience.id,
+    currencies,
+    overall: figuresOf(overall),
+    by_platform: rows
+      .filter((r: Record<string, unknown>) => r.kind === 'platform')
+      .map((r: Record<string, unknown>) => ({ ad_platform: (r.key as string | null) ?? null, ...figuresOf(r) })),
+    by_day: rows
+      .filter((r: Record<string, unknown>) => r.kind === 'day')
+      .map((r: Record<string, unknown>) => ({ date: String(r.key), ...figuresOf(r) })),
+  };
+}

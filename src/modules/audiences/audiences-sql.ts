@@ -1,0 +1,86 @@
+import { AppError } from '../../app-error.ts';
+import { assertReadOnlySql } from '../../warehouse/sql-guard.ts';
+import { quoteIdent } from '../../warehouse/postgres.ts';
+import type { TargetSchema } from '../schemas/schemas.schemas.ts';
+import { compileRules } from './audiences-rules.ts';
+import type { AudienceEntity, FieldMappingEntry } from './audiences.entity.ts';
+
+/*
+ * The SQL an audience turns into, shared by the service (validation, preview) and the job handlers
+ * (materialize, export). Nothing here connects anywhere.
+ */
+
+/** Materialized audiences live in a schema of their own in the target warehouse. */
+export const MATERIALIZED_SCHEMA = 'dimas_audiences';
+
+const compact = (id: string) => id.replaceAll('-', '');
+
+/** The stable view that always shows the newest materialization of an audience. */
+export const audienceViewName = (audienceId: string) => `a_${compact(audienceId)}`;
+
+/** A new versioned table for one run: the definition version plus the run, so retries never collide. */
+export const audienceTableName = (audienceId: string, version: number, runId: string) =>
+  `a_${compact(audienceId)}_v${version}_${compact(runId).slice(0, 8)}`;
+
+export const qualifiedName = (schema: string, name: string) => `${quoteIdent(schema)}.${quoteIdent(name)}`;
+
+export type SchemaTable = TargetSchema['tables'][number];
+
+export function schemaTable(schema: TargetSchema | null, table: string): SchemaTable | undefined {
+  return schema?.tables.find((t) => t.name === table) ?? schema?.tables.find((t) => t.name.toLowerCase() === table.toLowerCase());
+}
+
+export interface MemberSelect {
+  sql: string;
+  params: unknown[];
+}
+
+/** The SELECT of an audience's members: its identifier and attribute columns, nothing else. */
+export async function memberSelect(
+  audience: Pick<
+    AudienceEntity,
+    'definitionType' | 'rules' | 'sql' | 'identifierColumns' | 'attributeColumns' | 'targetSchema' | 'targetTable'
+  >,
+  schema: TargetSchema | null,
+): Promise<MemberSelect> {
+  const columns = [...audience.identifierColumns, ...audience.attributeColumns].map(quoteIdent).join(', ');
+  if (audience.definitionType === 'sql') {
+    const { kind } = await assertReadOnlySql(audience.sql ?? '');
+    if (kind !== 'SELECT') throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
+    return { sql: `select ${columns} from (${audience.sql}) as audience_source`, params: [] };
+  }
+  const table = schemaTable(schema, audience.targetTable);
+  if (!table) throw new AppError('BAD_REQUEST', `Table ${audience.targetTable} is no longer in the target schema`);
+  const { where, params } = compileRules(audience.rules, table.columns, { table: table.name });
+  return {
+    sql: `select ${columns} from ${qualifiedName(audience.targetSchema, table.name)} where ${where}`,
+    params,
+  };
+}
+
+/**
+ * What an export reads: the mapped columns under their destination names, in a stable order (the
+ * identifier columns), so a preview and a run list the same rows first and webhook batches line up.
+ */
+export function exportSelect(
+  relation: { schema: string; name: string },
+  mapping: FieldMappingEntry[],
+  orderBy: string[],
+  limit?: number,
+): string {
+  const columns = mapping.map((m) => `${quoteIdent(m.source)} as ${quoteIdent(m.destination)}`).join(', ');
+  const order = orderBy.length ? ` order by ${orderBy.map(quoteIdent).join(', ')}` : '';
+  return `select ${columns} from ${qualifiedName(relation.schema, relation.name)}${order}${limit ? ` limit ${Math.floor(limit)}` : ''}`;
+}
+
+/** One CSV cell, as both the preview-to-CSV comparison and the writer spell it. */
+export function csvCell(value: unknown, delimiter = ','): string {
+  if (value === null || value === undefined) return '';
+  const text =
+    value instanceof Date ? value.toISOString() : typeof value === 'object' ? JSON.stringify(value) : String(value);
+  return text.includes(delimiter) || /["\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
+}
+
+export function csvLine(values: unknown[], delimiter = ','): string {
+  return `${values.map((v) => csvCell(v, delimiter)).join(delimiter)}\n`;
+}

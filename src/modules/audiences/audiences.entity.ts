@@ -1,0 +1,148 @@
+import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
+import { Organization, User } from '../auth/auth.entity.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+
+export const MATERIALIZATION_STATUSES = ['never', 'queued', 'running', 'succeeded', 'failed'] as const;
+export type MaterializationStatus = (typeof MATERIALIZATION_STATUSES)[number];
+
+export const DESTINATION_TYPES = ['csv', 'postgres', 'webhook'] as const;
+export type DestinationType = (typeof DESTINATION_TYPES)[number];
+
+export const EXPORT_SCHEDULES = ['manual', 'hourly', 'daily', 'weekly'] as const;
+export type ExportSchedule = (typeof EXPORT_SCHEDULES)[number];
+
+export const EXPORT_STATUSES = ['active', 'paused'] as const;
+export type ExportStatus = (typeof EXPORT_STATUSES)[number];
+
+export interface MaterializedColumn {
+  name: string;
+  type: string;
+}
+
+export interface FieldMappingEntry {
+  source: string;
+  destination: string;
+}
+
+/**
+ * A segment of a target table: a rule tree (compiled to parameterized SQL) or a read-only SELECT.
+ * It is bound to the target database and schema it was created against, so switching the workspace
+ * target hides it from the list instead of pointing it at another warehouse.
+ */
+export const Audience = defineEntity({
+  name: 'Audience',
+  tableName: 'audiences',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    name: p.string(),
+    description: p.text().default(''),
+    targetDatabase: p.string(),
+    targetSchema: p.string(),
+    targetTable: p.string(),
+    definitionType: p.enum(['rules', 'sql']),
+    rules: p.json<Record<string, unknown>>().nullable(),
+    sql: p.text().nullable(),
+    identifierColumns: p.json<string[]>(),
+    attributeColumns: p.json<string[]>(),
+    /** Bumped by every definition change; a materialization of an older version is stale. */
+    definitionVersion: p.integer().default(1),
+    materializationStatus: p.enum(MATERIALIZATION_STATUSES).default('never'),
+    materializedVersion: p.integer().nullable(),
+    /** The versioned table holding the members, e.g. `a_<id>_v3`, in schema `materializedSchema`. */
+    materializedTable: p.string().nullable(),
+    /** The stable view swapped onto the newest version. */
+    materializedView: p.string().nullable(),
+    materializedSchema: p.string().nullable(),
+    materializedColumns: p.json<MaterializedColumn[]>().nullable(),
+    rowCount: p.bigint('number').nullable(),
+    materializedAt: p.datetime().nullable(),
+    lastDurationMs: p.integer().nullable(),
+    lastError: p.text().nullable(),
+    lastRunId: p.uuid().nullable(),
+    createdBy: () => p.manyToOne(User).nullable().deleteRule('set null'),
+    ...timestamps(),
+  },
+  uniques: [{ properties: ['workspace', 'name'] }],
+});
+
+export type AudienceEntity = InferEntity<typeof Audience>;
+
+export const AudienceExport = defineEntity({
+  name: 'AudienceExport',
+  tableName: 'audience_exports',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    audience: () => p.manyToOne(Audience).deleteRule('cascade').index(),
+    name: p.string(),
+    destinationType: p.enum(DESTINATION_TYPES),
+    /** Secrets (database password, webhook header values) are sealed by SecretBox. */
+    destinationConfig: p.json<Record<string, unknown>>(),
+    fieldMapping: p.json<FieldMappingEntry[]>(),
+    schedule: p.enum(EXPORT_SCHEDULES).default('manual'),
+    status: p.enum(EXPORT_STATUSES).default('active'),
+    nextRunAt: p.datetime().nullable(),
+    lastRunId: p.uuid().nullable(),
+    lastRunStatus: p.string().nullable(),
+    lastRunAt: p.datetime().nullable(),
+    lastError: p.text().nullable(),
+    rowsExported: p.bigint('number').nullable(),
+    filePath: p.text().nullable(),
+    fileSize: p.bigint('number').nullable(),
+    createdBy: () => p.manyToOne(User).nullable().deleteRule('set null'),
+    ...timestamps(),
+  },
+});
+
+export type AudienceExportEntity = InferEntity<typeof AudienceExport>;
+
+/** One ad platform's daily figures for an audience and campaign; written by idempotent upsert. */
+export const AudiencePerformanceMetric = defineEntity({
+  name: 'AudiencePerformanceMetric',
+  tableName: 'audience_performance_metrics',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    audience: () => p.manyToOne(Audience).deleteRule('cascade'),
+    adPlatform: p.string(),
+    campaignId: p.string(),
+    date: p.date(),
+    impressions: p.bigint('number').default(0),
+    clicks: p.bigint('number').default(0),
+    spend: p.decimal('number').default(0),
+    conversions: p.decimal('number').default(0),
+    revenue: p.decimal('number').default(0),
+    currency: p.string(),
+    ...timestamps(),
+  },
+  uniques: [{ properties: ['audience', 'adPlatform', 'campaignId', 'date'] }],
+});
+
+/** A conversion of a member, deduplicated on its external id within the organization. */
+export const AudienceConversion = defineEntity({
+  name: 'AudienceConversion',
+  tableName: 'audience_conversions',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    audience: () => p.manyToOne(Audience).deleteRule('cascade').index(),
+    customerId: p.string(),
+    event: p.string(),
+    value: p.decimal('number').default(0),
+    currency: p.string(),
+    occurredAt: p.datetime(),
+    externalId: p.string(),
+    adPlatform: p.string().nullable(),
+    campaignId: p.string().nullable(),
+    createdAt: p.datetime().onCreate(() => new Date()),
+  },
+  uniques: [{ properties: ['organization', 'externalId'] }],
+});
+
+export const audienceEntities = [Audience, AudienceExport, AudiencePerformanceMetric, AudienceConversion];

@@ -1,0 +1,87 @@
+import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
+import { Organization } from '../auth/auth.entity.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+import type { MappingTable, MappingTransformation } from '../../transform/mapping.ts';
+
+export interface StoredConnection {
+  source_field: string;
+  target_field: string;
+  status: 'suggested' | 'confirmed';
+  confidence: number | null;
+  /** Set when the target field vanished from the schema (flagged, never silently dropped). */
+  stale?: string | null;
+}
+
+export interface StoredTransformation extends MappingTransformation {
+  description: string | null;
+  stale?: string | null;
+}
+
+export interface AmbiguityCandidate {
+  source_field: string;
+  confidence: number | null;
+  reason?: string | null;
+}
+
+export interface Ambiguity {
+  target_field: string;
+  candidates: AmbiguityCandidate[];
+  reason?: string | null;
+}
+
+/**
+ * The mapping of one target table in one workspace (DESIGN §5). `version` counts every change;
+ * `committed_version` is the version of the newest commit (null before the first).
+ */
+export const TableMapping = defineEntity({
+  name: 'TableMapping',
+  tableName: 'mappings',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    tableName: p.string(),
+    tables: p.json<Record<string, MappingTable>>(),
+    connections: p.json<StoredConnection[]>(),
+    transformations: p.json<Record<string, StoredTransformation>>(),
+    ambiguities: p.json<Ambiguity[]>(),
+    version: p.integer().default(1),
+    committedVersion: p.integer().nullable(),
+    materializedVersion: p.integer().nullable(),
+    materializedAt: p.datetime().nullable(),
+    materializedRows: p.bigint('number').nullable(),
+    lastRunId: p.uuid().nullable(),
+    ...timestamps(),
+  },
+  uniques: [{ properties: ['workspace', 'tableName'] }],
+});
+
+export type TableMappingEntity = InferEntity<typeof TableMapping>;
+
+/** A committed transformation: the SQL and the mapping it came from, who committed it and why. */
+export const MappingCommit = defineEntity({
+  name: 'MappingCommit',
+  tableName: 'mapping_commits',
+  properties: {
+    id: uuidPrimaryKey(),
+    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
+    workspace: () => p.manyToOne(Workspace).deleteRule('cascade'),
+    tableName: p.string(),
+    version: p.integer(),
+    sql: p.text(),
+    /** Target columns in the order the SQL produces them. */
+    columns: p.json<{ name: string; type: string }[]>(),
+    mapping: p.json<Record<string, unknown>>(),
+    /** The target table definition (schema.json) the SQL was generated against. */
+    targetTable: p.json<Record<string, unknown>>(),
+    author: p.string().nullable(),
+    message: p.text(),
+    createdAt: p.datetime().onCreate(() => new Date()),
+  },
+  uniques: [{ properties: ['workspace', 'tableName', 'version'] }],
+});
+
+export type MappingCommitEntity = InferEntity<typeof MappingCommit>;
+
+export const mappingEntities = [TableMapping, MappingCommit];

@@ -1,0 +1,415 @@
+import { createHash } from 'node:crypto';
+import { parse as parseYaml } from 'yaml';
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope, Scope } from '../../deps.ts';
+import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
+import type { Warehouse } from '../../warehouse/warehouse.ts';
+import { generateDbtProject, projectFingerprint, type DbtModelInput, type DbtProjectOptions } from '../../transform/dbt.ts';
+import type { Mapping, TargetTable } from '../../transform/mapping.ts';
+import { registerWorkspaceExtension } from '../workspaces/workspace-extensions.ts';
+import {
+  connectionConfig,
+  currentWorkspace,
+  targetSchemaOf,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
+import { TableMapping } from '../mappings/mappings.entity.ts';
+import { latestCommits } from '../mappings/mappings.service.ts';
+import { canonicalJson } from '../mappings/mappings-code.service.ts';
+import { TransformationProject, type ProjectModelInput } from './pipelines.entity.ts';
+
+/** Where the project's files sit in the workspace's file projection (git-diff, download, VCS). */
+export const PROJECT_DIR = 'transformation';
+
+const sha = (value: unknown) => createHash('sha256').update(canonicalJson(value)).digest('hex');
+
+/**
+ * What the project is generated from: each table's newest committed transformation, over the table
+ * definition it was committed against, with descriptions and column tests taken from the current
+ * schema.json (so test configs edited since the commit reach the project).
+ */
+async function projectInputs(scope: Scope, workspace: WorkspaceEntity, only?: string[]) {
+  const schema = targetSchemaOf(workspace);
+  const commits = await latestCommits(scope.em, workspace);
+  const models: DbtModelInput[] = [];
+  const inputs: ProjectModelInput[] = [];
+  const skipped: { table_name: string; reason: string }[] = [];
+  for (const name of only ?? [])
+    if (!commits.has(name)) skipped.push({ table_name: name, reason: 'no committed transformation' });
+  for (const [tableName, commit] of commits) {
+    if (only && !only.includes(tableName)) continue;
+    const current = schema?.tables.find((t) => t.name === tableName) as TargetTable | undefined;
+    if (!current) {
+      skipped.push({ table_name: tableName, reason: 'the table is no longer in the target schema' });
+      continue;
+    }
+    const committed = commit.targetTable as unknown as TargetTable;
+    const target: TargetTable = {
+      ...committed,
+      description: current.description ?? committed.description ?? null,
+      columns: committed.columns.map((c) => {
+        const now = current.columns.find((x) => x.name === c.name);
+        return now ? { ...c, description: now.description ?? c.description, tests: now.tests } : c;
+      }),
+    };
+    const effective = (commit.mapping as { effective?: Mapping }).effective;
+    if (!effective) {
+      skipped.push({ table_name: tableName, reason: 'the commit predates project generation; commit again' });
+      continue;
+    }
+    models.push({ mapping: effective, target });
+    inputs.push({
+      table_name: tableName,
+      committed_version: commit.version,
+      mapping_fingerprint: sha(effective),
+      schema_fingerprint: sha(current),
+    });
+  }
+  const sourceSchema = connectionConfig(scope, workspace, 'source')?.schemas[0] ?? 'public';
+  const options: DbtProjectOptions = { projectName: workspace.name, models, defaultSourceSchema: sourceSchema };
+  return { options, inputs, skipped };
+}
+
+async function findProject(scope: Scope, workspace: WorkspaceEntity) {
+  return scope.em.findOne(TransformationProject, {
+    organization: workspace.organization.id,
+    workspace: workspace.id,
+  });
+}
+
+async function requireProject(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const project = await findProject(scope, workspace);
+  if (!project)
+    throw notFound(
+      `Transformation project of workspace ${workspace.name} (generate it with POST /api/pipelines/generate-project)`,
+    );
+  return { workspace, project };
+}
+
+const summary = (files: { path: string; content: string }[]) =>
+  files.map((f) => ({ path: f.path, size: Buffer.byteLength(f.content) }));
+
+export async function generateProject(scope: CallerScope, input: { table_names?: string[] }) {
+  const workspace = await currentWorkspace(scope);
+  const { options, inputs, skipped } = await projectInputs(scope, workspace, input.table_names);
+  if (options.models.length === 0)
+    throw new AppError(
+      'CONFLICT',
+      `No committed transformation to generate a project from in workspace ${workspace.name}: commit one with POST /api/mappings/{table_name}/commit-transformation`,
+      { reason: 'NOTHING_COMMITTED' },
+    );
+  const files = await generateDbtProject(options);
+  const fingerprint = projectFingerprint(options);
+  let project = await findProject(scope, workspace);
+  const generatedAt = new Date();
+  if (!project)
+    project = scope.em.create(TransformationProject, {
+      organization: workspace.organization.id,
+      workspace: workspace.id,
+      files,
+      fingerprint,
+      models: inputs,
+      generatedBy: scope.principal.username ?? null,
+      generatedAt,
+    });
+  else
+    Object.assign(project, { files, fingerprint, models: inputs, generatedBy: scope.principal.username ?? null, generatedAt });
+  await scope.em.flush();
+  return {
+    workspace_name: workspace.name,
+    generated_at: generatedAt,
+    fingerprint,
+    files: summary(files),
+    models: inputs.map((m) => ({ table_name: m.table_name, committed_version: m.committed_version })),
+    skipped,
+  };
+}
+
+async function drift(scope: Scope, workspace: WorkspaceEntity) {
+  const project = await findProject(scope, workspace);
+  if (!project) return null;
+  const generatedTables = project.models.map((m) => m.table_name);
+  const { options, inputs } = await projectInputs(scope, workspace);
+  // The current fingerprint over the same tables the project was generated for (plus new ones).
+  const current = projectFingerprint({
+    ...options,
+    models: options.models.filter((m) => generatedTables.includes(m.target.name)),
+  });
+  const mappings = await scope.em.find(TableMapping, {
+    organization: workspace.organization.id,
+    workspace: workspace.id,
+  });
+  const now = new Map(inputs.map((i) => [i.table_name, i]));
+  const changes = [];
+  for (const before of project.models) {
+    const after = now.get(before.table_name);
+    const reasons: ('mapping_committed' | 'schema_changed' | 'table_removed' | 'uncommitted_changes')[] = [];
+    if (!after) reasons.push('table_removed');
+    else {
+      if (after.committed_version !== before.committed_version || after.mapping_fingerprint !== before.mapping_fingerprint)
+        reasons.push('mapping_committed');
+      if (after.schema_fingerprint !== before.schema_fingerprint) reasons.push('schema_changed');
+    }
+    const mapping = mappings.find((m) => m.tableName === before.table_name);
+    if (mapping && mapping.version !== (mapping.committedVersion ?? 0)) reasons.push('uncommitted_changes');
+    if (reasons.length)
+      changes.push({
+        table_name: before.table_name,
+        reasons,
+        project_version: before.committed_version,
+        committed_version: after?.committed_version ?? null,
+      });
+  }
+  for (const after of inputs)
+    if (!generatedTables.includes(after.table_name))
+      changes.push({
+        table_name: after.table_name,
+        reasons: ['table_added' as const],
+        project_version: null,
+        committed_version: after.committed_version,
+      });
+  changes.sort((a, b) => a.table_name.localeCompare(b.table_name));
+  // Uncommitted edits alone do not put the project out of date: it is built from commits.
+  const inSync =
+    current === project.fingerprint && changes.every((c) => c.reasons.every((r) => r === 'uncommitted_changes'));
+  return { project, current, changes, inSync };
+}
+
+export async function projectStatus(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const found = await drift(scope, workspace);
+  if (!found)
+    return {
+      workspace_name: workspace.name,
+      generated: false,
+      generated_at: null,
+      generated_by: null,
+      fingerprint: null,
+      in_sync: null,
+      files: [],
+      models: [],
+    };
+  const { project, inSync } = found;
+  return {
+    workspace_name: workspace.name,
+    generated: true,
+    generated_at: project.generatedAt,
+    generated_by: project.generatedBy ?? null,
+    fingerprint: project.fingerprint,
+    in_sync: inSync,
+    files: summary(project.files),
+    models: project.models.map((m) => ({ table_name: m.table_name, committed_version: m.committed_version })),
+  };
+}
+
+export async function driftStatus(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const found = await drift(scope, workspace);
+  if (!found)
+    return {
+      workspace_name: workspace.name,
+      generated: false,
+      in_sync: false,
+      project_fingerprint: null,
+      current_fingerprint: null,
+      changes: [],
+    };
+  return {
+    workspace_name: workspace.name,
+    generated: true,
+    in_sync: found.inSync,
+    project_fingerprint: found.project.fingerprint,
+    current_fingerprint: found.current,
+    changes: found.changes,
+  };
+}
+
+const modelPath = (tableName: string) => `models/${tableName}.sql`;
+
+export async function modelSql(scope: CallerScope, tableName: string) {
+  const { project } = await requireProject(scope);
+  const file = project.files.find((f) => f.path === modelPath(tableName));
+  const model = project.models.find((m) => m.table_name === tableName);
+  if (!file || !model) throw notFound(`Model ${tableName} in the transformation project`);
+  return {
+    table_name: tableName,
+    path: file.path,
+    sql: file.content,
+    committed_version: model.committed_version,
+    generated_at: project.generatedAt,
+  };
+}
+
+export async function deleteProject(scope: CallerScope) {
+  const { workspace, project } = await requireProject(scope);
+  const count = project.files.length;
+  await scope.em.remove(project).flush();
+  return { success: true as const, message: `Transformation project of ${workspace.name} deleted`, deleted_files: count };
+}
+
+// ---- test-model ----
+
+const unescapeJinja = (s: string) => s.replace(/\\(.)/g, '$1');
+
+/** `{{ source('shop', 'customers') }}` → "shop"."customers": the model as the database runs it. */
+export function renderModel(sql: string): string {
+  return sql
+    .replace(
+      /\{\{\s*source\('((?:[^'\\]|\\.)*)',\s*'((?:[^'\\]|\\.)*)'\)\s*\}\}/g,
+      (_, schema: string, table: string) => `${quoteIdent(unescapeJinja(schema))}.${quoteIdent(unescapeJinja(table))}`,
+    )
+    .replace(/^--.*$/gm, '')
+    .trim();
+}
+
+type DataTest = string | Record<string, any>;
+interface TestResult {
+  name: string;
+  column: string;
+  test: string;
+  status: 'pass' | 'fail' | 'error';
+  failures: number;
+  failing_rows: Record<string, unknown>[];
+  message: string | null;
+}
+
+const FAILING_ROWS = 10;
+const literal = (v: unknown) => `'${String(v).replaceAll("'", "''")}'`;
+
+/**
+ * Runs the model on the source database into a temporary table (dropped at commit) capped at the
+ * sample size, then each data test of schema.yml on it; relationships are checked against the
+ * referenced model's table in the target warehouse.
+ */
+export async function testModel(scope: CallerScope, input: { table_name: string; sample_size: number }) {
+  const { workspace, project } = await requireProject(scope);
+  const file = project.files.find((f) => f.path === modelPath(input.table_name));
+  if (!file) throw notFound(`Model ${input.table_name} in the transformation project`);
+  const schemaYml = parseYaml(project.files.find((f) => f.path === 'models/schema.yml')?.content ?? '') as {
+    models?: { name: string; columns?: { name: string; data_tests?: DataTest[] }[] }[];
+  };
+  const columns = schemaYml.models?.find((m) => m.name === input.table_name)?.columns ?? [];
+  const sourceConfig = connectionConfig(scope, workspace, 'source');
+  if (!sourceConfig)
+    throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
+      reason: 'NO_SOURCE_CONFIG',
+    });
+  const source = await warehouses(scope.deps).open(sourceConfig, `${workspace.id}:source`);
+  const targetConfig = connectionConfig(scope, workspace, 'target');
+  const temp = quoteIdent('dimas_model_test');
+  const sql = renderModel(file.content);
+  const timeout = scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS;
+
+  const relationshipChecks: { result: TestResult; values: string[]; to: string; field: string }[] = [];
+  const { rowsTested, results } = await source.transaction(async (tx) => {
+    await tx.query(`set local statement_timeout = ${timeout}`);
+    await tx.query(
+      `create temporary table ${temp} on commit drop as select * from (\n${sql}\n) as model limit ${input.sample_size}`,
+    );
+    const rowsTested = Number((await tx.query<{ n: string }>(`select count(*) as n from ${temp}`)).rows[0].n);
+    const results: TestResult[] = [];
+    const failing = async (where: string, column: string) => {
+      const count = await tx.query<{ n: string }>(`select count(*) as n from ${temp} where ${where}`);
+      const rows = await tx.query(`select * from ${temp} where ${where} order by ${quoteIdent(column)} limit ${FAILING_ROWS}`);
+      return { failures: Number(count.rows[0].n), failing_rows: rows.rows };
+    };
+    for (const column of columns) {
+      const col = quoteIdent(column.name);
+      for (const test of column.data_tests ?? []) {
+        const kind = typeof test === 'string' ? test : Object.keys(test)[0];
+        const base = { name: `${kind}_${input.table_name}_${column.name}`, column: column.name, test: kind };
+        let outcome: { failures: number; failing_rows: Record<string, unknown>[] } | null = null;
+        if (kind === 'not_null') outcome = await failing(`${col} is null`, column.name);
+        else if (kind === 'unique')
+          outcome = await failing(
+            `${col} in (select ${col} from ${temp} where ${col} is not null group by ${col} having count(*) > 1)`,
+            column.name,
+          );
+        else if (kind === 'accepted_values') {
+          const values = ((test as Record<string, any>).accepted_values?.values ?? []) as unknown[];
+          outcome = values.length
+            ? await failing(`${col} is not null and ${col}::text not in (${values.map(literal).join(', ')})`, column.name)
+            : await failing('false', column.name);
+        } else if (kind === 'relationships') {
+          const config = (test as Record<string, any>).relationships ?? {};
+          const to = /ref\('((?:[^'\\]|\\.)*)'\)/.exec(String(config.to ?? ''))?.[1];
+          const result: TestResult = { ...base, status: 'pass', failures: 0, failing_rows: [], message: null };
+          results.push(result);
+          if (!to || !config.field) {
+            Object.assign(result, { status: 'error', message: `relationships test needs to: ref('table') and field` });
+            continue;
+          }
+          const values = await tx.query<{ v: string }>(`select distinct ${col}::text as v from ${temp} where ${col} is not null`);
+          relationshipChecks.push({ result, values: values.rows.map((r) => r.v), to: unescapeJinja(to), field: config.field });
+          continue;
+        } else {
+          results.push({ ...base, status: 'error', failures: 0, failing_rows: [], message: `unknown test ${kind}` });
+          continue;
+        }
+        results.push({
+          ...base,
+          status: outcome.failures ? 'fail' : 'pass',
+          failures: outcome.failures,
+          failing_rows: outcome.failing_rows,
+          message: outcome.failures ? `${outcome.failures} of ${rowsTested} rows fail ${kind} on ${column.name}` : null,
+        });
+      }
+    }
+    return { rowsTested, results };
+  });
+
+  if (relationshipChecks.length) {
+    let target: Warehouse | null = null;
+    if (targetConfig) target = await warehouses(scope.deps).open(targetConfig, `${workspace.id}:target`);
+    for (const check of relationshipChecks) {
+      if (!target || !targetConfig) {
+        Object.assign(check.result, { status: 'error', message: 'No target warehouse configured to check relationships' });
+        continue;
+      }
+      const table = { schema: targetConfig.schemas[0], name: check.to };
+      try {
+        const missing = await target.readOnlyQuery(
+          `select v as ${quoteIdent(check.result.column)} from unnest($1::text[]) as v
+            where not exists (select 1 from ${qualified(table)} t where t.${quoteIdent(check.field)}::text = v) order by 1`,
+          { params: [check.values], limit: 100_000 },
+        );
+        Object.assign(check.result, {
+          status: missing.row_count ? 'fail' : 'pass',
+          failures: missing.row_count,
+          failing_rows: missing.rows.slice(0, FAILING_ROWS),
+          message: missing.row_count
+            ? `${missing.row_count} values of ${check.result.column} have no match in ${table.schema}.${table.name}.${check.field}`
+            : null,
+        });
+      } catch (error) {
+        if (!(error instanceof AppError)) throw error;
+        Object.assign(check.result, { status: 'error', message: error.message });
+      }
+    }
+  }
+  const count = (status: string) => results.filter((r) => r.status === status).length;
+  return {
+    table_name: input.table_name,
+    sample_size: input.sample_size,
+    rows_tested: rowsTested,
+    passed: count('pass'),
+    failed: count('fail'),
+    errors: count('error'),
+    tests: results,
+  };
+}
+
+// ---- the workspace's files and facts ----
+
+registerWorkspaceExtension({
+  name: 'pipelines',
+  async files(scope, workspace) {
+    const project = await findProject(scope, workspace);
+    return (project?.files ?? []).map((f) => ({ path: `${PROJECT_DIR}/${f.path}`, content: f.content }));
+  },
+  async facts(scope, workspace) {
+    const found = await drift(scope, workspace);
+    return { project_generated: !!found, project_drift: found ? !found.inSync : null };
+  },
+});

@@ -1,0 +1,629 @@
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope, Scope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import {
+  connectionConfigSchema,
+  maskConnectionConfig,
+  type ConnectionConfig,
+} from '../../warehouse/config.ts';
+import { User } from '../auth/auth.entity.ts';
+import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
+import type { TargetSchema } from '../schemas/schemas.schemas.ts';
+import { collectFacts, reconcileSchema, type StaleConnection } from './workspace-extensions.ts';
+import { mappingCache, selectionCache } from './workspaces-cache.ts';
+import {
+  Workspace,
+  type StoredConnectionConfig,
+  type WorkflowTaskState,
+  type WorkspaceEntity,
+} from './workspaces.entity.ts';
+import {
+  RESERVED_WORKSPACE_NAMES,
+  WORKFLOW_TASKS,
+  type ConnectionConfigInput,
+  type WorkflowTask,
+} from './workspaces.schemas.ts';
+
+export type { TargetSchema } from '../schemas/schemas.schemas.ts';
+export { targetSchemaSchema } from '../schemas/schemas.schemas.ts';
+export type { WorkspaceEntity } from './workspaces.entity.ts';
+
+const CURRENT_KEY = 'current_workspace';
+const LAST_USED_KEY = 'workspace_last_used';
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+// ---- the contract other areas code against ----
+
+/** The caller's selected workspace; none (or a deleted one) → 409 telling how to select one. */
+export async function currentWorkspace(scope: CallerScope): Promise<WorkspaceEntity> {
+  const organization = organizationOf(scope.principal);
+  const id = await selectedWorkspaceId(scope);
+  if (!id)
+    throw new AppError(
+      'CONFLICT',
+      'No workspace selected: select one with POST /api/workspaces/select { "workspace_name": … }',
+      { reason: 'NO_WORKSPACE_SELECTED' },
+    );
+  const workspace = await scope.em.findOne(Workspace, { id, organization });
+  if (!workspace) {
+    selectionCache.forget(scope.principal.id);
+    throw new AppError(
+      'CONFLICT',
+      'The selected workspace no longer exists: select another with POST /api/workspaces/select',
+      { reason: 'NO_WORKSPACE_SELECTED' },
+    );
+  }
+  return workspace;
+}
+
+/** A workspace of the caller's organization; unknown and foreign names alike → 404. */
+export async function workspaceByName(scope: CallerScope, name: string): Promise<WorkspaceEntity> {
+  const workspace = await scope.em.findOne(Workspace, {
+    organization: organizationOf(scope.principal),
+    name,
+  });
+  if (!workspace) throw notFound(`Workspace ${name}`);
+  return workspace;
+}
+
+/** The stored config with its password decrypted, for connecting; never return it to a client. */
+export function connectionConfig(
+  scope: Scope,
+  workspace: WorkspaceEntity,
+  side: 'source' | 'target',
+): ConnectionConfig | null {
+  const stored = side === 'source' ? workspace.sourceConfig : workspace.targetConfig;
+  if (!stored) return null;
+  const { password, ...rest } = stored;
+  return connectionConfigSchema.parse({
+    ...rest,
+    ...(password ? { password: scope.deps.secrets.decrypt(password) } : {}),
+  });
+}
+
+export function targetSchemaOf(workspace: WorkspaceEntity): TargetSchema | null {
+  return (workspace.targetSchema as TargetSchema | null) ?? null;
+}
+
+// ---- selection ----
+
+async function selectedWorkspaceId(scope: CallerScope): Promise<string | null> {
+  const { principal } = scope;
+  const cached = selectionCache.get(principal.id);
+  if (cached !== undefined) return cached;
+  const conn = scope.em.getConnection();
+  const [row] =
+    principal.kind === 'user'
+      ? await conn.execute(`select preferences->>'${CURRENT_KEY}' as id from users where id = ?`, [
+          principal.id,
+        ])
+      : await conn.execute('select current_workspace_id as id from service_accounts where id = ?', [
+          principal.id,
+        ]);
+  const id = typeof row?.id === 'string' && UUID.test(row.id) ? row.id : null;
+  selectionCache.set(principal.id, id);
+  return id;
+}
+
+interface Usage {
+  currentId: string | null;
+  lastUsed: Record<string, string>;
+}
+
+async function usageOf(scope: CallerScope): Promise<Usage> {
+  const currentId = await selectedWorkspaceId(scope);
+  if (scope.principal.kind !== 'user') return { currentId, lastUsed: {} };
+  const [row] = await scope.em
+    .getConnection()
+    .execute(`select preferences->'${LAST_USED_KEY}' as last_used from users where id = ?`, [
+      scope.principal.id,
+    ]);
+  const lastUsed = row?.last_used && typeof row.last_used === 'object' ? row.last_used : {};
+  return { currentId, lastUsed };
+}
+
+async function storeSelection(scope: CallerScope, workspaceId: string | null): Promise<void> {
+  const { principal } = scope;
+  if (principal.kind === 'user') {
+    const user = await scope.em.findOne(User, { id: principal.id });
+    if (!user) throw new AppError('UNAUTHORIZED', 'The account no longer exists');
+    const preferences: Record<string, unknown> = { ...user.preferences };
+    if (workspaceId) {
+      preferences[CURRENT_KEY] = workspaceId;
+      const lastUsed = { ...(preferences[LAST_USED_KEY] as Record<string, string> | undefined) };
+      lastUsed[workspaceId] = new Date().toISOString();
+      // Keep the newest 100: the map lives in a row read on every request that needs it.
+      preferences[LAST_USED_KEY] = Object.fromEntries(
+        Object.entries(lastUsed)
+          .sort((a, b) => b[1].localeCompare(a[1]))
+          .slice(0, 100),
+      );
+    } else delete preferences[CURRENT_KEY];
+    user.preferences = preferences;
+    await scope.em.flush();
+  } else {
+    await scope.em
+      .getConnection()
+      .execute('update service_accounts set current_workspace_id = ? where id = ? and organization_id = ?', [
+        workspaceId,
+        principal.id,
+        organizationOf(principal),
+      ]);
+  }
+  selectionCache.set(principal.id, workspaceId);
+}
+
+export async function selectWorkspace(scope: CallerScope, name: string) {
+  const workspace = await workspaceByName(scope, name);
+  await storeSelection(scope, workspace.id);
+  return { success: true as const, workspace: await workspaceDetail(scope, workspace) };
+}
+
+// ---- views ----
+
+function workspaceView(workspace: WorkspaceEntity, usage: Usage) {
+  return {
+    id: workspace.id,
+    name: workspace.name,
+    description: workspace.description,
+    is_current: usage.currentId === workspace.id,
+    last_used_at: usage.lastUsed[workspace.id] ? new Date(usage.lastUsed[workspace.id]) : null,
+    source_configured: !!workspace.sourceConfig,
+    target_configured: !!workspace.targetConfig,
+    schema_assigned: !!workspace.targetSchema,
+    schema_template: workspace.schemaTemplate ?? null,
+    created_at: workspace.createdAt,
+    updated_at: workspace.updatedAt,
+  };
+}
+
+export function maskedConfig(workspace: WorkspaceEntity, side: 'source' | 'target') {
+  const stored = side === 'source' ? workspace.sourceConfig : workspace.targetConfig;
+  if (!stored) return null;
+  // No decryption: only whether a password is stored is shown. The sealed value is longer than a
+  // password may be, so it stays out of the validation.
+  const { password, ...rest } = stored;
+  return maskConnectionConfig({
+    ...connectionConfigSchema.parse(rest),
+    password: password ? '*' : undefined,
+  });
+}
+
+export function workflowStateOf(workspace: WorkspaceEntity): Record<string, WorkflowTaskState> {
+  const state: Record<string, WorkflowTaskState> = {};
+  for (const task of WORKFLOW_TASKS)
+    state[task] = workspace.workflowState[task] ?? { completed: false, completed_at: null, data: {} };
+  return state;
+}
+
+export async function workspaceDetail(scope: CallerScope, workspace: WorkspaceEntity, usage?: Usage) {
+  const schema = targetSchemaOf(workspace);
+  return {
+    ...workspaceView(workspace, usage ?? (await usageOf(scope))),
+    source_config: maskedConfig(workspace, 'source'),
+    target_config: maskedConfig(workspace, 'target'),
+    schema_customized: workspace.schemaCustomized,
+    table_count: schema?.tables.length ?? 0,
+    workflow_state: workflowStateOf(workspace),
+  };
+}
+
+// ---- CRUD ----
+
+export async function listWorkspaces(scope: CallerScope, page: { limit: number; offset: number }) {
+  const [workspaces, total] = await scope.em.findAndCount(
+    Workspace,
+    { organization: organizationOf(scope.principal) },
+    { orderBy: { name: 'asc' }, limit: page.limit, offset: page.offset },
+  );
+  const usage = await usageOf(scope);
+  const current = usage.currentId
+    ? await scope.em.findOne(Workspace, {
+        id: usage.currentId,
+        organization: organizationOf(scope.principal),
+      })
+    : null;
+  return {
+    workspaces: workspaces.map((w) => workspaceView(w, usage)),
+    current_workspace: current?.name ?? null,
+    total,
+  };
+}
+
+export async function getWorkspace(scope: CallerScope, name: string) {
+  return workspaceDetail(scope, await workspaceByName(scope, name));
+}
+
+export async function getCurrentWorkspace(scope: CallerScope) {
+  return workspaceDetail(scope, await currentWorkspace(scope));
+}
+
+async function assertNameAvailable(scope: CallerScope, name: string, exceptId?: string) {
+  const lower = name.toLowerCase();
+  if ((RESERVED_WORKSPACE_NAMES as readonly string[]).includes(lower))
+    // No `issues` here: the REST adapter would replace this message with a generic one.
+    throw new AppError(
+      'BAD_REQUEST',
+      `The workspace name ${name} is reserved: /api/workspaces/${lower} is a route of its own (reserved: ${RESERVED_WORKSPACE_NAMES.join(', ')})`,
+    );
+  const [row] = await scope.em
+    .getConnection()
+    .execute('select id, name from workspaces where organization_id = ? and lower(name) = ?', [
+      organizationOf(scope.principal),
+      lower,
+    ]);
+  if (row && row.id !== exceptId)
+    throw new AppError('CONFLICT', `A workspace named ${row.name} already exists in this organization`);
+}
+
+/** Seals the password; a masked config sent back keeps the stored one (DESIGN §4, secrets). */
+export function storeConnectionConfig(
+  scope: Scope,
+  input: ConnectionConfigInput,
+  previous: StoredConnectionConfig | null | undefined,
+): StoredConnectionConfig {
+  const { password_set: passwordSet, password, ...config } = input;
+  let sealed: string | undefined;
+  if (password && !/^[*•]+$/.test(password)) sealed = scope.deps.secrets.encrypt(password);
+  else if (passwordSet !== false && previous?.password) sealed = previous.password;
+  return sealed ? { ...config, password: sealed } : { ...config };
+}
+
+export async function createWorkspace(
+  scope: CallerScope,
+  input: {
+    name: string;
+    description?: string;
+    source_config?: ConnectionConfigInput;
+    target_config?: ConnectionConfigInput;
+    template_name?: string;
+    select: boolean;
+  },
+) {
+  const organization = organizationOf(scope.principal);
+  await assertNameAvailable(scope, input.name);
+  let schema: TargetSchema | null = null;
+  if (input.template_name) {
+    schema = await libraryTemplate(input.template_name);
+    if (!schema)
+      throw new AppError('BAD_REQUEST', `Unknown library template ${input.template_name}`, {
+        issues: [
+          {
+            path: ['template_name'],
+            message: `one of ${[...(await libraryTemplates()).keys()].join(', ')}`,
+          },
+        ],
+      });
+  }
+  const workspace = scope.em.create(Workspace, {
+    organization,
+    name: input.name,
+    description: input.description ?? '',
+    sourceConfig: input.source_config ? storeConnectionConfig(scope, input.source_config, null) : null,
+    targetConfig: input.target_config ? storeConnectionConfig(scope, input.target_config, null) : null,
+    targetSchema: schema,
+    schemaTemplate: schema ? input.template_name : null,
+    schemaCustomized: false,
+    settings: {},
+    workflowState: {},
+  });
+  await scope.em.flush();
+  if (input.select) await storeSelection(scope, workspace.id);
+  return workspaceDetail(scope, workspace);
+}
+
+export async function updateWorkspace(
+  scope: CallerScope,
+  input: { workspace_name: string; name?: string; description?: string },
+) {
+  const workspace = await workspaceByName(scope, input.workspace_name);
+  if (input.name !== undefined && input.name !== workspace.name) {
+    await assertNameAvailable(scope, input.name, workspace.id);
+    workspace.name = input.name;
+  }
+  if (input.description !== undefined) workspace.description = input.description;
+  await scope.em.flush();
+  return workspaceDetail(scope, workspace);
+}
+
+/** Everything in it goes too: every table of a workspace references it with on delete cascade. */
+export async function deleteWorkspace(scope: CallerScope, name: string) {
+  const workspace = await workspaceByName(scope, name);
+  const organization = organizationOf(scope.principal);
+  await scope.em.remove(workspace).flush();
+  // Users who had it selected keep a dangling id, which currentWorkspace answers with 409.
+  await scope.em
+    .getConnection()
+    .execute(
+      `update users set preferences = (preferences - '${CURRENT_KEY}') where organization_id = ? and preferences->>'${CURRENT_KEY}' = ?`,
+      [organization, workspace.id],
+    );
+  selectionCache.forgetWorkspace(workspace.id);
+  mappingCache.invalidateWorkspace(organization, workspace.id);
+  return { success: true as const, message: `Workspace ${name} deleted` };
+}
+
+// ---- source configuration ----
+
+export async function getSourceConfig(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const config = maskedConfig(workspace, 'source');
+  return { workspace_name: workspace.name, configured: !!config, source_config: config };
+}
+
+export async function saveSourceConfig(scope: CallerScope, input: ConnectionConfigInput) {
+  const workspace = await currentWorkspace(scope);
+  workspace.sourceConfig = storeConnectionConfig(scope, input, workspace.sourceConfig);
+  await scope.em.flush();
+  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  return {
+    workspace_name: workspace.name,
+    configured: true,
+    source_config: maskedConfig(workspace, 'source'),
+  };
+}
+
+// ---- target schema of the current workspace ----
+
+function schemaCheck(workspace: WorkspaceEntity) {
+  return {
+    workspace_name: workspace.name,
+    assigned: !!workspace.targetSchema,
+    template_name: workspace.schemaTemplate ?? null,
+    customized: workspace.schemaCustomized,
+    table_count: targetSchemaOf(workspace)?.tables.length ?? 0,
+  };
+}
+
+export async function checkTargetSchema(scope: CallerScope) {
+  return schemaCheck(await currentWorkspace(scope));
+}
+
+export async function targetSchemaContent(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const schema = targetSchemaOf(workspace);
+  if (!schema)
+    throw new AppError(
+      'NOT_FOUND',
+      `Workspace ${workspace.name} has no target schema; assign one with POST /api/workspaces/target-schema/assign`,
+    );
+  return { workspace_name: workspace.name, template_name: workspace.schemaTemplate ?? null, schema };
+}
+
+export async function currentSchema(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  return {
+    workspace_name: workspace.name,
+    template_name: workspace.schemaTemplate ?? null,
+    customized: workspace.schemaCustomized,
+    schema: targetSchemaOf(workspace),
+  };
+}
+
+export async function availableSchemas(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const schemas = [];
+  for (const [name, schema] of await libraryTemplates())
+    schemas.push({
+      name,
+      source: 'library' as const,
+      workspace_name: null,
+      description: schema.description ?? '',
+      table_count: schema.tables.length,
+      is_assigned: workspace.schemaTemplate === name && !workspace.schemaCustomized,
+    });
+  const others = await scope.em.find(
+    Workspace,
+    { organization: organizationOf(scope.principal), targetSchema: { $ne: null } },
+    { orderBy: { name: 'asc' } },
+  );
+  for (const other of others) {
+    const schema = targetSchemaOf(other)!;
+    schemas.push({
+      name: schema.name,
+      source: 'workspace' as const,
+      workspace_name: other.name,
+      description: schema.description ?? '',
+      table_count: schema.tables.length,
+      is_assigned: other.id === workspace.id,
+    });
+  }
+  return { workspace_name: workspace.name, schemas };
+}
+
+/**
+ * The one way a workspace's schema changes: mappings are reconciled first (connections to vanished
+ * fields flagged and reported), then the schema is stored.
+ */
+export async function replaceTargetSchema(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  schema: TargetSchema | null,
+  origin: { template: string | null; customized: boolean },
+): Promise<StaleConnection[]> {
+  const stale = await reconcileSchema(scope, workspace, schema);
+  workspace.targetSchema = schema;
+  workspace.schemaTemplate = schema ? origin.template : null;
+  workspace.schemaCustomized = schema ? origin.customized : false;
+  await scope.em.flush();
+  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  return stale;
+}
+
+export async function assignTargetSchema(
+  scope: CallerScope,
+  input: { template_name?: string; from_workspace?: string },
+) {
+  const workspace = await currentWorkspace(scope);
+  let stale: StaleConnection[];
+  if (input.template_name) {
+    const template = await libraryTemplate(input.template_name);
+    if (!template) throw notFound(`Library template ${input.template_name}`);
+    stale = await replaceTargetSchema(scope, workspace, template, {
+      template: input.template_name,
+      customized: false,
+    });
+  } else {
+    const source = await workspaceByName(scope, input.from_workspace!);
+    const schema = targetSchemaOf(source);
+    if (!schema) throw new AppError('BAD_REQUEST', `Workspace ${source.name} has no target schema to copy`);
+    stale = await replaceTargetSchema(scope, workspace, structuredClone(schema), {
+      template: source.schemaTemplate ?? null,
+      customized: true,
+    });
+  }
+  return { ...schemaCheck(workspace), stale_connections: stale };
+}
+
+// ---- workflow ----
+
+const TASK_INFO: Record<WorkflowTask, { description: string; after: WorkflowTask[] }> = {
+  connect_source: { description: 'Configure the source database', after: [] },
+  configure_target: { description: 'Configure the target warehouse', after: [] },
+  assign_schema: { description: 'Assign a target schema (library template or your own)', after: [] },
+  discover: {
+    description: 'Run discovery to suggest field mappings',
+    after: ['connect_source', 'assign_schema'],
+  },
+  review_mappings: { description: 'Confirm suggested mappings and resolve ambiguities', after: ['discover'] },
+  generate_project: { description: 'Generate the transformation project', after: ['review_mappings'] },
+  sync_schema: {
+    description: 'Create the target tables in the warehouse',
+    after: ['configure_target', 'assign_schema'],
+  },
+  materialize: {
+    description: 'Materialize the mappings into the target tables',
+    after: ['generate_project', 'sync_schema'],
+  },
+};
+
+export async function workflowState(scope: CallerScope, name: string) {
+  const workspace = await workspaceByName(scope, name);
+  return { workspace_name: workspace.name, tasks: workflowStateOf(workspace) };
+}
+
+export async function markWorkflowTask(
+  scope: CallerScope,
+  input: { workspace_name: string; task_data: { task: WorkflowTask; data?: Record<string, unknown> } },
+  completed: boolean,
+) {
+  const workspace = await workspaceByName(scope, input.workspace_name);
+  const previous = workspace.workflowState[input.task_data.task];
+  workspace.workflowState = {
+    ...workspace.workflowState,
+    [input.task_data.task]: {
+      completed,
+      completed_at: completed ? new Date().toISOString() : null,
+      data: input.task_data.data ?? previous?.data ?? {},
+    },
+  };
+  await scope.em.flush();
+  return { workspace_name: workspace.name, tasks: workflowStateOf(workspace) };
+}
+
+/** What is really done, from the rows; the stored flags are reported beside it, not trusted. */
+export async function workflowStatus(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const facts = await collectFacts(scope, workspace);
+  const flags = workflowStateOf(workspace);
+  const mapped = facts.confirmed_connections + facts.suggested_connections;
+  const derived: Record<WorkflowTask, { done: boolean; detail: string }> = {
+    connect_source: {
+      done: !!workspace.sourceConfig,
+      detail: workspace.sourceConfig ? 'Source database configured' : 'No source configuration yet',
+    },
+    configure_target: {
+      done: !!workspace.targetConfig,
+      detail: workspace.targetConfig ? 'Target warehouse configured' : 'No target configuration yet',
+    },
+    assign_schema: {
+      done: !!workspace.targetSchema,
+      detail: workspace.targetSchema
+        ? `Schema ${targetSchemaOf(workspace)!.name} with ${targetSchemaOf(workspace)!.tables.length} tables`
+        : 'No target schema assigned',
+    },
+    discover: {
+      done: mapped > 0,
+      detail: mapped > 0 ? `${mapped} connections in ${facts.mapped_tables} mappings` : 'No mappings yet',
+    },
+    review_mappings: {
+      done:
+        (flags.review_mappings.completed && mapped > 0) ||
+        (facts.confirmed_connections > 0 &&
+          facts.suggested_connections === 0 &&
+          facts.open_ambiguities === 0),
+      detail: `${facts.confirmed_connections} confirmed, ${facts.suggested_connections} suggested, ${facts.open_ambiguities} open ambiguities`,
+    },
+    generate_project: {
+      done: facts.project_generated,
+      detail: facts.project_generated
+        ? facts.project_drift
+          ? 'Project generated but out of date with the mappings'
+          : 'Project generated'
+        : 'No transformation project yet',
+    },
+    sync_schema: {
+      done: facts.schema_sync_status === 'in_sync',
+      detail: `Target tables ${facts.schema_sync_status.replace('_', ' ')}`,
+    },
+    materialize: {
+      done: !!facts.last_materialized_at,
+      detail: facts.last_materialized_at
+        ? `${facts.materialized_tables} tables, last at ${facts.last_materialized_at.toISOString()}`
+        : 'Nothing materialized yet',
+    },
+  };
+  const tasks = WORKFLOW_TASKS.map((task) => {
+    const blockedBy = TASK_INFO[task].after.filter((t) => !derived[t].done);
+    const done = derived[task].done;
+    return {
+      task,
+      description: TASK_INFO[task].description,
+      status: done
+        ? ('completed' as const)
+        : blockedBy.length
+          ? ('blocked' as const)
+          : ('available' as const),
+      completed: done,
+      marked_complete: flags[task].completed,
+      completed_at: done ? flags[task].completed_at : null,
+      blocked_by: blockedBy,
+      detail: derived[task].detail,
+    };
+  });
+  const completed = tasks.filter((t) => t.completed).length;
+  return {
+    workspace_name: workspace.name,
+    progress: completed / tasks.length,
+    next_task: tasks.find((t) => t.status === 'available')?.task ?? null,
+    tasks,
+  };
+}
+
+// ---- metrics ----
+
+export async function workspaceMetrics(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const facts = await collectFacts(scope, workspace);
+  const schema = targetSchemaOf(workspace);
+  const fields = schema?.tables.reduce((n, t) => n + t.columns.length, 0) ?? 0;
+  const pii = schema?.tables.reduce((n, t) => n + t.columns.filter((c) => c.pii).length, 0) ?? 0;
+  return {
+    workspace_name: workspace.name,
+    schema_tables: schema?.tables.length ?? 0,
+    schema_fields: fields,
+    pii_fields: pii,
+    mapped_tables: facts.mapped_tables,
+    mapped_fields: facts.mapped_fields,
+    unmapped_fields: Math.max(0, fields - facts.mapped_fields),
+    confirmed_connections: facts.confirmed_connections,
+    suggested_connections: facts.suggested_connections,
+    open_ambiguities: facts.open_ambiguities,
+    mapping_coverage: fields ? Math.min(1, facts.mapped_fields / fields) : 0,
+    project_generated: facts.project_generated,
+    materialized_tables: facts.materialized_tables,
+    last_materialized_at: facts.last_materialized_at,
+    schema_sync_status: schema ? facts.schema_sync_status : ('no_schema' as const),
+    schema_synced_at: facts.schema_synced_at,
+  };
+}

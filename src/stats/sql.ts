@@ -1,0 +1,182 @@
+import { loadModule, parseSync } from 'libpg-query';
+import { AppError } from '../app-error.ts';
+
+/**
+ * Runs one parameterized statement (`$1`, `$2`, … placeholders) on the warehouse and returns its rows.
+ * A function rather than a client type so that a pg Pool, a PGlite instance or the warehouse layer's
+ * read-only runner (timeout, READ ONLY transaction) all adapt in one line.
+ */
+export type StatsQuery = (sql: string, params: unknown[]) => Promise<Record<string, unknown>[]>;
+
+/** The population: a table (optionally schema-qualified) and an optional row filter. */
+export interface StatsSource {
+  schema?: string;
+  table: string;
+  /** A boolean SQL condition over the table's columns; rows where it is not true are left out. */
+  filter?: string;
+}
+
+/** A numeric or boolean SQL expression over one row; booleans count as 1/0 where a number is needed. */
+export interface MetricSpec {
+  sql: string;
+  kind?: 'numeric' | 'boolean';
+}
+
+/**
+ * What splits the population: a column (its distinct values are the groups) or a boolean condition
+ * (groups `true` and `false`). `groups` picks and orders the groups to compare; the first is group 1.
+ */
+export type SegmentSpec = { column: string; groups?: string[] } | { condition: string; groups?: string[] };
+
+/**
+ * Splices a checked expression. The newline before the closing parenthesis matters: a trailing `--`
+ * comment would otherwise swallow the rest of the generated line; it is also how assertExpression
+ * parses it, so what was checked is what runs.
+ */
+export function wrap(expr: string): string {
+  return `(${expr}\n)`;
+}
+
+export function quoteIdent(name: string): string {
+  if (!name || name.includes('\0')) throw new AppError('BAD_REQUEST', `invalid identifier "${name}"`);
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+export function qualifiedTable(source: StatsSource): string {
+  return source.schema
+    ? `${quoteIdent(source.schema)}.${quoteIdent(source.table)}`
+    : quoteIdent(source.table);
+}
+
+let parserReady: Promise<void> | undefined;
+
+/**
+ * Metric, segment and filter expressions are spliced into the generated SQL, so each must be exactly one
+ * row-level expression: `SELECT (<expr>)` has to parse as a single plain SELECT with one target. Anything
+ * that closes the parenthesis to add clauses or statements fails that shape. Subqueries are refused too:
+ * they would read outside the hypothesis' table. Read-only enforcement stays with the query runner.
+ */
+export async function assertExpression(expr: string, what: string): Promise<void> {
+  parserReady ??= loadModule();
+  await parserReady;
+  let tree: any;
+  try {
+    tree = parseSync(`SELECT ${wrap(expr)}`);
+  } catch (error) {
+    throw new AppError('BAD_REQUEST', `${what} is not a valid SQL expression: ${(error as Error).message}`);
+  }
+  const select = tree.stmts?.length === 1 ? tree.stmts[0].stmt?.SelectStmt : undefined;
+  const plain =
+    select &&
+    select.op === 'SETOP_NONE' &&
+    select.targetList?.length === 1 &&
+    Object.keys(select).every((key) => ['targetList', 'limitOption', 'op'].includes(key));
+  if (!plain) throw new AppError('BAD_REQUEST', `${what} must be a single SQL expression`);
+  const json = JSON.stringify(select);
+  if (json.includes('"SubLink"')) throw new AppError('BAD_REQUEST', `${what} must not contain a subquery`);
+  // $n would read the engine's own parameters (group labels, thresholds).
+  if (json.includes('"ParamRef"')) throw new AppError('BAD_REQUEST', `${what} must not contain parameters`);
+}
+
+export async function assertSource(source: StatsSource): Promise<void> {
+  if (source.filter !== undefined) await assertExpression(source.filter, 'filter');
+}
+
+export async function assertSegment(segment: SegmentSpec, twoGroups = false): Promise<void> {
+  if (segment.groups && new Set(segment.groups).size !== segment.groups.length) {
+    throw new AppError('BAD_REQUEST', 'segment groups repeat');
+  }
+  if (twoGroups && segment.groups && segment.groups.length !== 2) {
+    throw new AppError('BAD_REQUEST', 'this test compares exactly 2 segment groups');
+  }
+  if ('condition' in segment) await assertExpression(segment.condition, 'segment condition');
+  else quoteIdent(segment.column);
+}
+
+/** The metric as float8 (booleans as 1/0), for averages, variances and ranks. */
+export function numericMetricSql(metric: MetricSpec): string {
+  return metric.kind === 'boolean'
+    ? `(${wrap(metric.sql)}::boolean)::int::float8`
+    : `${wrap(metric.sql)}::float8`;
+}
+
+/**
+ * The raw group key. It stays in its own type inside the query (grouping on a boolean or an integer is
+ * cheaper than on text, and orders naturally); it is turned into a text label only in the output.
+ */
+export function segmentKeySql(segment: SegmentSpec): string {
+  return 'condition' in segment ? `${wrap(segment.condition)}::boolean` : quoteIdent(segment.column);
+}
+
+export function whereClause(source: StatsSource): string {
+  return source.filter ? `WHERE ${wrap(source.filter)}` : '';
+}
+
+/**
+ * The rows of the groups to compare, as `s(g, …)`; when the caller named groups, only those (`params`
+ * receives the labels). With `skipNulls` rows with a NULL key or value are dropped here; tests whose
+ * aggregates ignore NULLs anyway pass false, keeping the scan free of a per-row filter, and drop the
+ * NULL group from the few result rows instead (see knownGroups).
+ */
+export function groupedRowsSql(
+  source: StatsSource,
+  segment: SegmentSpec,
+  columns: Record<string, string>,
+  params: unknown[],
+  skipNulls = true,
+): string {
+  const select = Object.entries(columns)
+    .map(([alias, expr]) => `${expr} AS ${alias}`)
+    .join(', ');
+  const conditions = skipNulls
+    ? ['s.g IS NOT NULL', ...Object.keys(columns).map((alias) => `s.${alias} IS NOT NULL`)]
+    : [];
+  if (segment.groups?.length) {
+    const placeholders = segment.groups.map((label) => {
+      params.push(label);
+      return `$${params.length}::text`;
+    });
+    conditions.push(`s.g::text IN (${placeholders.join(', ')})`);
+  }
+  return (
+    `(SELECT ${segmentKeySql(segment)} AS g, ${select} FROM ${qualifiedTable(source)} ${whereClause(source)}) s` +
+    (conditions.length ? ` WHERE ${conditions.join(' AND ')}` : '')
+  );
+}
+
+/** Result rows of groups that have a key and at least one value. */
+export function knownGroups<T extends { g: unknown; n: number }>(rows: T[]): (T & { g: string })[] {
+  return rows
+    .filter((r) => r.g !== null && r.g !== undefined && r.n > 0)
+    .map((r) => ({ ...r, g: String(r.g) }));
+}
+
+/**
+ * Puts the groups a two-group test received in the order of the comparison: the named order when given,
+ * `true` before `false` for a condition (the condition names the group of interest), else the natural
+ * order of the key. Refuses anything but exactly two groups.
+ */
+export function orderTwoGroups<T extends { g: string }>(rows: T[], segment: SegmentSpec): [T, T] {
+  if (rows.length !== 2) {
+    const found =
+      rows.length > 2 ? 'more than 2 groups' : `${rows.length} group${rows.length === 1 ? '' : 's'}`;
+    throw new AppError(
+      'BAD_REQUEST',
+      `the segment must split the population into exactly 2 groups with data, found ${found}` +
+        (rows.length > 2 ? '; name the two groups to compare' : ''),
+    );
+  }
+  const order = segment.groups?.length
+    ? segment.groups
+    : 'condition' in segment
+      ? ['true', 'false']
+      : undefined;
+  if (!order) return [rows[0], rows[1]];
+  const sorted = [...rows].sort((a, b) => order.indexOf(a.g) - order.indexOf(b.g));
+  return [sorted[0], sorted[1]];
+}
+
+export function num(value: unknown): number {
+  if (value === null || value === undefined) return NaN;
+  return typeof value === 'number' ? value : Number(value);
+}

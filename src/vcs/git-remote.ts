@@ -1,0 +1,300 @@
+import fs from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import git from 'isomorphic-git';
+import nodeHttp from 'isomorphic-git/http/node';
+import type { HttpClient } from 'isomorphic-git/http/node';
+import { AppError } from '../app-error.ts';
+
+/** A remote repository over HTTP(S) and the credentials to use with it. */
+export interface GitRemote {
+  url: string;
+  /** Basic-auth user name sent with the token (GitHub: any, e.g. x-access-token; GitLab: oauth2). */
+  username: string;
+  token: string | null;
+}
+
+export interface GitAuthor {
+  name: string;
+  email: string;
+}
+
+export interface GitFile {
+  path: string;
+  content: string | Uint8Array;
+}
+
+const REQUEST_TIMEOUT_MS = 30_000;
+
+/** isomorphic-git's node client with a deadline on every request: a silent remote must not hang a request. */
+const http: HttpClient = {
+  request: (request) => nodeHttp.request({ ...request, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }),
+};
+
+/**
+ * The token goes in every request up front: hosts that allow anonymous reads would never ask for it.
+ * A new object each call: isomorphic-git adds its protocol header to the object it is given.
+ */
+function authHeaders(remote: GitRemote): Record<string, string> {
+  if (!remote.token) return {};
+  const basic = Buffer.from(`${remote.username}:${remote.token}`).toString('base64');
+  return { Authorization: `Basic ${basic}` };
+}
+
+/** Everything that can go wrong talking to a remote becomes a 422 that says what to fix. */
+export function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
+  if (error instanceof AppError) return error;
+  const e = error as { code?: string; name?: string; message?: string; data?: Record<string, unknown> };
+  const host = (() => {
+    try {
+      return new URL(remote.url).host;
+    } catch {
+      return remote.url;
+    }
+  })();
+  const fail = (message: string, reason: string) =>
+    new AppError('UNPROCESSABLE_CONTENT', `${action} failed: ${message}`, { reason });
+  if (e.code === 'HttpError') {
+    const status = Number(e.data?.statusCode);
+    if (status === 401)
+      return fail(
+        `the remote refused the credentials (HTTP 401); check the token and user name`,
+        'VCS_AUTH_FAILED',
+      );
+    if (status === 403)
+      return fail(`the credentials do not grant this access (HTTP 403)`, 'VCS_ACCESS_DENIED');
+    if (status === 404) return fail(`no repository at ${remote.url} (HTTP 404)`, 'VCS_NOT_FOUND');
+    return fail(
+      `the remote answered HTTP ${status} ${String(e.data?.statusMessage ?? '')}`,
+      'VCS_HTTP_ERROR',
+    );
+  }
+  if (e.code === 'SmartHttpError')
+    return fail(`${remote.url} does not speak the git smart HTTP protocol`, 'VCS_NOT_GIT');
+  if (e.code === 'PushRejectedError' || e.code === 'GitPushError')
+    return fail(`the remote rejected the push: ${e.message}`, 'VCS_PUSH_REJECTED');
+  if (e.name === 'TimeoutError' || e.name === 'AbortError' || e.code === 'ABORT_ERR')
+    return fail(`${host} did not answer within ${REQUEST_TIMEOUT_MS / 1000} s`, 'VCS_UNREACHABLE');
+  if (
+    e.code &&
+    /^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|EHOSTUNREACH|ENETUNREACH)$/.test(e.code)
+  )
+    return fail(`cannot reach ${host} (${e.code})`, 'VCS_UNREACHABLE');
+  if (e.code && /^(CERT_|DEPTH_ZERO|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS)/.test(e.code))
+    return fail(`the TLS certificate of ${host} is not trusted (${e.code})`, 'VCS_TLS');
+  return fail(e.message ?? 'unknown error', 'VCS_ERROR');
+}
+
+export interface RemoteCheck {
+  refs: number;
+  default_branch: string | null;
+  branch_exists: boolean;
+  push_access: boolean;
+}
+
+/**
+ * Proves the remote is reachable, readable and writable without changing it:
+ * 1. lists its refs (the upload-pack advertisement, as `git ls-remote` does);
+ * 2. asks for the receive-pack advertisement, the first step of `git push` and all of
+ *    `git push --dry-run`: hosts authorize write access at this step (401/403 when the token may
+ *    only read). Nothing is written, so a test leaves no scratch refs or objects behind; a branch
+ *    protection rule that only applies to the final ref update shows at the first real push.
+ */
+export async function checkRemote(remote: GitRemote, branch: string): Promise<RemoteCheck> {
+  try {
+    const refs = await git.listServerRefs({
+      http,
+      url: remote.url,
+      headers: authHeaders(remote),
+      symrefs: true,
+    });
+    const head = refs.find((r) => r.ref === 'HEAD');
+    // Protocol v2 has no push: ask in v1, as git itself does.
+    await git.getRemoteInfo2({
+      http,
+      url: remote.url,
+      headers: authHeaders(remote),
+      forPush: true,
+      protocolVersion: 1,
+    });
+    return {
+      refs: refs.filter((r) => r.ref !== 'HEAD').length,
+      default_branch: head?.target?.replace(/^refs\/heads\//, '') ?? null,
+      branch_exists: refs.some((r) => r.ref === `refs/heads/${branch}`),
+      push_access: true,
+    };
+  } catch (error) {
+    throw remoteError(error, remote, 'Connection test');
+  }
+}
+
+/** A relative path without empty, `.` or `..` segments, as git stores it. */
+export function normalizeRepoPath(path: string, what: string): string[] {
+  const segments = path.replace(/\\/g, '/').split('/');
+  const clean = segments.filter((s) => s !== '');
+  if (
+    path.startsWith('/') ||
+    clean.some((s) => s === '.' || s === '..' || s === '.git' || /[\0]/.test(s)) ||
+    (path !== '' && clean.length === 0)
+  )
+    throw new AppError(
+      'BAD_REQUEST',
+      `${what} ${JSON.stringify(path)} is not a relative path inside the repository`,
+    );
+  return clean;
+}
+
+type TreeNode = Map<string, TreeNode | Uint8Array>;
+
+async function writeNode(gitdir: string, node: TreeNode): Promise<string> {
+  const tree = [];
+  for (const [name, child] of node) {
+    if (child instanceof Map)
+      tree.push({ mode: '040000', path: name, type: 'tree' as const, oid: await writeNode(gitdir, child) });
+    else
+      tree.push({
+        mode: '100644',
+        path: name,
+        type: 'blob' as const,
+        oid: await git.writeBlob({ fs, gitdir, blob: child }),
+      });
+  }
+  return git.writeTree({ fs, gitdir, tree });
+}
+
+function buildTree(files: GitFile[]): TreeNode {
+  const root: TreeNode = new Map();
+  for (const file of files) {
+    const segments = normalizeRepoPath(file.path, 'File path');
+    if (segments.length === 0) throw new AppError('BAD_REQUEST', 'A file path is empty');
+    let node = root;
+    for (const dir of segments.slice(0, -1)) {
+      let next = node.get(dir);
+      if (next === undefined) node.set(dir, (next = new Map()));
+      if (!(next instanceof Map))
+        throw new AppError('BAD_REQUEST', `File path ${file.path} goes through a file`);
+      node = next;
+    }
+    const name = segments.at(-1)!;
+    if (node.has(name))
+      throw new AppError('BAD_REQUEST', `File path ${file.path} appears twice or is a directory`);
+    node.set(name, typeof file.content === 'string' ? Buffer.from(file.content, 'utf8') : file.content);
+  }
+  return root;
+}
+
+/** The tree `base` with the entry at `segments` replaced by `replacement` (removed when null). */
+async function replaceSubtree(
+  gitdir: string,
+  base: string | null,
+  segments: string[],
+  replacement: string | null,
+): Promise<string | null> {
+  if (segments.length === 0) return replacement;
+  const entries = base ? (await git.readTree({ fs, gitdir, oid: base })).tree : [];
+  const [name, ...rest] = segments;
+  const current = entries.find((e) => e.path === name);
+  const child = await replaceSubtree(
+    gitdir,
+    current?.type === 'tree' ? current.oid : null,
+    rest,
+    replacement,
+  );
+  const others = entries.filter((e) => e.path !== name);
+  const tree = child
+    ? [...others, { mode: '040000', path: name, type: 'tree' as const, oid: child }]
+    : others;
+  // git has no empty directories: a directory left empty disappears from its parent.
+  if (tree.length === 0) return null;
+  return git.writeTree({ fs, gitdir, tree });
+}
+
+export interface PushOutcome {
+  /** The new commit, or the branch tip when nothing changed. */
+  commit: string | null;
+  changed: boolean;
+}
+
+/**
+ * Commits `files` as the whole content of directory `directory` on `branch` (files that are no
+ * longer in the list disappear; the rest of the repository is untouched) and pushes it. Works in a
+ * throw-away bare repository holding only the branch tip (a depth-1 fetch); when someone pushed
+ * in between, the fast-forward check refuses and the whole step is retried on the new tip.
+ */
+export async function pushFiles(
+  remote: GitRemote,
+  options: { branch: string; directory: string; author: GitAuthor; message: string },
+  files: GitFile[],
+): Promise<PushOutcome> {
+  const directory = normalizeRepoPath(options.directory, 'Path prefix');
+  const content = buildTree(files);
+  const ref = `refs/heads/${options.branch}`;
+  const gitdir = await mkdtemp(join(tmpdir(), 'dimas-vcs-'));
+  try {
+    await git.init({ fs, gitdir, bare: true, defaultBranch: options.branch });
+    await git.addRemote({ fs, gitdir, remote: 'origin', url: remote.url });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const refs = await git.listServerRefs({
+          http,
+          url: remote.url,
+          headers: authHeaders(remote),
+          prefix: ref,
+        });
+        const tip = refs.find((r) => r.ref === ref)?.oid ?? null;
+        let baseTree: string | null = null;
+        if (tip) {
+          await git.fetch({
+            fs,
+            http,
+            gitdir,
+            remote: 'origin',
+            headers: authHeaders(remote),
+            ref: options.branch,
+            remoteRef: options.branch,
+            singleBranch: true,
+            depth: 1,
+            tags: false,
+          });
+          baseTree = (await git.readCommit({ fs, gitdir, oid: tip })).commit.tree;
+        }
+        const subtree = content.size ? await writeNode(gitdir, content) : null;
+        const tree =
+          (await replaceSubtree(gitdir, baseTree, directory, subtree)) ??
+          (await git.writeTree({ fs, gitdir, tree: [] }));
+        if (tree === baseTree) return { commit: tip, changed: false };
+        const now = Math.floor(Date.now() / 1000);
+        const person = { ...options.author, timestamp: now, timezoneOffset: 0 };
+        const commit = await git.writeCommit({
+          fs,
+          gitdir,
+          commit: {
+            message: options.message.endsWith('\n') ? options.message : options.message + '\n',
+            tree,
+            parent: tip ? [tip] : [],
+            author: person,
+            committer: person,
+          },
+        });
+        await git.writeRef({ fs, gitdir, ref, value: commit, force: true });
+        await git.push({
+          fs,
+          http,
+          gitdir,
+          url: remote.url,
+          headers: authHeaders(remote),
+          ref,
+          remoteRef: ref,
+        });
+        return { commit, changed: true };
+      } catch (error) {
+        const code = (error as { code?: string }).code;
+        const raced = code === 'PushRejectedError' || code === 'GitPushError' || code === 'NotFoundError';
+        if (!raced || attempt >= 3) throw remoteError(error, remote, 'Push');
+      }
+    }
+  } finally {
+    await rm(gitdir, { recursive: true, force: true });
+  }
+}

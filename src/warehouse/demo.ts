@@ -1,0 +1,165 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { AppDeps } from '../deps.ts';
+import type { Logger } from '../logger.ts';
+import type { ConnectionConfig } from './config.ts';
+import {
+  DEMO_SOURCE_SCHEMA,
+  DEMO_TARGET_SCHEMA,
+  demoSchemaSql,
+  demoSourceStatements,
+} from '../../seeds/demo-source/generate.ts';
+import { DEMO_DOMAIN } from '../db/seed.ts';
+import type { Principal } from '../auth/principal.ts';
+import { Organization, User } from '../modules/auth/auth.entity.ts';
+import { currentWorkspace, selectWorkspace } from '../modules/workspaces/workspaces.service.ts';
+import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
+
+export const DEMO_WORKSPACE = 'demo';
+
+/**
+ * The embedded mode's demo warehouse: a second PGlite instance (never the control-plane database)
+ * behind a pg-wire socket on 127.0.0.1, so the same `pg` implementation serves it as any warehouse.
+ * PGlite runs one statement at a time and ignores statement_timeout; it is demo data, not production.
+ */
+export interface DemoWarehouse {
+  host: string;
+  port: number;
+  database: string;
+  user: string;
+  /** The port of the previous start, which configs stored then still name. */
+  previousPort: number;
+  sourceConfig: ConnectionConfig;
+  targetConfig: ConnectionConfig;
+  close(): Promise<void>;
+}
+
+// Above the pool size (5) times the few pools that may point at it (source, target, tests).
+const MAX_CONNECTIONS = 32;
+
+async function isSeeded(db: PGlite): Promise<boolean> {
+  const { rows } = await db.query<{ n: number }>(
+    `select count(*)::int as n from pg_namespace where nspname = $1`,
+    [DEMO_SOURCE_SCHEMA],
+  );
+  return rows[0].n > 0;
+}
+
+/** Creates the shop and the empty target schema once, in one transaction (a half-seeded demo never stays). */
+async function seedDemo(db: PGlite, logger: Logger) {
+  if (await isSeeded(db)) return;
+  const started = Date.now();
+  await db.transaction(async (tx) => {
+    await tx.exec(demoSchemaSql());
+    for (const statement of demoSourceStatements()) await tx.exec(statement);
+  });
+  // Estimated row counts come from the planner's statistics.
+  await db.exec('analyze');
+  logger.info({ ms: Date.now() - started }, 'demo warehouse seeded');
+}
+
+/** Starts (and seeds on first use) the demo warehouse in `<dataDir>/warehouse`; reuses its last port when free. */
+export async function startDemoWarehouse(options: {
+  dataDir: string;
+  logger: Logger;
+  port?: number;
+}): Promise<DemoWarehouse> {
+  const dir = join(options.dataDir, 'warehouse');
+  mkdirSync(dir, { recursive: true });
+  const db = await PGlite.create(dir);
+  await seedDemo(db, options.logger);
+  const portFile = join(options.dataDir, 'warehouse.port');
+  const remembered = existsSync(portFile) ? Number(readFileSync(portFile, 'utf8')) || 0 : 0;
+  const host = '127.0.0.1';
+  let server = new PGLiteSocketServer({
+    db,
+    host,
+    port: options.port ?? remembered,
+    maxConnections: MAX_CONNECTIONS,
+  });
+  try {
+    await server.start();
+  } catch (error) {
+    if (options.port) throw error;
+    // The remembered port is taken: any free one does; the demo workspace is re-pointed below.
+    server = new PGLiteSocketServer({ db, host, port: 0, maxConnections: MAX_CONNECTIONS });
+    await server.start();
+  }
+  const port = Number(server.getServerConn().split(':').at(-1));
+  writeFileSync(portFile, String(port));
+  const base = { type: 'postgres' as const, host, port, database: 'postgres', user: 'postgres', ssl: false };
+  return {
+    host,
+    port,
+    database: base.database,
+    user: base.user,
+    previousPort: remembered,
+    sourceConfig: { ...base, schemas: [DEMO_SOURCE_SCHEMA] },
+    targetConfig: { ...base, schemas: [DEMO_TARGET_SCHEMA] },
+    async close() {
+      await server.stop();
+      await db.close();
+    },
+  };
+}
+
+/** Does `stored` name where the demo warehouse listened last time (so it should follow the new port)? */
+function pointsAtPreviousDemo(stored: Record<string, unknown>, demo: DemoWarehouse): boolean {
+  return (
+    demo.previousPort !== 0 &&
+    stored.port === demo.previousPort &&
+    stored.host === demo.host &&
+    stored.database === demo.database &&
+    stored.user === demo.user
+  );
+}
+
+/**
+ * Points the demo organization's workspace at the demo warehouse: sets the configs when unset, and
+ * follows a changed port; a config the user changed to another database is left alone.
+ */
+export async function connectDemoWorkspace(deps: AppDeps, demo: DemoWarehouse): Promise<void> {
+  const em = deps.orm.em.fork() as EntityManager;
+  const org = await em.findOne(Organization, { domain: DEMO_DOMAIN });
+  if (!org) return;
+  const workspace = await em.findOne(Workspace, { organization: org.id, name: DEMO_WORKSPACE });
+  if (!workspace) return;
+  const firstConnection = !workspace.sourceConfig;
+  // The demo warehouse has no password, so there is nothing to seal with SecretBox.
+  for (const [field, config] of [
+    ['sourceConfig', demo.sourceConfig],
+    ['targetConfig', demo.targetConfig],
+  ] as const) {
+    const stored = workspace[field] as Record<string, unknown> | null | undefined;
+    if (!stored) workspace[field] = { ...config };
+    else if (stored.port !== demo.port && pointsAtPreviousDemo(stored, demo))
+      workspace[field] = { ...stored, port: demo.port };
+  }
+  await em.flush();
+  if (firstConnection) await selectForDemoAdmin(deps, em, org.id);
+}
+
+/** Out of the box, the demo admin works in the demo workspace (unless it already chose one). */
+async function selectForDemoAdmin(deps: AppDeps, em: EntityManager, organizationId: string) {
+  const admin = await em.findOne(User, { organization: organizationId, username: 'admin' });
+  if (!admin) return;
+  const principal: Principal = {
+    kind: 'user',
+    id: admin.id,
+    organizationId,
+    username: admin.username,
+    isSuperAdmin: false,
+    mustChangePassword: false,
+    permissions: new Set(),
+    expiresAt: null,
+  };
+  const scope = { em, deps, principal };
+  try {
+    await currentWorkspace(scope);
+  } catch {
+    await selectWorkspace(scope, DEMO_WORKSPACE);
+  }
+}

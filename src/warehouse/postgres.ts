@@ -1,0 +1,493 @@
+import { createHash } from 'node:crypto';
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import pg from 'pg';
+import Cursor from 'pg-cursor';
+import { AppError } from '../app-error.ts';
+import type { AppDeps } from '../deps.ts';
+import type { ConnectionConfig } from './config.ts';
+import { introspectCatalog } from './introspect.ts';
+import { assertReadOnlySql } from './sql-guard.ts';
+import type {
+  IntrospectOptions,
+  QueryResult,
+  ReadOptions,
+  SampleValue,
+  StreamOptions,
+  TableRef,
+  Warehouse,
+  WarehouseTransaction,
+} from './warehouse.ts';
+
+export const SAMPLE_LIMIT_DEFAULT = 20;
+export const SAMPLE_LIMIT_MAX = 1000;
+
+export interface WarehouseSettings {
+  statementTimeoutMs: number;
+  rowCap: number;
+  /** The control plane's DATABASE_URL: a workspace connection must never reach that database. */
+  controlPlaneUrl?: string;
+  /** Connections per pool. */
+  poolMax?: number;
+  /** A pool nobody used for this long is closed. */
+  poolIdleMs?: number;
+}
+
+/** Quotes an identifier the way PostgreSQL's quote_ident does (always, so case and keywords survive). */
+export function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+export function qualified(table: TableRef): string {
+  return `${quoteIdent(table.schema)}.${quoteIdent(table.name)}`;
+}
+
+// Dates and times stay as PostgreSQL prints them: a `date` must not shift through a JS Date.
+const RAW_TEXT_TYPES = new Set([1082, 1083, 1114, 1184, 1186, 1266]);
+const typeParsers = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    RAW_TEXT_TYPES.has(oid)
+      ? (value: string) => value
+      : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
+type ErrorContext = 'connect' | 'user-sql' | 'internal';
+
+const NETWORK_REASONS: Record<string, string> = {
+  ENOTFOUND: 'unknown host',
+  EAI_AGAIN: 'the host name could not be resolved',
+  ECONNREFUSED: 'connection refused',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ECONNRESET: 'connection reset by the server',
+};
+
+/**
+ * Driver errors → AppError: anything about reaching or logging into the database is 422 with the
+ * driver's reason; SQL the user wrote that the database rejects is 400 with the database's message.
+ */
+function translate(error: unknown, config: ConnectionConfig, context: ErrorContext): AppError {
+  if (error instanceof AppError) return error;
+  const e = error as Error & { code?: string; position?: string };
+  const code = e.code ?? '';
+  const where = `${config.host}:${config.port}/${config.database}`;
+  if (NETWORK_REASONS[code])
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `Cannot connect to ${where}: ${NETWORK_REASONS[code]} (${e.message})`,
+      {
+        reason: code,
+      },
+    );
+  const unreachable =
+    /^(08|28|3D|53|57P)/.test(code) ||
+    (!/^[0-9A-Z]{5}$/.test(code) &&
+      (context === 'connect' || /timeout expired|Connection terminated|SSL/i.test(e.message)));
+  if (unreachable)
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `Cannot connect to ${where} as ${config.user}: ${e.message}`,
+      {
+        reason: code || 'CONNECTION_FAILED',
+      },
+    );
+  if (code === '57014')
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `The query was cancelled by the statement timeout: ${e.message}`,
+      {
+        reason: 'STATEMENT_TIMEOUT',
+      },
+    );
+  if (context === 'user-sql' && /^[0-9A-Z]{5}$/.test(code)) {
+    const at = e.position ? ` (position ${e.position})` : '';
+    return new AppError('BAD_REQUEST', `The database rejected the query: ${e.message}${at}`, {
+      reason: code,
+    });
+  }
+  return new AppError(
+    'UNPROCESSABLE_CONTENT',
+    `The warehouse at ${where} failed: ${e.message ?? String(error)}`,
+    {
+      reason: code || undefined,
+    },
+  );
+}
+
+const LOOPBACK = /^(127\.|::1$|0\.0\.0\.0$|::$|::ffff:127\.)/;
+
+async function addressesOf(host: string): Promise<Set<string>> {
+  const bare = host.replace(/^\[|\]$/g, '');
+  if (bare === '' || bare.startsWith('/')) return new Set(['unix-socket']);
+  let addresses: string[];
+  try {
+    addresses = isIP(bare) ? [bare] : (await lookup(bare, { all: true })).map((a) => a.address);
+  } catch {
+    addresses = [bare.toLowerCase()];
+  }
+  return new Set(addresses.map((a) => (LOOPBACK.test(a) ? 'loopback' : a)));
+}
+
+/** True when the config names the control plane's own database (same server and database). */
+export async function pointsAtControlPlane(
+  config: ConnectionConfig,
+  controlPlaneUrl?: string,
+): Promise<boolean> {
+  if (!controlPlaneUrl) return false;
+  const url = new URL(controlPlaneUrl);
+  const database =
+    decodeURIComponent(url.pathname.replace(/^\//, '')) || decodeURIComponent(url.username) || 'postgres';
+  if (database !== config.database) return false;
+  if (Number(url.port || 5432) !== config.port) return false;
+  const [mine, theirs] = await Promise.all([
+    addressesOf(url.hostname || 'localhost'),
+    addressesOf(config.host),
+  ]);
+  return [...mine].some((a) => theirs.has(a));
+}
+
+interface PoolEntry {
+  key: string;
+  pool: pg.Pool;
+  lastUsed: number;
+  /** Type OID → name, filled as result columns are described. */
+  typeNames: Map<number, string>;
+}
+
+function poolKey(config: ConnectionConfig): string {
+  const identity = [
+    config.host,
+    config.port,
+    config.database,
+    config.user,
+    config.password ?? '',
+    config.ssl,
+  ];
+  return createHash('sha256').update(JSON.stringify(identity)).digest('hex');
+}
+
+/**
+ * One bounded pool per distinct connection (keyed by a hash of what the connection is made of, so a
+ * source and a target on the same database share it). A pool unused for a while is closed; so is an
+ * owner's previous pool when its config changes.
+ */
+export class WarehouseRegistry {
+  readonly settings: Required<Omit<WarehouseSettings, 'controlPlaneUrl'>> & { controlPlaneUrl?: string };
+  #pools = new Map<string, PoolEntry>();
+  #owners = new Map<string, string>();
+  #sweeper: NodeJS.Timeout;
+
+  constructor(settings: WarehouseSettings) {
+    this.settings = { poolMax: 5, poolIdleMs: 10 * 60_000, ...settings };
+    this.#sweeper = setInterval(() => void this.#sweep(), Math.min(60_000, this.settings.poolIdleMs)).unref();
+  }
+
+  /** A warehouse over `config`; `owner` (e.g. `<workspace id>:source`) lets a changed config close the old pool. */
+  async open(config: ConnectionConfig, owner?: string): Promise<Warehouse> {
+    const key = poolKey(config);
+    let entry = this.#pools.get(key);
+    if (!entry) {
+      if (await pointsAtControlPlane(config, this.settings.controlPlaneUrl))
+        throw new AppError(
+          'UNPROCESSABLE_CONTENT',
+          "This connection points at dimas's own database, which is never reachable through a workspace",
+          { reason: 'CONTROL_PLANE_DATABASE' },
+        );
+      entry = this.#pools.get(key) ?? this.#createPool(key, config);
+    }
+    if (owner) {
+      const previous = this.#owners.get(owner);
+      this.#owners.set(owner, key);
+      if (previous && previous !== key && ![...this.#owners.values()].includes(previous))
+        await this.#end(previous);
+    }
+    entry.lastUsed = Date.now();
+    return new PostgresWarehouse(config, entry, this.settings);
+  }
+
+  /** Pools currently open (for tests and system info). */
+  get size(): number {
+    return this.#pools.size;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#sweeper);
+    await Promise.all([...this.#pools.keys()].map((key) => this.#end(key)));
+    this.#owners.clear();
+  }
+
+  #createPool(key: string, config: ConnectionConfig): PoolEntry {
+    const pool = new pg.Pool({
+      host: config.host,
+      port: config.port,
+      database: config.database,
+      user: config.user,
+      password: config.password,
+      ssl: config.ssl ? { rejectUnauthorized: true } : undefined,
+      max: this.settings.poolMax,
+      idleTimeoutMillis: 30_000,
+      connectionTimeoutMillis: 10_000,
+      application_name: 'dimas',
+      keepAlive: true,
+      types: typeParsers,
+    });
+    // An idle connection dropped by the server must not crash the process; the next query reconnects.
+    pool.on('error', () => {});
+    const entry: PoolEntry = { key, pool, lastUsed: Date.now(), typeNames: new Map() };
+    this.#pools.set(key, entry);
+    return entry;
+  }
+
+  async #end(key: string) {
+    const entry = this.#pools.get(key);
+    if (!entry) return;
+    this.#pools.delete(key);
+    for (const [owner, k] of this.#owners) if (k === key) this.#owners.delete(owner);
+    await entry.pool.end().catch(() => {});
+  }
+
+  async #sweep() {
+    const cutoff = Date.now() - this.settings.poolIdleMs;
+    for (const entry of [...this.#pools.values()])
+      if (
+        entry.lastUsed < cutoff &&
+        entry.pool.waitingCount === 0 &&
+        entry.pool.idleCount === entry.pool.totalCount
+      )
+        await this.#end(entry.key);
+  }
+}
+
+function readCursor(
+  cursor: Cursor,
+  count: number,
+): Promise<{ rows: Record<string, unknown>[]; fields: pg.FieldDef[] }> {
+  return new Promise((resolve, reject) =>
+    cursor.read(count, (error, rows, result) =>
+      error ? reject(error) : resolve({ rows, fields: result?.fields ?? [] }),
+    ),
+  );
+}
+
+class PostgresWarehouse implements Warehouse {
+  constructor(
+    readonly config: ConnectionConfig,
+    private readonly entry: PoolEntry,
+    private readonly settings: { statementTimeoutMs: number; rowCap: number },
+  ) {}
+
+  async #connect(): Promise<pg.PoolClient> {
+    this.entry.lastUsed = Date.now();
+    try {
+      return await this.entry.pool.connect();
+    } catch (error) {
+      throw translate(error, this.config, 'connect');
+    }
+  }
+
+  /** One client for `fn`; a client that saw an error is discarded rather than reused. */
+  async #withClient<T>(fn: (client: pg.PoolClient) => Promise<T>, context: ErrorContext): Promise<T> {
+    const client = await this.#connect();
+    try {
+      const result = await fn(client);
+      client.release();
+      return result;
+    } catch (error) {
+      client.release(true);
+      throw translate(error, this.config, context);
+    }
+  }
+
+  /** READ ONLY transaction with a statement timeout around `fn`. */
+  #readOnly<T>(
+    timeoutMs: number,
+    fn: (client: pg.PoolClient) => Promise<T>,
+    context: ErrorContext,
+  ): Promise<T> {
+    return this.#withClient(async (client) => {
+      await client.query('begin transaction read only');
+      await client.query(`set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`);
+      const result = await fn(client);
+      await client.query('commit');
+      return result;
+    }, context);
+  }
+
+  async ping() {
+    return this.#withClient(async (client) => {
+      const { rows } = await client.query(
+        `select current_setting('server_version') as server_version, current_database() as database, current_user as user`,
+      );
+      return rows[0] as { server_version: string; database: string; user: string };
+    }, 'connect');
+  }
+
+  async catalogs() {
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      async (client) => {
+        const databases = await client.query<{ name: string }>(
+          `select datname as name from pg_database
+            where datallowconn and not datistemplate and has_database_privilege(datname, 'CONNECT')
+            order by datname`,
+        );
+        const schemas = await client.query<{ name: string }>(
+          `select nspname as name from pg_namespace
+            where nspname !~ '^pg_' and nspname <> 'information_schema' and has_schema_privilege(nspname, 'USAGE')
+            order by nspname`,
+        );
+        return { databases: databases.rows.map((r) => r.name), schemas: schemas.rows.map((r) => r.name) };
+      },
+      'internal',
+    );
+  }
+
+  introspect(options?: IntrospectOptions) {
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      (client) =>
+        introspectCatalog(
+          async <R>(sql: string, params: unknown[]) => (await client.query(sql, params)).rows as R[],
+          { schemas: this.config.schemas, tables: this.config.tables },
+          options,
+        ),
+      'internal',
+    );
+  }
+
+  async sampleValues(table: TableRef, column: string, limit = SAMPLE_LIMIT_DEFAULT): Promise<SampleValue[]> {
+    if (!Number.isInteger(limit) || limit < 1 || limit > SAMPLE_LIMIT_MAX)
+      throw new AppError('BAD_REQUEST', `limit must be an integer between 1 and ${SAMPLE_LIMIT_MAX}`);
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      async (client) => {
+        const exists = await client.query(
+          `select 1 from pg_attribute a join pg_class c on c.oid = a.attrelid
+             join pg_namespace n on n.oid = c.relnamespace
+            where n.nspname = $1 and c.relname = $2 and a.attname = $3 and a.attnum > 0 and not a.attisdropped`,
+          [table.schema, table.name, column],
+        );
+        if (!exists.rowCount)
+          throw new AppError('NOT_FOUND', `Column ${table.schema}.${table.name}.${column} not found`);
+        const col = quoteIdent(column);
+        // Grouped on the text form so every type (json included) can be counted.
+        const { rows } = await client.query<{ value: string; count: string }>(
+          `select ${col}::text as value, count(*) as count from ${qualified(table)}
+            where ${col} is not null group by 1 order by 2 desc, 1 limit $1`,
+          [limit],
+        );
+        return rows.map((r) => ({ value: r.value, count: Number(r.count) }));
+      },
+      'internal',
+    );
+  }
+
+  async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
+    await assertReadOnlySql(sql);
+    const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
+    const started = performance.now();
+    return this.#readOnly(
+      options.timeoutMs ?? this.settings.statementTimeoutMs,
+      async (client) => {
+        // A cursor reads one row past the cap: enough to know it was truncated, never the whole result.
+        const cursor = client.query(new Cursor(sql, options.params));
+        const { rows, fields } = await readCursor(cursor, cap + 1);
+        await cursor.close();
+        const truncated = rows.length > cap;
+        if (truncated) rows.length = cap;
+        return {
+          columns: await this.#describe(client, fields),
+          rows,
+          row_count: rows.length,
+          truncated,
+          duration_ms: Math.round(performance.now() - started),
+        };
+      },
+      'user-sql',
+    );
+  }
+
+  async #describe(client: pg.PoolClient, fields: pg.FieldDef[]) {
+    const unknown = [...new Set(fields.map((f) => f.dataTypeID))].filter(
+      (oid) => !this.entry.typeNames.has(oid),
+    );
+    if (unknown.length) {
+      const { rows } = await client.query<{ oid: number; name: string }>(
+        'select oid::int as oid, format_type(oid, null) as name from pg_type where oid = any($1::oid[])',
+        [unknown],
+      );
+      for (const r of rows) this.entry.typeNames.set(r.oid, r.name);
+    }
+    return fields.map((f) => ({ name: f.name, type: this.entry.typeNames.get(f.dataTypeID) ?? 'unknown' }));
+  }
+
+  async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
+    await assertReadOnlySql(sql);
+    const client = await this.#connect();
+    let clean = false;
+    try {
+      await client.query('begin transaction read only');
+      await client.query(`set local statement_timeout = ${Math.max(0, Math.floor(options.timeoutMs ?? 0))}`);
+      const cursor = client.query(new Cursor(sql, options.params));
+      const batchSize = options.batchSize ?? 1000;
+      for (;;) {
+        let rows: Record<string, unknown>[];
+        try {
+          rows = (await readCursor(cursor, batchSize)).rows;
+        } catch (error) {
+          throw translate(error, this.config, 'user-sql');
+        }
+        if (!rows.length) break;
+        yield rows;
+      }
+      await cursor.close();
+      await client.query('commit');
+      clean = true;
+    } finally {
+      // A consumer that stopped early leaves an open portal: drop that connection instead of reusing it.
+      client.release(clean ? undefined : true);
+    }
+  }
+
+  async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
+    return this.#withClient(async (client) => {
+      await client.query('begin');
+      try {
+        const result = await fn({
+          query: async <R extends Record<string, unknown>>(text: string, params?: unknown[]) => {
+            const res = await client.query<R>(text, params);
+            return { rows: res.rows, rowCount: res.rowCount ?? 0 };
+          },
+        });
+        await client.query('commit');
+        return result;
+      } catch (error) {
+        await client.query('rollback').catch(() => {});
+        throw error;
+      }
+    }, 'user-sql');
+  }
+}
+
+const registries = new WeakMap<AppDeps, WarehouseRegistry>();
+
+/** The server's warehouse pools (one registry per running server, created on first use). */
+export function warehouses(deps: AppDeps): WarehouseRegistry {
+  let registry = registries.get(deps);
+  if (!registry) {
+    registry = new WarehouseRegistry({
+      statementTimeoutMs: deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
+      rowCap: deps.env.WAREHOUSE_ROW_CAP,
+      controlPlaneUrl: deps.env.DATABASE_URL,
+    });
+    registries.set(deps, registry);
+  }
+  return registry;
+}
+
+/** Closes every pool the server opened (server shutdown). */
+export async function closeWarehouses(deps: AppDeps): Promise<void> {
+  await registries.get(deps)?.close();
+  registries.delete(deps);
+}

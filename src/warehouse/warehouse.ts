@@ -1,0 +1,119 @@
+import type { ConnectionConfig } from './config.ts';
+
+/** A relation of a warehouse as introspection reports it. */
+export type RelationKind = 'table' | 'view' | 'materialized_view' | 'foreign_table' | 'partitioned_table';
+
+export interface IntrospectedColumn {
+  name: string;
+  /** PostgreSQL spelling, e.g. `character varying(255)`, `timestamp with time zone`. */
+  type: string;
+  nullable: boolean;
+  default: string | null;
+  description: string | null;
+  position: number;
+}
+
+export interface IntrospectedForeignKey {
+  name: string;
+  columns: string[];
+  references: { schema: string; table: string; columns: string[] };
+}
+
+export interface IntrospectedTable {
+  schema: string;
+  name: string;
+  kind: RelationKind;
+  description: string | null;
+  /** The planner's estimate (pg_class.reltuples, else live tuples); null when never analyzed. */
+  estimated_rows: number | null;
+  primary_key: string[];
+  foreign_keys: IntrospectedForeignKey[];
+  columns: IntrospectedColumn[];
+}
+
+export interface IntrospectedSchema {
+  database: string;
+  /** The schemas asked for that exist. */
+  schemas: string[];
+  tables: IntrospectedTable[];
+}
+
+export interface IntrospectOptions {
+  /** Schemas to read; default the config's `schemas`. */
+  schemas?: string[];
+  /** `table` or `schema.table` names to keep; default all. */
+  tables?: string[];
+}
+
+export interface ResultColumn {
+  name: string;
+  type: string;
+}
+
+export interface QueryResult {
+  columns: ResultColumn[];
+  rows: Record<string, unknown>[];
+  row_count: number;
+  /** More rows existed than the cap allowed. */
+  truncated: boolean;
+  duration_ms: number;
+}
+
+export interface ReadOptions {
+  /** Row cap; default and maximum WAREHOUSE_ROW_CAP. */
+  limit?: number;
+  /** statement_timeout; default WAREHOUSE_STATEMENT_TIMEOUT_MS. */
+  timeoutMs?: number;
+  params?: unknown[];
+}
+
+export interface StreamOptions {
+  params?: unknown[];
+  batchSize?: number;
+  /** statement_timeout for the whole read; 0 = none (default: none, long reads feed jobs). */
+  timeoutMs?: number;
+}
+
+export interface SampleValue {
+  value: string;
+  count: number;
+}
+
+export interface TableRef {
+  schema: string;
+  name: string;
+}
+
+/** What runs inside `transaction(fn)`: statements on one connection, committed together. */
+export interface WarehouseTransaction {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    sql: string,
+    params?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number }>;
+}
+
+/**
+ * A user's database (source or target), reached with a workspace's decrypted configuration.
+ * Failures to connect are AppError UNPROCESSABLE_CONTENT with the driver's reason; user SQL that the
+ * database rejects is BAD_REQUEST with its message.
+ */
+export interface Warehouse {
+  readonly config: ConnectionConfig;
+  /** Connects and runs `select 1`; throws the 422 with the reason when that fails. */
+  ping(): Promise<{ server_version: string; database: string; user: string }>;
+  /** Databases and schemas the credentials can see. */
+  catalogs(): Promise<{ databases: string[]; schemas: string[] }>;
+  /** Schemas, relations, columns, keys and estimated rows in a constant number of catalog queries. */
+  introspect(options?: IntrospectOptions): Promise<IntrospectedSchema>;
+  /** Distinct non-null values of a column, most frequent first (limit default 20, max 1000). */
+  sampleValues(table: TableRef, column: string, limit?: number): Promise<SampleValue[]>;
+  /**
+   * One read-only statement (checked by the SQL guard) in a READ ONLY transaction with a
+   * statement_timeout and a row cap.
+   */
+  readOnlyQuery(sql: string, options?: ReadOptions): Promise<QueryResult>;
+  /** A read-only statement streamed in batches through a cursor; nothing is held beyond one batch. */
+  stream(sql: string, options?: StreamOptions): AsyncGenerator<Record<string, unknown>[]>;
+  /** DDL/DML in one transaction: committed when `fn` resolves, rolled back when it throws. */
+  transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T>;
+}

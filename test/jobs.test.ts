@@ -1,0 +1,225 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { createTenant, unique, type Tenant } from './helpers/api.ts';
+import { createJobQueue, type JobQueue, type JobRunView } from '../src/jobs/queue.ts';
+import { jobQueueConnection } from '../src/server.ts';
+
+let server: TestServer;
+let tenant: Tenant;
+let other: Tenant;
+let jobs: JobQueue;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  other = await createTenant(server);
+  jobs = server.deps.jobs;
+});
+afterAll(async () => server?.close());
+
+const org = () => ({ organizationId: tenant.organization.id });
+
+async function waitFor(
+  queue: JobQueue,
+  id: string,
+  done: (run: JobRunView) => boolean,
+  timeoutMs = 30_000,
+): Promise<JobRunView> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const run = await queue.getRun(id, tenant.organization.id);
+    if (run && done(run)) return run;
+    if (Date.now() > deadline) throw new Error(`run ${id} is still ${run?.status}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { open, opened };
+}
+
+describe('job queue', () => {
+  it('runs an enqueued job and records progress, result and times', async () => {
+    const kind = unique('ok-');
+    const seen: unknown[] = [];
+    await jobs.register<{ rows: number }>(kind, async (payload, context) => {
+      seen.push({ payload, attempt: context.attempt, organizationId: context.organizationId });
+      await context.progress({ rows_written: payload.rows / 2 });
+      await context.progress({ rows_written: payload.rows });
+      return { rows: payload.rows };
+    });
+    const { run, created } = await jobs.enqueue(kind, { rows: 10 }, org());
+    expect(created).toBe(true);
+    expect(run).toMatchObject({ kind, status: 'queued', retry_count: 0, payload: { rows: 10 } });
+    const done = await waitFor(jobs, run.id, (r) => r.status === 'succeeded');
+    expect(done).toMatchObject({
+      progress: { rows_written: 10 },
+      result: { rows: 10 },
+      error: null,
+      retry_count: 0,
+      organization_id: tenant.organization.id,
+      workspace_id: null,
+    });
+    expect(done.started_at).toBeInstanceOf(Date);
+    expect(done.finished_at!.getTime()).toBeGreaterThanOrEqual(done.started_at!.getTime());
+    expect(done.duration_ms).toBeGreaterThanOrEqual(0);
+    expect(seen).toEqual([{ payload: { rows: 10 }, attempt: 1, organizationId: tenant.organization.id }]);
+    // Another organization's id reads like a missing one.
+    expect(await jobs.getRun(run.id, other.organization.id)).toBeNull();
+    expect(await jobs.getRun('not-a-uuid', tenant.organization.id)).toBeNull();
+    const listed = await jobs.listRuns(tenant.organization.id, { kind });
+    expect(listed.map((r) => r.id)).toEqual([run.id]);
+    expect(await jobs.listRuns(other.organization.id, { kind })).toEqual([]);
+  });
+
+  it('retries a failing handler with backoff, then records the failure', async () => {
+    const kind = unique('fail-');
+    const attempts: { attempt: number; at: number }[] = [];
+    await jobs.register(
+      kind,
+      async (_payload, context) => {
+        attempts.push({ attempt: context.attempt, at: Date.now() });
+        await context.progress({ attempt: context.attempt });
+        throw new Error(`target unreachable (attempt ${context.attempt})`);
+      },
+      { retryLimit: 2, retryDelaySeconds: 0, retryBackoff: true },
+    );
+    const { run } = await jobs.enqueue(kind, {}, org());
+    const waiting = await waitFor(jobs, run.id, (r) => r.error !== null);
+    // Between attempts the run stays active, with the last error visible.
+    expect(['queued', 'running', 'failed']).toContain(waiting.status);
+    const failed = await waitFor(jobs, run.id, (r) => r.status === 'failed');
+    expect(failed).toMatchObject({
+      error: 'target unreachable (attempt 3)',
+      retry_count: 2,
+      progress: { attempt: 3 },
+      result: null,
+    });
+    expect(failed.finished_at).toBeInstanceOf(Date);
+    expect(attempts.map((a) => a.attempt)).toEqual([1, 2, 3]);
+    // Backoff: pg-boss waits about 2^attempt seconds (with jitter) before each retry.
+    expect(attempts[1].at - attempts[0].at).toBeGreaterThanOrEqual(900);
+    expect(attempts[2].at - attempts[1].at).toBeGreaterThanOrEqual(1900);
+  });
+
+  it('keeps one active run per singleton key and returns it to a second enqueue', async () => {
+    const kind = unique('single-');
+    const release = gate();
+    const started = gate();
+    let runs = 0;
+    await jobs.register(kind, async () => {
+      runs++;
+      started.open();
+      await release.opened;
+      return { done: true };
+    });
+    const first = await jobs.enqueue(
+      kind,
+      { table: 'customers' },
+      { ...org(), singletonKey: 'ws1:customers' },
+    );
+    await started.opened;
+    const second = await jobs.enqueue(
+      kind,
+      { table: 'customers' },
+      { ...org(), singletonKey: 'ws1:customers' },
+    );
+    expect(second.created).toBe(false);
+    expect(second.run.id).toBe(first.run.id);
+    expect(second.run.status).toBe('running');
+    // Other keys and other organizations are independent.
+    const otherKey = await jobs.enqueue(kind, {}, { ...org(), singletonKey: 'ws1:orders' });
+    expect(otherKey.created).toBe(true);
+    const otherOrg = await jobs.enqueue(
+      kind,
+      {},
+      { organizationId: other.organization.id, singletonKey: 'ws1:customers' },
+    );
+    expect(otherOrg.created).toBe(true);
+    release.open();
+    await waitFor(jobs, first.run.id, (r) => r.status === 'succeeded');
+    await waitFor(jobs, otherKey.run.id, (r) => r.status === 'succeeded');
+    // Once finished, the key is free again.
+    const third = await jobs.enqueue(kind, {}, { ...org(), singletonKey: 'ws1:customers' });
+    expect(third.created).toBe(true);
+    expect(third.run.id).not.toBe(first.run.id);
+    await waitFor(jobs, third.run.id, (r) => r.status === 'succeeded');
+    expect(runs).toBe(4);
+  });
+
+  it('cancels a running run; the handler sees it at its next progress report', async () => {
+    const kind = unique('cancel-');
+    const started = gate();
+    const release = gate();
+    let outcome = '';
+    await jobs.register(kind, async (_payload, context) => {
+      started.open();
+      await release.opened;
+      try {
+        await context.progress({ step: 2 });
+        outcome = 'continued';
+      } catch (error) {
+        outcome = `${(error as Error).name} aborted=${context.signal.aborted}`;
+        throw error;
+      }
+    });
+    const { run } = await jobs.enqueue(kind, {}, { ...org(), singletonKey: 'k' });
+    await started.opened;
+    expect(await jobs.cancel(run.id, other.organization.id)).toBeNull();
+    const cancelled = await jobs.cancel(run.id, tenant.organization.id);
+    expect(cancelled?.status).toBe('cancelled');
+    release.open();
+    await expect.poll(() => outcome).toBe('JobCancelledError aborted=true');
+    expect((await jobs.getRun(run.id, tenant.organization.id))?.status).toBe('cancelled');
+    // A cancelled run frees its singleton key.
+    expect((await jobs.enqueue(kind, {}, { ...org(), singletonKey: 'k' })).created).toBe(true);
+  });
+
+  it('keeps a run across a queue restart: the next process finishes it', async () => {
+    const kind = unique('restart-');
+    const connection = jobQueueConnection(server.db);
+    const first = createJobQueue({ orm: server.deps.orm, logger: server.deps.logger, connection });
+    await first.start();
+    await first.register(
+      kind,
+      async () => {
+        throw new Error('first process fails');
+      },
+      { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false },
+    );
+    const { run } = await first.enqueue(kind, { n: 1 }, org());
+    await waitFor(first, run.id, (r) => r.error === 'first process fails');
+    await first.stop();
+
+    const second = createJobQueue({ orm: server.deps.orm, logger: server.deps.logger, connection });
+    let payloadSeen: unknown;
+    await second.register(
+      kind,
+      async (payload, context) => {
+        payloadSeen = { payload, attempt: context.attempt };
+        return { ok: true };
+      },
+      { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false },
+    );
+    await second.start();
+    try {
+      const done = await waitFor(second, run.id, (r) => r.status === 'succeeded');
+      expect(done).toMatchObject({ retry_count: 1, result: { ok: true }, error: null });
+      expect(payloadSeen).toEqual({ payload: { n: 1 }, attempt: 2 });
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('refuses to enqueue an unknown kind or on a stopped queue', async () => {
+    await expect(jobs.enqueue(unique('nope-'), {}, org())).rejects.toThrow(/not registered/);
+    const stopped = createJobQueue({
+      orm: server.deps.orm,
+      logger: server.deps.logger,
+      connection: jobQueueConnection(server.db),
+    });
+    await expect(stopped.enqueue('x', {}, org())).rejects.toMatchObject({ code: 'SERVICE_UNAVAILABLE' });
+  });
+});

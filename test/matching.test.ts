@@ -1,0 +1,219 @@
+import { describe, expect, it } from 'vitest';
+import { conceptsOf, matchTable, type TableMatch } from '../src/llm/offline-matcher.ts';
+import {
+  f1Of,
+  loadFixtures,
+  loadTargetTable,
+  runFixture,
+  scoreMatch,
+  sourceTablesOf,
+  type MatchingFixture,
+} from './helpers/matching-fixtures.ts';
+
+const fixtures = loadFixtures();
+
+function report(label: string, rows: { name: string; tp: number; fp: number; fn: number }[]) {
+  const lines = rows.map((r) => {
+    const s = f1Of(r.tp, r.fp, r.fn);
+    return `  ${r.name.padEnd(40)} P=${s.precision.toFixed(3)} R=${s.recall.toFixed(3)} F1=${s.f1.toFixed(3)} (tp ${r.tp}, fp ${r.fp}, fn ${r.fn})`;
+  });
+  const total = rows.reduce((a, r) => ({ tp: a.tp + r.tp, fp: a.fp + r.fp, fn: a.fn + r.fn }), { tp: 0, fp: 0, fn: 0 });
+  const t = f1Of(total.tp, total.fp, total.fn);
+  console.log(
+    `${label}\n${lines.join('\n')}\n  ${'ALL'.padEnd(40)} P=${t.precision.toFixed(3)} R=${t.recall.toFixed(3)} F1=${t.f1.toFixed(3)}`,
+  );
+  return t;
+}
+
+describe('matching fixtures', () => {
+  it('has at least five source systems, each with a mapping that points at real columns and fields', () => {
+    expect(fixtures.length).toBeGreaterThanOrEqual(5);
+    expect(new Set(fixtures.map((f) => f.system)).size).toBe(fixtures.length);
+    for (const f of fixtures) {
+      const target = loadTargetTable(f.target_table);
+      const fields = new Set(target.columns.map((c) => c.name));
+      const sources = new Set(f.tables.flatMap((t) => t.columns.map((c) => `${t.name}.${c.name}`)));
+      expect(Object.keys(f.mapping).length, f.file).toBeGreaterThanOrEqual(10);
+      for (const [field, source] of Object.entries(f.mapping)) {
+        expect(fields.has(field), `${f.file}: ${field}`).toBe(true);
+        expect(sources.has(source), `${f.file}: ${source}`).toBe(true);
+      }
+      for (const t of f.tables) for (const c of t.columns) expect(c.samples.length, `${t.name}.${c.name}`).toBeGreaterThan(0);
+    }
+  });
+});
+
+describe('offline matcher quality', () => {
+  it('reaches F1 >= 0.85 with its top suggestion over all fixtures', () => {
+    const rows = fixtures.map((f) => {
+      const { score } = runFixture(f);
+      if (score.errors.length) console.log(`${f.file} misses:\n    ${score.errors.join('\n    ')}`);
+      return { name: f.file, ...score };
+    });
+    const total = report('offline matcher, top suggestion vs. hand mapping:', rows);
+    expect(total.f1).toBeGreaterThanOrEqual(0.85);
+    for (const r of rows) expect(f1Of(r.tp, r.fp, r.fn).f1, r.name).toBeGreaterThanOrEqual(0.75);
+  });
+
+  /** The same source under another naming convention: the matcher reads names, not spellings. */
+  const styles: Record<string, (words: string[]) => string> = {
+    camelCase: (w) => w.map((x, i) => (i === 0 ? x : x[0].toUpperCase() + x.slice(1))).join(''),
+    UPPER_SNAKE: (w) => w.join('_').toUpperCase(),
+    'kebab-case': (w) => w.join('-'),
+  };
+  const wordsOf = (name: string) =>
+    name
+      .replace(/([a-z])([A-Z])/g, '$1 $2')
+      .replace(/#/g, ' no ')
+      .toLowerCase()
+      .split(/[^a-z0-9]+/)
+      .filter(Boolean);
+
+  function restyle(f: MatchingFixture, style: (w: string[]) => string): MatchingFixture {
+    const rename = (c: string) => style(wordsOf(c));
+    return {
+      ...f,
+      tables: f.tables.map((t) => ({ ...t, columns: t.columns.map((c) => ({ ...c, name: rename(c.name) })) })),
+      mapping: Object.fromEntries(
+        Object.entries(f.mapping).map(([k, v]) => {
+          const [table, ...rest] = v.split('.');
+          return [k, `${table}.${rename(rest.join('.'))}`];
+        }),
+      ),
+    };
+  }
+
+  it.each(Object.keys(styles))('keeps F1 >= 0.85 when every source column is renamed to %s', (style) => {
+    const rows = fixtures.map((f) => {
+      const styled = restyle(f, styles[style]);
+      return { name: f.file, ...runFixture(styled).score };
+    });
+    expect(report(`restyled to ${style}:`, rows).f1).toBeGreaterThanOrEqual(0.85);
+  });
+
+  it('gives confidences that behave like probabilities', () => {
+    const right: number[] = [];
+    const wrong: number[] = [];
+    for (const f of fixtures) {
+      const { match } = runFixture(f);
+      for (const field of match.fields) {
+        const s = field.suggestion;
+        if (!s) continue;
+        expect(s.confidence).toBeGreaterThanOrEqual(0);
+        expect(s.confidence).toBeLessThanOrEqual(1);
+        (s.source_field === f.mapping[field.target_field] ? right : wrong).push(s.confidence);
+      }
+    }
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const brier = mean([...right.map((c) => (1 - c) ** 2), ...wrong.map((c) => c ** 2)]);
+    console.log(
+      `calibration: ${right.length} right (mean ${mean(right).toFixed(3)}), ${wrong.length} wrong (mean ${wrong.length ? mean(wrong).toFixed(3) : '—'}), Brier ${brier.toFixed(3)}`,
+    );
+    expect(mean(right)).toBeGreaterThan(wrong.length ? mean(wrong) : 0);
+    expect(brier).toBeLessThan(0.1);
+  });
+
+  it('is deterministic', () => {
+    for (const f of fixtures) expect(runFixture(f).match).toEqual(runFixture(f).match);
+  });
+});
+
+describe('offline matcher behaviour', () => {
+  it('reads abbreviations and synonyms as the same concept', () => {
+    const same = [
+      ['fname', 'first_name', 'given_name', 'FirstName', 'forename'],
+      ['zip', 'postal_code', 'ZipCode', 'postcode'],
+      ['mobile', 'phone_number', 'cell_phone', 'telephone', 'tel_no'],
+      ['dob', 'birth_date', 'date_of_birth', 'birthday'],
+      ['cust_id', 'customer_id', 'client_id', 'user_id'],
+      ['addr1', 'address_line_1', 'street_address', 'street'],
+      ['e-mail', 'email_address', 'EmailAddr', 'mail'],
+      ['cntry', 'country_code', 'country'],
+      ['signup_date', 'created_at', 'createdAt', 'registration_ts'],
+    ];
+    for (const group of same) {
+      const first = conceptsOf(group[0]);
+      for (const name of group) expect(conceptsOf(name), name).toEqual(first);
+    }
+    expect(conceptsOf('first_order_date')).not.toEqual(conceptsOf('last_order_date'));
+    expect(conceptsOf('user_name')).not.toEqual(conceptsOf('full_name'));
+  });
+
+  const target = {
+    name: 'people',
+    primary_key: ['person_id'],
+    columns: [
+      { name: 'person_id', type: 'text' },
+      { name: 'email', type: 'text' },
+      { name: 'phone', type: 'text' },
+      { name: 'birth_date', type: 'date' },
+    ],
+  };
+  const col = (name: string, type: string, patterns: { pattern: any; share: number }[] = []) => ({
+    name,
+    type,
+    patterns,
+  });
+
+  function field(m: TableMatch, name: string) {
+    return m.fields.find((f) => f.target_field === name)!;
+  }
+
+  it('reports an ambiguity when two columns fit a field about equally', () => {
+    const m = matchTable(target, [
+      {
+        name: 'contacts',
+        columns: [
+          col('home_phone', 'text', [{ pattern: 'phone', share: 1 }]),
+          col('personal_phone', 'text', [{ pattern: 'phone', share: 1 }]),
+        ],
+      },
+    ]);
+    const phone = field(m, 'phone');
+    expect(phone.suggestion).not.toBeNull();
+    expect(phone.ambiguity?.candidates.map((c) => c.source_field).sort()).toEqual([
+      'contacts.home_phone',
+      'contacts.personal_phone',
+    ]);
+    expect(m.ambiguities).toContainEqual(phone.ambiguity);
+  });
+
+  it('lets values decide when the name says nothing, and vetoes a name the values contradict', () => {
+    const m = matchTable(target, [
+      {
+        name: 'legacy',
+        columns: [
+          col('attr_7', 'text', [{ pattern: 'email', share: 0.96 }]),
+          col('phone', 'text', [{ pattern: 'date', share: 1 }]),
+          col('x1', 'numeric(8,0)', [{ pattern: 'date', share: 1 }, { pattern: 'integer', share: 1 }]),
+        ],
+      },
+    ]);
+    expect(field(m, 'email').suggestion?.source_field).toBe('legacy.attr_7');
+    expect(field(m, 'phone').suggestion).toBeNull();
+    expect(field(m, 'email').suggestion!.evidence).toMatchObject({ name: 0, pattern: 0.96 });
+  });
+
+  it('assigns a source column to one field only and prefers the primary key for the key field', () => {
+    const m = matchTable(target, [
+      {
+        name: 'persons',
+        columns: [
+          { name: 'ref', type: 'integer', isPrimaryKey: true },
+          { name: 'person_id', type: 'integer', references: { table: 'other', column: 'id' } },
+          col('email', 'text', [{ pattern: 'email', share: 1 }]),
+        ],
+      },
+    ]);
+    const used = m.fields.flatMap((f) => (f.suggestion ? [f.suggestion.source_field] : []));
+    expect(new Set(used).size).toBe(used.length);
+    expect(m.primary_table).toBe('persons');
+    expect(field(m, 'email').suggestion?.confidence).toBeGreaterThan(0.95);
+  });
+
+  it('suggests nothing for a source that has nothing to offer', () => {
+    const m = matchTable(target, [{ name: 'metrics', columns: [col('cpu_load', 'double precision')] }]);
+    expect(m.fields.every((f) => f.suggestion === null)).toBe(true);
+    expect(m.primary_table).toBeNull();
+  });
+});

@@ -1,0 +1,521 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { PGlite } from '@electric-sql/pglite';
+import { loadModule, parseSync } from 'libpg-query';
+import { buildMetricsQuery, computeTableMetrics, type ColumnInput } from '../src/quality/metrics.ts';
+import {
+  createIdentitySchema,
+  identityGraphStats,
+  resolveIdentities,
+  type ResolveOptions,
+} from '../src/quality/identity-graph.ts';
+import {
+  evaluateColumnMonitoring,
+  evaluateIdentityHealth,
+  evaluateTableMonitoring,
+  runColumnTests,
+} from '../src/quality/rules.ts';
+import type { SqlRunner } from '../src/quality/sql.ts';
+
+/**
+ * The engines run against a real PostgreSQL server when TEST_DATABASE_URL is set (a scratch
+ * database, dropped afterwards), else against embedded PGlite, the demo warehouse of embedded mode.
+ */
+let db: SqlRunner & { statements: string[] };
+let close: () => Promise<void>;
+
+function counting(query: SqlRunner['query']): SqlRunner & { statements: string[] } {
+  const statements: string[] = [];
+  return {
+    statements,
+    query: (sql, params) => {
+      statements.push(sql);
+      return query(sql, params);
+    },
+  };
+}
+
+beforeAll(async () => {
+  const serverUrl = process.env.TEST_DATABASE_URL;
+  if (serverUrl) {
+    const name = `dimas_quality_${process.pid}_${Date.now()}`;
+    const admin = new pg.Client({ connectionString: serverUrl });
+    await admin.connect();
+    await admin.query(`create database "${name}"`);
+    const url = new URL(serverUrl);
+    url.pathname = `/${name}`;
+    const client = new pg.Client({ connectionString: url.toString() });
+    await client.connect();
+    db = counting((sql, params) => client.query(sql, params));
+    close = async () => {
+      await client.end();
+      await admin.query(`drop database if exists "${name}" with (force)`);
+      await admin.end();
+    };
+  } else {
+    const lite = await PGlite.create();
+    db = counting(async (sql, params) => {
+      const r = await lite.query(sql, params);
+      return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+    });
+    close = () => lite.close();
+  }
+  await db.query('create schema qt');
+  await db.query(`create table qt.people (
+    id integer primary key, email text, age integer, score numeric(10,2), big bigint, born date,
+    active boolean, updated_at timestamptz, payload jsonb)`);
+  await db.query(`insert into qt.people values
+    (1, 'a@x.com', 30, 1.50, 9007199254740993, '1990-01-01', true, '2024-05-01T08:00:00Z', '{"a":1}'),
+    (2, 'b@x.com', null, 2.25, 5, '1985-06-15', false, '2024-05-01T09:00:00Z', '{"a":1}'),
+    (3, null, 30, null, null, null, true, '2024-05-01T09:30:00Z', null),
+    (4, 'a@x.com', 45, -3.00, 7, '2000-12-31', null, '2024-05-01T09:50:00Z', '{"b":2}')`);
+}, 60_000);
+
+afterAll(async () => close?.());
+
+const peopleColumns: ColumnInput[] = [
+  { name: 'id', type: 'integer' },
+  { name: 'email', type: 'text' },
+  { name: 'age', type: 'integer' },
+  { name: 'score', type: 'numeric(10,2)' },
+  { name: 'big', type: 'bigint' },
+  { name: 'born', type: 'date' },
+  { name: 'active', type: 'boolean' },
+  { name: 'updated_at', type: 'timestamp with time zone' },
+  { name: 'payload', type: 'jsonb' },
+];
+const people = { schema: 'qt', name: 'people' };
+
+describe('table metrics', () => {
+  it('equals hand-computed values on seeded data, in one statement', async () => {
+    const before = db.statements.length;
+    const m = await computeTableMetrics(db, people, peopleColumns, { textMinMax: true });
+    expect(db.statements.length - before).toBe(1);
+    expect(m.table).toBe('qt.people');
+    expect(m.row_count).toBe(4);
+    const col = (name: string) => m.columns.find((c) => c.name === name)!;
+    expect(col('id')).toMatchObject({
+      null_count: 0,
+      null_rate: 0,
+      distinct_count: 4,
+      distinct_exact: true,
+      min: 1,
+      max: 4,
+    });
+    expect(col('email')).toMatchObject({
+      null_count: 1,
+      null_rate: 0.25,
+      distinct_count: 2,
+      min: 'a@x.com',
+      max: 'b@x.com',
+    });
+    expect(col('age')).toMatchObject({ null_rate: 0.25, distinct_count: 2, min: 30, max: 45 });
+    expect(col('score')).toMatchObject({ null_rate: 0.25, distinct_count: 3, min: -3, max: 2.25 });
+    // Beyond 2^53 a bigint stays a string rather than silently losing digits.
+    expect(col('big')).toMatchObject({ distinct_count: 3, min: 5, max: '9007199254740993' });
+    expect(col('born')).toMatchObject({ distinct_count: 3, min: '1985-06-15', max: '2000-12-31' });
+    expect(col('active')).toMatchObject({ null_count: 1, distinct_count: 2, min: null, max: null });
+    expect(col('payload')).toMatchObject({ null_count: 1, distinct_count: 2 });
+    expect(m.freshness?.column).toBe('updated_at');
+    expect(Date.parse(m.freshness!.max_timestamp!)).toBe(Date.parse('2024-05-01T09:50:00Z'));
+    const expectedAge = (m.measured_at.getTime() - Date.parse('2024-05-01T09:50:00Z')) / 1000;
+    expect(m.freshness!.age_seconds!).toBeCloseTo(expectedAge, 0);
+    expect(m.last_change?.at).toBe(m.freshness!.max_timestamp);
+    expect(m.measured_at).toBeInstanceOf(Date);
+  });
+
+  it('reports null rates as null for an empty table and skips freshness when asked', async () => {
+    await db.query('create table qt.empty_t (a int, t timestamp)');
+    const m = await computeTableMetrics(
+      db,
+      { schema: 'qt', name: 'empty_t' },
+      [
+        { name: 'a', type: 'integer' },
+        { name: 't', type: 'timestamp without time zone' },
+      ],
+      { timestampColumn: null },
+    );
+    expect(m.row_count).toBe(0);
+    expect(m.columns[0]).toMatchObject({ null_rate: null, distinct_count: 0, min: null, max: null });
+    expect(m.freshness).toBeNull();
+  });
+
+  it('measures a 20-column table with ONE statement', async () => {
+    const columns: ColumnInput[] = Array.from({ length: 20 }, (_, i) => ({
+      name: `c${i}`,
+      type: ['integer', 'text', 'double precision', 'date', 'timestamp with time zone'][i % 5],
+    }));
+    const defs = columns.map((c) => `${c.name} ${c.type}`).join(', ');
+    const exprs = columns.map((c, i) =>
+      c.type === 'integer'
+        ? `case when g % 10 = ${i % 10} then null else g % ${i + 2} end`
+        : c.type === 'text'
+          ? `'v' || (g % ${i + 3})`
+          : c.type === 'double precision'
+            ? `g / 4.0`
+            : c.type === 'date'
+              ? `date '2024-01-01' + (g % 30)`
+              : `timestamptz '2024-01-01T00:00:00Z' + g * interval '1 minute'`,
+    );
+    await db.query(`create table qt.wide (${defs})`);
+    await db.query(`insert into qt.wide select ${exprs.join(', ')} from generate_series(1, 1000) g`);
+    const query = buildMetricsQuery({ schema: 'qt', name: 'wide' }, columns);
+    await loadModule();
+    expect(parseSync(query.sql).stmts).toHaveLength(1);
+    const before = db.statements.length;
+    const m = await computeTableMetrics(db, { schema: 'qt', name: 'wide' }, columns);
+    expect(db.statements.length - before).toBe(1);
+    expect(m.row_count).toBe(1000);
+    expect(m.columns).toHaveLength(20);
+    expect(m.columns[0]).toMatchObject({
+      null_count: 100,
+      null_rate: 0.1,
+      distinct_count: 2,
+      min: 0,
+      max: 1,
+    });
+    expect(m.columns[1]).toMatchObject({ null_count: 0, distinct_count: 4, min: null });
+    expect(m.columns[3]).toMatchObject({ distinct_count: 30, min: '2024-01-01', max: '2024-01-30' });
+    expect(m.freshness?.column).toBe('c4');
+    expect(Date.parse(m.freshness!.max_timestamp!)).toBe(Date.parse('2024-01-01T00:00:00Z') + 1000 * 60_000);
+  });
+
+  it('estimates distinct counts above the threshold and says so', async () => {
+    await db.query('create table qt.big_t (u bigint, k integer, n text) with (autovacuum_enabled = false)');
+    await db.query(
+      `insert into qt.big_t select g, (g * 7919) % 1000, case when g % 2 = 0 then null else 'x' || (g % 50) end
+       from generate_series(1, 50000) g`,
+    );
+    const cols = [
+      { name: 'u', type: 'bigint' },
+      { name: 'k', type: 'integer' },
+      { name: 'n', type: 'text' },
+    ];
+    const table = { schema: 'qt', name: 'big_t' };
+    const options = { estimatedRows: 50_000, exactDistinctMaxRows: 10_000, sampleRows: 10_000 };
+    // Never analyzed: a block sample, estimated with Haas–Stokes.
+    const sampled = await computeTableMetrics(db, table, cols, options);
+    expect(sampled.row_count).toBe(50_000);
+    for (const c of sampled.columns)
+      expect(c).toMatchObject({ distinct_exact: false, distinct_method: 'sample' });
+    expect(sampled.columns[0].distinct_count).toBe(50_000);
+    expect(sampled.columns[1].distinct_count).toBeGreaterThan(900);
+    expect(sampled.columns[1].distinct_count).toBeLessThanOrEqual(1100);
+    expect(sampled.columns[2].distinct_count).toBeGreaterThanOrEqual(25);
+    expect(sampled.columns[2].distinct_count).toBeLessThanOrEqual(30);
+    expect(sampled.columns[2].null_rate).toBe(0.5);
+    // Analyzed: pg_stats, no sample scan.
+    await db.query('analyze qt.big_t');
+    const analyzed = await computeTableMetrics(db, table, cols, options);
+    for (const c of analyzed.columns)
+      expect(c).toMatchObject({ distinct_exact: false, distinct_method: 'pg_stats' });
+    expect(analyzed.columns[0].distinct_count).toBe(50_000);
+    expect(analyzed.columns[1].distinct_count).toBe(1000);
+    expect(analyzed.columns[2].distinct_count).toBe(25);
+    const exact = await computeTableMetrics(db, table, cols, { estimatedRows: 50_000 });
+    expect(exact.columns.map((c) => [c.distinct_count, c.distinct_exact])).toEqual([
+      [50_000, true],
+      [1000, true],
+      [25, true],
+    ]);
+  });
+
+  it('refuses a freshness column that is not a timestamp', () => {
+    expect(() => buildMetricsQuery(people, peopleColumns, { timestampColumn: 'email' })).toThrow(
+      /not a date/,
+    );
+  });
+});
+
+describe('rule evaluation', () => {
+  it('flags a crossed null-rate threshold and passes one that holds', async () => {
+    const m = await computeTableMetrics(db, people, peopleColumns);
+    const [crossed] = evaluateColumnMonitoring(m, 'email', { null_rate: { max: 0.1 }, severity: 'critical' });
+    expect(crossed).toMatchObject({
+      check_key: 'monitor:qt.people:email:null_rate',
+      table: 'qt.people',
+      column: 'email',
+      status: 'fail',
+      measured: 0.25,
+      threshold: 0.1,
+      severity: 'critical',
+    });
+    const [held] = evaluateColumnMonitoring(m, 'email', { null_rate: { max: 0.3 } });
+    expect(held).toMatchObject({ check_key: crossed.check_key, status: 'pass', severity: 'warning' });
+  });
+
+  it('evaluates distinct, range, freshness and volume thresholds', async () => {
+    const m = await computeTableMetrics(db, people, peopleColumns);
+    const checks = [
+      ...evaluateColumnMonitoring(m, 'age', { distinct: { min: 3 }, range: { min: 18, max: 40 } }),
+      ...evaluateColumnMonitoring(m, 'born', { range: { min: '1980-01-01', max: '2001-01-01' } }),
+      ...evaluateTableMonitoring(
+        m,
+        {
+          freshness: { max_age_seconds: 3600, severity: 'error' },
+          volume: { min_rows: 1, max_change_ratio: 0.5 },
+        },
+        { row_count: 2 },
+      ),
+    ];
+    expect(checks.map((c) => [c.check_key, c.status, c.measured])).toEqual([
+      ['monitor:qt.people:age:distinct', 'fail', 2],
+      ['monitor:qt.people:age:range', 'fail', 45],
+      ['monitor:qt.people:born:range', 'pass', '2000-12-31'],
+      ['monitor:qt.people:updated_at:freshness', 'fail', m.freshness!.age_seconds],
+      ['monitor:qt.people::volume', 'pass', 4],
+      ['monitor:qt.people::volume_change', 'fail', 1],
+    ]);
+    expect(checks[3].severity).toBe('error');
+  });
+
+  it('runs every column test of a table as one statement of failing-row counts', async () => {
+    await db.query(
+      'create table qt.orders (id int, customer_id int, status text, amount numeric, code text)',
+    );
+    await db.query(`insert into qt.orders values
+      (1, 1, 'paid', 10, 'A-1'), (2, 2, 'paid', 20, 'A-2'), (3, 99, 'lost', -5, 'bad'),
+      (3, null, 'open', 500, 'A-4')`);
+    const before = db.statements.length;
+    const results = await runColumnTests(db, { schema: 'qt', name: 'orders' }, [
+      { column: 'id', config: { not_null: true, unique: true } },
+      { column: 'customer_id', config: { not_null: true, relationships: { to: 'qt.people', field: 'id' } } },
+      { column: 'status', config: { accepted_values: ['paid', 'open'], severity: 'warning' } },
+      { column: 'amount', config: { range: { min: 0, max: 100 } } },
+      { column: 'code', config: { regex: '^A-[0-9]+$' } },
+    ]);
+    expect(db.statements.length - before).toBe(1);
+    expect(results.map((r) => [r.check_key, r.status, r.measured, r.severity])).toEqual([
+      ['test:qt.orders:id:not_null', 'pass', 0, 'error'],
+      ['test:qt.orders:id:unique', 'fail', 1, 'error'],
+      ['test:qt.orders:customer_id:not_null', 'fail', 1, 'error'],
+      ['test:qt.orders:customer_id:relationships', 'fail', 1, 'error'],
+      ['test:qt.orders:status:accepted_values', 'fail', 1, 'warning'],
+      ['test:qt.orders:amount:range', 'fail', 2, 'error'],
+      ['test:qt.orders:code:regex', 'fail', 1, 'error'],
+    ]);
+  });
+});
+
+describe('identity graph', () => {
+  const schema = 'idg';
+  const sources: ResolveOptions['sources'] = [
+    {
+      table: { schema: 'qt', name: 'crm' },
+      keyColumn: 'id',
+      identifiers: [
+        { column: 'email', type: 'email' },
+        { column: 'phone', type: 'phone' },
+      ],
+    },
+    {
+      table: { schema: 'qt', name: 'shop' },
+      keyColumn: 'order_id',
+      rule: 'order_contact',
+      identifiers: [
+        { column: 'customer_ref', type: 'customer_id' },
+        { column: 'contact_email', type: 'email' },
+      ],
+    },
+    {
+      table: { schema: 'qt', name: 'chain' },
+      identifiers: [
+        { column: 'a', type: 'email' },
+        { column: 'b', type: 'email' },
+      ],
+    },
+  ];
+
+  beforeAll(async () => {
+    await db.query('create table qt.crm (id int, email text, phone text)');
+    await db.query(`insert into qt.crm values
+      (1, ' Alice@Example.com ', '555 000 1111'),
+      (2, 'alice@example.com', null),
+      (3, 'alice.work@example.com', '(555) 000-1111'),
+      (5, 'bob@example.com', '555 999 0000'),
+      (6, 'carol@example.com', null),
+      (7, 'not-an-email', '0'),
+      (11, 'd1@x.com', '800 123 4567'), (12, 'd2@x.com', '800-123-4567'), (13, 'd3@x.com', '8001234567'),
+      (14, 'd4@x.com', '800.123.4567'), (15, 'd5@x.com', '800 123 4567')`);
+    await db.query('create table qt.shop (order_id text, customer_ref text, contact_email text)');
+    await db.query(`insert into qt.shop values ('o1', ' C9 ', 'ALICE.WORK@example.com'), ('o2', '', null)`);
+    // A 30-link chain: plain propagation needs ~30 rounds; pointer jumping far fewer.
+    await db.query('create table qt.chain (a text, b text)');
+    await db.query(`insert into qt.chain select 'k' || g || '@chain.io', 'k' || (g + 1) || '@chain.io'
+      from generate_series(1, 30) g`);
+  });
+
+  async function clusters(): Promise<string[][]> {
+    const { rows } = await db.query(
+      `select array_agg(id_type || ':' || id_value) as members from ${schema}.identity_nodes group by cluster_id`,
+    );
+    return rows.map((r) => (r.members as string[]).sort()).sort((a, b) => a[0].localeCompare(b[0]));
+  }
+
+  it('reports a graph that was never built', async () => {
+    const stats = await identityGraphStats(db, schema);
+    expect(stats).toMatchObject({ built: false, last_built_at: null, clusters: 0 });
+  });
+
+  it('creates the schema idempotently', async () => {
+    await createIdentitySchema(db, schema);
+    await createIdentitySchema(db, schema);
+    const { rows } = await db.query(
+      `select table_name from information_schema.tables where table_schema = $1 order by table_name`,
+      [schema],
+    );
+    expect(rows.map((r) => r.table_name)).toEqual([
+      'identity_clusters',
+      'identity_edges',
+      'identity_nodes',
+      'identity_profiles',
+      'identity_records',
+      'identity_runs',
+    ]);
+  });
+
+  it('resolves chains of shared identifiers into one cluster and leaves the rest apart', async () => {
+    const result = await resolveIdentities(db, { schema, sources, maxDegree: 3, maxClusterSize: 100 });
+    const chain = Array.from({ length: 31 }, (_, i) => `email:k${i + 1}@chain.io`).sort();
+    const hubEmails = [1, 2, 3, 4, 5].map((i) => [`email:d${i}@x.com`]);
+    expect(await clusters()).toEqual(
+      [
+        ['customer_id:C9', 'email:alice.work@example.com', 'email:alice@example.com', 'phone:5550001111'],
+        ['email:bob@example.com', 'phone:5559990000'],
+        ['email:carol@example.com'],
+        chain,
+        ...hubEmails,
+        ['phone:8001234567'],
+      ].sort((a, b) => a[0].localeCompare(b[0])),
+    );
+    expect(result).toMatchObject({
+      identifiers: 4 + 2 + 1 + 31 + 5 + 1,
+      clusters: 1 + 1 + 1 + 1 + 5 + 1,
+      largest_cluster: 31,
+      singletons: 7,
+      flagged_nodes: 1,
+      ignored_edges: 5,
+      oversized_components: 0,
+    });
+    expect(result.iterations).toBeGreaterThan(1);
+    expect(result.iterations).toBeLessThan(15);
+    const hub = await db.query(
+      `select degree, flagged from ${schema}.identity_nodes where id_value = '8001234567'`,
+    );
+    expect(hub.rows[0]).toEqual({ degree: 5, flagged: 'high_degree' });
+    const edge = await db.query(
+      `select e.rule, e.source_table from ${schema}.identity_edges e
+       join ${schema}.identity_nodes n on n.node_id in (e.node_a, e.node_b) where n.id_value = 'C9'`,
+    );
+    expect(edge.rows).toEqual([{ rule: 'order_contact', source_table: 'qt.shop' }]);
+    const profile = await db.query(
+      `select p.size, p.identifiers, p.records from ${schema}.identity_profiles p
+       join ${schema}.identity_nodes n on n.cluster_id = p.cluster_id where n.id_value = 'C9'`,
+    );
+    expect(profile.rows[0].size).toBe(4);
+    expect(Number(profile.rows[0].records)).toBe(4);
+    expect(profile.rows[0].identifiers).toEqual({
+      customer_id: ['C9'],
+      email: ['alice.work@example.com', 'alice@example.com'],
+      phone: ['5550001111'],
+    });
+
+    const stats = await identityGraphStats(db, schema);
+    expect(stats).toMatchObject({
+      built: true,
+      identifiers: 44,
+      identifiers_by_type: { customer_id: 1, email: 40, phone: 3 },
+      edges: result.edges,
+      ignored_edges: 5,
+      clusters: 10,
+      singletons: 7,
+      largest_cluster: { size: 31 },
+      cluster_size_distribution: {
+        '1': 7,
+        '2': 1,
+        '3-5': 1,
+        '6-10': 0,
+        '11-100': 1,
+        '101-1000': 0,
+        '>1000': 0,
+      },
+    });
+    expect(stats.last_built_at).toBeInstanceOf(Date);
+    expect(evaluateIdentityHealth(schema, stats).map((c) => [c.check, c.status])).toEqual([
+      ['cluster_size_limit', 'pass'],
+    ]);
+  });
+
+  it('matches a union-find on a random graph', async () => {
+    // Deterministic pseudo-random rows of two identifiers drawn from a small pool, so components of
+    // every shape (chains, stars, cycles, singletons) appear.
+    let seed = 7;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const rows = Array.from({ length: 400 }, () => [
+      `u${Math.floor(next() * 500)}@r.io`,
+      next() < 0.3 ? null : `u${Math.floor(next() * 500)}@r.io`,
+    ]);
+    await db.query('create table qt.rand (a text, b text)');
+    await db.query(`insert into qt.rand select * from unnest($1::text[], $2::text[])`, [
+      rows.map((r) => r[0]),
+      rows.map((r) => r[1]),
+    ]);
+    const parent = new Map<string, string>();
+    const find = (x: string): string => {
+      if (!parent.has(x)) parent.set(x, x);
+      const p = parent.get(x)!;
+      if (p === x) return x;
+      const root = find(p);
+      parent.set(x, root);
+      return root;
+    };
+    for (const [a, b] of rows) {
+      find(a!);
+      if (b) parent.set(find(a!), find(b));
+    }
+    const expected = new Map<string, string[]>();
+    for (const x of parent.keys()) expected.set(find(x), [...(expected.get(find(x)) ?? []), `email:${x}`]);
+    await resolveIdentities(db, {
+      schema: 'idg_rand',
+      sources: [
+        {
+          table: { schema: 'qt', name: 'rand' },
+          identifiers: [
+            { column: 'a', type: 'email' },
+            { column: 'b', type: 'email' },
+          ],
+        },
+      ],
+      maxDegree: 1000,
+      maxClusterSize: 1000,
+    });
+    const { rows: got } = await db.query(
+      `select array_agg(id_type || ':' || id_value) as members from idg_rand.identity_nodes group by cluster_id`,
+    );
+    const canon = (groups: string[][]) => groups.map((g) => [...g].sort().join(' ')).sort();
+    expect(canon(got.map((r) => r.members))).toEqual(canon([...expected.values()]));
+  });
+
+  it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {
+    const result = await resolveIdentities(db, { schema, sources, maxDegree: 3, maxClusterSize: 4 });
+    expect(result).toMatchObject({
+      oversized_components: 1,
+      largest_oversized_component: 31,
+      largest_cluster: 4,
+    });
+    const sizes = (await clusters()).map((c) => c.length);
+    expect(Math.max(...sizes)).toBe(4);
+    const flagged = await db.query(
+      `select count(*)::int as n from ${schema}.identity_nodes where flagged = 'oversized_cluster'`,
+    );
+    expect(flagged.rows[0].n).toBe(31);
+    const stats = await identityGraphStats(db, schema);
+    expect(stats.recent_runs).toHaveLength(2);
+    const health = evaluateIdentityHealth(schema, stats);
+    expect(health.map((c) => [c.check_key, c.status, c.measured])).toEqual([
+      [`identity:${schema}.identity_clusters::cluster_size_limit`, 'fail', 1],
+      // Merged identifiers fell from 44−10 to 44−40: no jump.
+      [`identity:${schema}.identity_clusters::merge_jump`, 'pass', (4 - 34) / 34],
+    ]);
+  });
+});

@@ -1,0 +1,323 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, type Tenant, type TestUser } from './helpers/api.ts';
+import { startGitHttpServer, type GitHttpServer } from './helpers/git-http-server.ts';
+import { pushWorkspaceFiles } from '../src/vcs/push-workspace.ts';
+import type { CallerScope } from '../src/deps.ts';
+
+const WRITE_TOKEN = 'write-token-0123456789';
+const READ_TOKEN = 'read-token-0123456789';
+
+let server: TestServer;
+let gitServer: GitHttpServer;
+let a: Tenant;
+let b: Tenant;
+let viewer: TestUser;
+let repoUrl: string;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  gitServer = await startGitHttpServer({ tokens: { [WRITE_TOKEN]: 'write', [READ_TOKEN]: 'read' } });
+  gitServer.createRepo('project', { seed: { 'README.md': 'kept by every push\n' } });
+  repoUrl = `${gitServer.url}/project.git`;
+  [a, b] = [await createTenant(server), await createTenant(server)];
+  viewer = await a.addUser(['viewer']);
+});
+afterAll(async () => {
+  await server?.close();
+  await gitServer?.close();
+});
+
+const config = (extra: Record<string, unknown> = {}) => ({
+  url: repoUrl,
+  branch: 'main',
+  author_name: 'Dimas Bot',
+  author_email: 'bot@example.com',
+  path_prefix: 'dimas',
+  token: WRITE_TOKEN,
+  ...extra,
+});
+
+async function scopeOf(token: string): Promise<CallerScope> {
+  const em = server.deps.orm.em.fork() as EntityManager;
+  const principal = await server.deps.authenticator.authenticate(em, token);
+  return { em, deps: server.deps, principal: principal! };
+}
+
+describe('vcs-config', () => {
+  it('answers an unconfigured organization', async () => {
+    const res = await call(server, 'GET', '/api/admin/vcs-config', { token: viewer.token });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ configured: false, url: null, token_set: false });
+  });
+
+  it('refuses callers without credentials or without settings.manage', async () => {
+    expect((await call(server, 'GET', '/api/admin/vcs-config')).status).toBe(401);
+    expect((await call(server, 'POST', '/api/admin/vcs-config', { body: config() })).status).toBe(401);
+    const res = await call(server, 'POST', '/api/admin/vcs-config', { token: viewer.token, body: config() });
+    expect(res.status).toBe(403);
+  });
+
+  it('answers 400 for bad settings', async () => {
+    for (const extra of [
+      { url: 'ftp://example.com/repo.git' },
+      { url: 'http://example.com/repo.git' },
+      { url: `http://user:secret@127.0.0.1/x.git` },
+      { url: 'not a url' },
+      { branch: 'bad..branch' },
+      { branch: 'has space' },
+      { path_prefix: '../outside' },
+      { author_email: 'not-an-email' },
+      { url: undefined },
+    ]) {
+      const res = await call(server, 'POST', '/api/admin/vcs-config', {
+        token: a.admin.token,
+        body: config(extra),
+      });
+      expect(res.status, JSON.stringify(extra)).toBe(400);
+      expect(res.body.code).toBe('BAD_REQUEST');
+    }
+  });
+
+  it('saves the configuration, seals the token and never returns it', async () => {
+    const res = await call(server, 'POST', '/api/admin/vcs-config', { token: a.admin.token, body: config() });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      configured: true,
+      enabled: true,
+      url: repoUrl,
+      branch: 'main',
+      path_prefix: 'dimas',
+      username: 'x-access-token',
+      token_set: true,
+    });
+    expect(JSON.stringify(res.body)).not.toContain(WRITE_TOKEN);
+    const read = await call(server, 'GET', '/api/admin/vcs-config', { token: viewer.token });
+    expect(read.body).toMatchObject({ configured: true, token_set: true });
+    expect(JSON.stringify(read.body)).not.toContain(WRITE_TOKEN);
+    const [row] = await server.deps.orm.em
+      .fork()
+      .getConnection()
+      .execute('select token_encrypted from vcs_configs where organization_id = ?', [a.organization.id]);
+    expect(row.token_encrypted).toMatch(/^v1:/);
+    expect(row.token_encrypted).not.toContain(WRITE_TOKEN);
+    expect(server.deps.secrets.decrypt(row.token_encrypted)).toBe(WRITE_TOKEN);
+  });
+
+  it('keeps the token when omitted, refuses to carry it to another host, removes it with null', async () => {
+    let res = await call(server, 'POST', '/api/admin/vcs-config', {
+      token: a.admin.token,
+      body: config({ token: undefined, branch: 'main' }),
+    });
+    expect(res.body.token_set).toBe(true);
+    res = await call(server, 'POST', '/api/admin/vcs-config', {
+      token: a.admin.token,
+      body: config({ token: undefined, url: 'https://git.example.com/other.git' }),
+    });
+    expect(res.status).toBe(400);
+    res = await call(server, 'POST', '/api/admin/vcs-config', {
+      token: b.admin.token,
+      body: config({ token: null }),
+    });
+    expect(res.body.token_set).toBe(false);
+    // b's save did not touch a's configuration.
+    res = await call(server, 'GET', '/api/admin/vcs-config', { token: a.admin.token });
+    expect(res.body.token_set).toBe(true);
+  });
+});
+
+describe('vcs-test', () => {
+  it('lists the remote refs and checks push access with the stored token', async () => {
+    const before = gitServer.requests.length;
+    const res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ token: undefined }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      success: true,
+      branch_exists: true,
+      default_branch: 'main',
+      refs: 1,
+      push_access: true,
+      token_used: 'stored',
+    });
+    // It really talked to the server, authenticated, on both services.
+    const seen = gitServer.requests.slice(before);
+    expect(seen.some((r) => r.path.includes('service=git-upload-pack'))).toBe(true);
+    expect(seen.some((r) => r.path.includes('service=git-receive-pack'))).toBe(true);
+    expect(seen.every((r) => r.user === 'x-access-token')).toBe(true);
+  });
+
+  it('reports a branch the first push will create', async () => {
+    const res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ branch: 'dimas/new' }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ branch_exists: false, token_used: 'given' });
+    expect(res.body.message).toMatch(/will be created/);
+  });
+
+  it('fails with 422 and a clear message for a wrong token, a read-only token or no server', async () => {
+    let res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ token: 'wrong-token' }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/refused the credentials \(HTTP 401\)/);
+    res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ token: READ_TOKEN }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/do not grant this access \(HTTP 403\)/);
+    res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ url: `${gitServer.url}/missing.git` }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/404/);
+    res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ url: 'http://127.0.0.1:1/repo.git' }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/cannot reach/);
+  });
+
+  it('does not lend the stored token to another organization', async () => {
+    const res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: b.admin.token,
+      body: config({ token: undefined }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/401/);
+  });
+
+  it('refuses callers and bad input', async () => {
+    expect((await call(server, 'POST', '/api/admin/vcs-test', { body: config() })).status).toBe(401);
+    expect(
+      (await call(server, 'POST', '/api/admin/vcs-test', { token: viewer.token, body: config() })).status,
+    ).toBe(403);
+    const res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ url: 'file:///etc' }),
+    });
+    expect(res.status).toBe(400);
+  });
+});
+
+describe('pushWorkspaceFiles', () => {
+  const files = [
+    { path: 'schema.json', content: '{"name":"crm","version":1}\n' },
+    { path: 'mappings/customers.json', content: '{"table_name":"customers"}\n' },
+    { path: 'transformation/models/customers.sql', content: 'select 1 as id\n' },
+  ];
+
+  it('commits the file projection under the prefix and pushes it', async () => {
+    const scope = await scopeOf(a.admin.token);
+    const result = await pushWorkspaceFiles(scope, files, 'Commit transformation v1', { workspace: 'crm' });
+    expect(result).toMatchObject({ pushed: true, branch: 'main', directory: 'dimas/crm', files: 3 });
+    const tree = gitServer.git('project', ['ls-tree', '-r', '--name-only', 'main']).split('\n');
+    expect(tree).toEqual([
+      'README.md',
+      'dimas/crm/mappings/customers.json',
+      'dimas/crm/schema.json',
+      'dimas/crm/transformation/models/customers.sql',
+    ]);
+    expect(gitServer.git('project', ['show', 'main:dimas/crm/schema.json'])).toBe(
+      '{"name":"crm","version":1}',
+    );
+    expect(gitServer.git('project', ['log', '-1', '--format=%H|%an|%ae|%s', 'main'])).toBe(
+      `${(result as { commit: string }).commit}|Dimas Bot|bot@example.com|Commit transformation v1`,
+    );
+    const cfg = await call(server, 'GET', '/api/admin/vcs-config', { token: viewer.token });
+    expect(cfg.body).toMatchObject({
+      last_push_commit: (result as { commit: string }).commit,
+      last_push_error: null,
+    });
+  });
+
+  it('replaces the directory: removed files disappear, other directories stay; no change, no commit', async () => {
+    const scope = await scopeOf(a.admin.token);
+    await pushWorkspaceFiles(scope, [{ path: 'schema.json', content: '{}' }], 'other workspace', {
+      workspace: 'sales',
+    });
+    const next = [files[0], { ...files[1], content: '{"table_name":"customers","version":2}\n' }];
+    const result = await pushWorkspaceFiles(scope, next, 'Commit transformation v2', { workspace: 'crm' });
+    expect(result.pushed).toBe(true);
+    const tree = gitServer.git('project', ['ls-tree', '-r', '--name-only', 'main']).split('\n');
+    expect(tree).toEqual([
+      'README.md',
+      'dimas/crm/mappings/customers.json',
+      'dimas/crm/schema.json',
+      'dimas/sales/schema.json',
+    ]);
+    const head = gitServer.git('project', ['rev-parse', 'main']);
+    const again = await pushWorkspaceFiles(scope, next, 'same again', { workspace: 'crm' });
+    expect(again).toMatchObject({ pushed: false, reason: 'no_changes', commit: head });
+    expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(head);
+    expect(gitServer.git('project', ['fsck', '--strict'])).toBe('');
+  });
+
+  it('skips the push when the feature vcs_push is switched off', async () => {
+    const head = gitServer.git('project', ['rev-parse', 'main']);
+    let res = await call(server, 'POST', '/api/admin/feature-settings', {
+      token: a.admin.token,
+      body: { features: { vcs_push: false } },
+    });
+    expect(res.status).toBe(200);
+    const skipped = await pushWorkspaceFiles(await scopeOf(a.admin.token), files, 'not pushed', {
+      workspace: 'crm',
+    });
+    expect(skipped).toMatchObject({ pushed: false, reason: 'feature_disabled' });
+    expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(head);
+
+    res = await call(server, 'POST', '/api/admin/feature-settings', {
+      token: a.admin.token,
+      body: { features: { vcs_push: null } },
+    });
+    const pushed = await pushWorkspaceFiles(await scopeOf(a.admin.token), files, 'pushed again', {
+      workspace: 'crm',
+    });
+    expect(pushed.pushed).toBe(true);
+    expect(gitServer.git('project', ['rev-parse', 'main'])).not.toBe(head);
+  });
+
+  it('skips when the integration is disabled or not configured', async () => {
+    await call(server, 'POST', '/api/admin/vcs-config', {
+      token: a.admin.token,
+      body: config({ token: undefined, enabled: false }),
+    });
+    expect(await pushWorkspaceFiles(await scopeOf(a.admin.token), files, 'x')).toMatchObject({
+      pushed: false,
+      reason: 'disabled',
+    });
+    await call(server, 'POST', '/api/admin/vcs-config', {
+      token: a.admin.token,
+      body: config({ token: undefined, enabled: true }),
+    });
+    const other = await createTenant(server);
+    expect(await pushWorkspaceFiles(await scopeOf(other.admin.token), files, 'x')).toMatchObject({
+      pushed: false,
+      reason: 'not_configured',
+    });
+  });
+
+  it('reports a refused push without throwing, and refuses paths outside the repository', async () => {
+    // b's configuration points at the same repository with no token.
+    const result = await pushWorkspaceFiles(await scopeOf(b.admin.token), files, 'x');
+    expect(result).toMatchObject({ pushed: false, reason: 'failed', message: expect.stringMatching(/401/) });
+    const cfg = await call(server, 'GET', '/api/admin/vcs-config', { token: b.admin.token });
+    expect(cfg.body.last_push_error).toMatch(/401/);
+
+    await expect(
+      pushWorkspaceFiles(await scopeOf(a.admin.token), [{ path: '../escape.txt', content: 'x' }], 'x'),
+    ).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+    await expect(
+      pushWorkspaceFiles(await scopeOf(a.admin.token), [{ path: '.git/config', content: 'x' }], 'x'),
+    ).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+  });
+});
