@@ -111,6 +111,13 @@ export default async function apiOverhead(): Promise<void> {
         .map((r) => r.toFixed(2))
         .join(', ')}; target >= 0.50)`,
     );
+    const bareCpu = median(bareRuns.map((r) => r.cpuMicrosPerRequest));
+    const dimasCpu = median(dimasRuns.map((r) => r.cpuMicrosPerRequest));
+    console.log(
+      `CPU per request: bare ${bareCpu.toFixed(0)} µs, dimas ${dimasCpu.toFixed(0)} µs; ` +
+        `CPU ratio ${(bareCpu / dimasCpu).toFixed(2)} (what the throughput ratio is on an otherwise idle machine ` +
+        `when the server, not the load generator, is the bottleneck)`,
+    );
   } finally {
     bareServer.close();
     await em.fork().nativeDelete(Organization, { id: org.id });

@@ -6,6 +6,8 @@ export interface LoadResult {
   p50Ms: number;
   p99Ms: number;
   requests: number;
+  /** CPU time of the serving thread per request: unlike throughput, barely moved by other load on the machine. */
+  cpuMicrosPerRequest: number;
 }
 
 export interface LoadOptions {
@@ -21,6 +23,8 @@ export interface LoadOptions {
  * fast one (a 401 is cheaper than a real answer).
  */
 export async function load(label: string, options: LoadOptions): Promise<LoadResult> {
+  // The servers run on this thread; the load generator runs on its own (workers: 1).
+  const cpuBefore = process.threadCpuUsage();
   const result = await autocannon({
     url: options.url,
     headers: options.headers,
@@ -32,8 +36,10 @@ export async function load(label: string, options: LoadOptions): Promise<LoadRes
     throw new Error(
       `${label}: ${result.errors} errors, ${result.timeouts} timeouts, ${result.non2xx} non-2xx answers`,
     );
+  const cpu = process.threadCpuUsage(cpuBefore);
   return {
     label,
+    cpuMicrosPerRequest: (cpu.user + cpu.system) / Math.max(1, result.requests.total),
     requestsPerSecond: result.requests.average,
     p50Ms: result.latency.p50,
     p99Ms: result.latency.p99,
@@ -44,7 +50,9 @@ export async function load(label: string, options: LoadOptions): Promise<LoadRes
 export function formatResult(r: LoadResult): string {
   return `${r.label.padEnd(34)} ${r.requestsPerSecond.toFixed(0).padStart(7)} req/s   p50 ${r.p50Ms
     .toFixed(1)
-    .padStart(5)} ms   p99 ${r.p99Ms.toFixed(1).padStart(6)} ms   (${r.requests} requests)`;
+    .padStart(
+      5,
+    )} ms   p99 ${r.p99Ms.toFixed(1).padStart(6)} ms   ${r.cpuMicrosPerRequest.toFixed(0).padStart(5)} µs CPU/request   (${r.requests} requests)`;
 }
 
 export const median = (values: number[]) => {

@@ -10,7 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 const NOT_BENCHMARKS = new Set(['run.ts', 'harness.ts']);
 const all = readdirSync(here)
-  .filter((f) => f.endsWith('.ts') && !NOT_BENCHMARKS.has(f))
+  .filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts') && !NOT_BENCHMARKS.has(f))
   .map((f) => basename(f, '.ts'))
   .sort();
 const wanted = process.argv.slice(2).map((a) => basename(a).replace(/\.ts$/, ''));

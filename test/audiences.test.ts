@@ -6,7 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
-import { AUDIENCE_EXPORT_DOWNLOAD_PATH, audienceExportDownload } from '../src/modules/audiences/audiences-download.ts';
+import {
+  AUDIENCE_EXPORT_DOWNLOAD_PATH,
+  audienceExportDownload,
+} from '../src/modules/audiences/audiences-download.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 
 /*
@@ -77,8 +80,15 @@ let workspaceName: string;
 let otherAudienceId: string;
 let otherExportId: string;
 
-const api = (method: string, path: string, options: { token?: string; body?: unknown; query?: Record<string, any> } = {}) =>
-  call(server, method, `/api/api/audiences${path}`, { ...options, token: options.token ?? tenant.admin.token });
+const api = (
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown; query?: Record<string, any> } = {},
+) =>
+  call(server, method, `/api/api/audiences${path}`, {
+    ...options,
+    token: options.token ?? tenant.admin.token,
+  });
 
 async function setUpWorkspace(t: Tenant, name: string) {
   const res = await call(server, 'POST', '/api/workspaces/create', {
@@ -93,7 +103,12 @@ async function setUpWorkspace(t: Tenant, name: string) {
   expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }
 
-async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 45_000) {
+async function until<T>(
+  what: string,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs = 45_000,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();
@@ -109,7 +124,9 @@ async function materialized(id: string, token = tenant.admin.token) {
   return until(
     `materialize ${id}`,
     async () => (await api('GET', `/${id}`, { token })).body,
-    (a) => ['succeeded', 'failed'].includes(a.materialization.status) && a.materialization.run_id === run.body.run_id,
+    (a) =>
+      ['succeeded', 'failed'].includes(a.materialization.status) &&
+      a.materialization.run_id === run.body.run_id,
   );
 }
 
@@ -130,13 +147,20 @@ function parseCsv(text: string): string[][] {
   for (let i = 0; i < text.length; i++) {
     const ch = text[i];
     if (quoted) {
-      if (ch === '"' && text[i + 1] === '"') (cell += '"'), i++;
-      else if (ch === '"') quoted = false;
+      if (ch === '"' && text[i + 1] === '"') {
+        cell += '"';
+        i++;
+      } else if (ch === '"') quoted = false;
       else cell += ch;
     } else if (ch === '"') quoted = true;
-    else if (ch === ',') row.push(cell), (cell = '');
-    else if (ch === '\n') row.push(cell), rows.push(row), (row = []), (cell = '');
-    else cell += ch;
+    else if (ch === ',' || ch === '\n') {
+      row.push(cell);
+      cell = '';
+      if (ch === '\n') {
+        rows.push(row);
+        row = [];
+      }
+    } else cell += ch;
   }
   return rows;
 }
@@ -263,7 +287,10 @@ describe('audience end to end', () => {
     // The stable view and the versioned table in the warehouse hold exactly the members.
     const [view] = await sql(warehouseDb, `select count(*)::int as n from ${done.materialization.table}`);
     expect(view.n).toBe(n);
-    const [table] = await sql(warehouseDb, `select count(*)::int as n from ${done.materialization.versioned_table}`);
+    const [table] = await sql(
+      warehouseDb,
+      `select count(*)::int as n from ${done.materialization.versioned_table}`,
+    );
     expect(table.n).toBe(n);
   });
 
@@ -306,7 +333,8 @@ describe('audience end to end', () => {
     expect(finished.last_run.progress).toMatchObject({ rows_exported: size, percent: 100 });
     expect(finished.file.download_url).toBe(`/api/api/audiences/exports/${exportId}/download`);
 
-    preview = (await api('GET', `/${audienceId}/exports/${exportId}/preview`, { query: { limit: 1000 } })).body;
+    preview = (await api('GET', `/${audienceId}/exports/${exportId}/preview`, { query: { limit: 1000 } }))
+      .body;
     expect(preview.columns).toEqual(['id', 'Email', 'ltv', 'signed_up', 'profile']);
     expect(preview.row_count).toBe(size);
     const defaultPreview = await api('GET', `/${audienceId}/exports/${exportId}/preview`);
@@ -369,14 +397,19 @@ describe('audience end to end', () => {
     expect(JSON.stringify(res.body)).not.toContain('not-needed-with-trust');
     const finished = await exportFinished(audienceId, res.body.export.id, res.body.run.run_id);
     expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
-    const rows = await sql(destinationDb, 'select id, country_code, profile from marketing.audience_members order by id');
+    const rows = await sql(
+      destinationDb,
+      'select id, country_code, profile from marketing.audience_members order by id',
+    );
     const source = await sql(
       warehouseDb,
       `select customer_id as id, country as country_code, profile from (${HAND_COUNT_SQL.replace('count(*)::int as n', '*')}) x order by 1`,
     );
     expect(rows).toEqual(source);
     // A second run replaces the table's content rather than appending.
-    const again = await api('PUT', `/exports/${res.body.export.id}`, { body: { export_id: res.body.export.id, run: true } });
+    const again = await api('PUT', `/exports/${res.body.export.id}`, {
+      body: { export_id: res.body.export.id, run: true },
+    });
     expect(again.status, JSON.stringify(again.body)).toBe(200);
     await exportFinished(audienceId, res.body.export.id, again.body.run.run_id);
     const [count] = await sql(destinationDb, 'select count(*)::int as n from marketing.audience_members');
@@ -425,7 +458,9 @@ describe('audience end to end', () => {
       const size = (await api('GET', `/${audienceId}/size`)).body.row_count;
       const keys = received.map((r) => r.key);
       expect(new Set(keys).size).toBe(keys.length);
-      expect(keys).toEqual(Array.from({ length: Math.ceil(size / 10) }, (_, i) => `${res.body.run.run_id}:${i}`));
+      expect(keys).toEqual(
+        Array.from({ length: Math.ceil(size / 10) }, (_, i) => `${res.body.run.run_id}:${i}`),
+      );
       const ids = received.flatMap((r) => r.ids);
       expect(ids).toEqual(preview.rows.map((r: any) => r.id));
       expect(failedOnce).toBe(true);
@@ -434,26 +469,119 @@ describe('audience end to end', () => {
     }
   });
 
+  it('resumes a failed webhook run after the acknowledged batches (a retried run sends no row twice)', async () => {
+    const received: { key: string; attempt: number; ids: number[] }[] = [];
+    let refused = 0;
+    const hook: Server = createServer((req: IncomingMessage, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        const payload = JSON.parse(body);
+        // The third batch is refused once with a 400, which fails the whole attempt of the run.
+        if (payload.batch_index === 2 && refused === 0) {
+          refused++;
+          res.writeHead(400).end();
+          return;
+        }
+        received.push({
+          key: String(req.headers['idempotency-key']),
+          attempt: refused,
+          ids: payload.rows.map((r: any) => r.id),
+        });
+        res.writeHead(204).end();
+      });
+    });
+    hook.listen(0, '127.0.0.1');
+    await new Promise((resolve) => hook.once('listening', resolve));
+    try {
+      const res = await api('POST', '/exports', {
+        body: {
+          audience_id: audienceId,
+          destination: {
+            type: 'webhook',
+            url: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/`,
+            batch_size: 7,
+          },
+          field_mapping: [{ source: 'customer_id', destination: 'id' }],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const finished = await exportFinished(audienceId, res.body.export.id, res.body.run.run_id);
+      expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
+      expect(refused).toBe(1);
+      // Batches 0 and 1 went out in the first attempt only; the retry started at batch 2.
+      expect(received.filter((r) => r.attempt === 1).map((r) => r.key)[0]).toBe(`${res.body.run.run_id}:2`);
+      const keys = received.map((r) => r.key);
+      expect(new Set(keys).size).toBe(keys.length);
+      expect(received.flatMap((r) => r.ids)).toEqual(preview.rows.map((r: any) => r.id));
+    } finally {
+      hook.close();
+    }
+  });
+
   it('counts metrics and conversions posted twice once, and the summary equals hand-computed figures', async () => {
     const metrics = [
-      { ad_platform: 'google', campaign_id: 'c1', date: '2026-01-01', impressions: 1000, clicks: 50, spend: 100, conversions: 5, revenue: 400 },
-      { ad_platform: 'google', campaign_id: 'c1', date: '2026-01-02', impressions: 2000, clicks: 70, spend: 150.5, conversions: 7, revenue: 500 },
-      { ad_platform: 'meta', campaign_id: 'm9', date: '2026-01-01', impressions: 3000, clicks: 30, spend: 60, conversions: 0, revenue: 0 },
+      {
+        ad_platform: 'google',
+        campaign_id: 'c1',
+        date: '2026-01-01',
+        impressions: 1000,
+        clicks: 50,
+        spend: 100,
+        conversions: 5,
+        revenue: 400,
+      },
+      {
+        ad_platform: 'google',
+        campaign_id: 'c1',
+        date: '2026-01-02',
+        impressions: 2000,
+        clicks: 70,
+        spend: 150.5,
+        conversions: 7,
+        revenue: 500,
+      },
+      {
+        ad_platform: 'meta',
+        campaign_id: 'm9',
+        date: '2026-01-01',
+        impressions: 3000,
+        clicks: 30,
+        spend: 60,
+        conversions: 0,
+        revenue: 0,
+      },
     ];
     for (const round of [1, 2])
       for (const m of metrics) {
-        const res = await api('POST', '/performance-metrics', { body: { audience_segment_id: audienceId, ...m } });
+        const res = await api('POST', '/performance-metrics', {
+          body: { audience_segment_id: audienceId, ...m },
+        });
         expect(res.status, JSON.stringify(res.body)).toBe(200);
         expect(res.body.created).toBe(round === 1);
       }
     const conversions = [
-      { customer_id: '7', value: 120, occurred_at: '2026-01-01T10:00:00Z', external_id: unique('o'), ad_platform: 'google' },
-      { customer_id: '8', value: 80.5, occurred_at: '2026-01-02T23:30:00+00:00', external_id: unique('o'), ad_platform: 'google' },
+      {
+        customer_id: '7',
+        value: 120,
+        occurred_at: '2026-01-01T10:00:00Z',
+        external_id: unique('o'),
+        ad_platform: 'google',
+      },
+      {
+        customer_id: '8',
+        value: 80.5,
+        occurred_at: '2026-01-02T23:30:00+00:00',
+        external_id: unique('o'),
+        ad_platform: 'google',
+      },
       { customer_id: '9', value: 30, occurred_at: '2026-01-02T08:00:00Z', external_id: unique('o') },
     ];
     for (const round of [1, 2])
       for (const c of conversions) {
-        const res = await api('POST', '/conversions', { body: { audience_id: audienceId, event: 'purchase', ...c } });
+        const res = await api('POST', '/conversions', {
+          body: { audience_id: audienceId, event: 'purchase', ...c },
+        });
         expect(res.status, JSON.stringify(res.body)).toBe(200);
         expect(res.body.created).toBe(round === 1);
       }
@@ -482,10 +610,19 @@ describe('audience end to end', () => {
     });
     expect(summary.currencies).toEqual(['USD']);
     const google = summary.by_platform.find((p: any) => p.ad_platform === 'google');
-    expect(google).toMatchObject({ impressions: 3000, clicks: 120, spend: 250.5, recorded_conversions: 2, recorded_conversion_value: 200.5 });
+    expect(google).toMatchObject({
+      impressions: 3000,
+      clicks: 120,
+      spend: 250.5,
+      recorded_conversions: 2,
+      recorded_conversion_value: 200.5,
+    });
     const meta = summary.by_platform.find((p: any) => p.ad_platform === 'meta');
     expect(meta).toMatchObject({ impressions: 3000, clicks: 30, conversions: 0, cpa: null, roas: 0 });
-    expect(summary.by_platform.find((p: any) => p.ad_platform === null)).toMatchObject({ recorded_conversions: 1, impressions: 0 });
+    expect(summary.by_platform.find((p: any) => p.ad_platform === null)).toMatchObject({
+      recorded_conversions: 1,
+      impressions: 0,
+    });
     expect(summary.by_day.map((d: any) => [d.date, d.impressions, d.recorded_conversions])).toEqual([
       ['2026-01-01', 4000, 1],
       ['2026-01-02', 2000, 2],
@@ -497,7 +634,7 @@ describe('audience end to end', () => {
     expect(row).toMatchObject({
       size,
       stale: false,
-      export_count: 3,
+      export_count: 4,
       materialization_status: 'succeeded',
       performance: { impressions: 6000, spend: 310.5, recorded_conversions: 3 },
     });
@@ -507,7 +644,10 @@ describe('audience end to end', () => {
 
   it('marks the audience stale when its definition changes, and lists exports with their runs', async () => {
     const res = await api('PUT', `/${audienceId}`, {
-      body: { audience_id: audienceId, definition: { type: 'rules', rules: { all: [{ field: 'age', op: '>', value: 70 }] } } },
+      body: {
+        audience_id: audienceId,
+        definition: { type: 'rules', rules: { all: [{ field: 'age', op: '>', value: 70 }] } },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.definition_version).toBe(2);
@@ -516,10 +656,12 @@ describe('audience end to end', () => {
     expect(size).toMatchObject({ stale: true, materialized: true });
     expect(size.message).toMatch(/Stale/);
     // A description change is not a definition change.
-    const renamed = await api('PUT', `/${audienceId}`, { body: { audience_id: audienceId, description: 'x' } });
+    const renamed = await api('PUT', `/${audienceId}`, {
+      body: { audience_id: audienceId, description: 'x' },
+    });
     expect(renamed.body.definition_version).toBe(2);
     const list = await api('GET', `/${audienceId}/exports`);
-    expect(list.body.exports).toHaveLength(3);
+    expect(list.body.exports).toHaveLength(4);
     expect(list.body.exports.every((e: any) => e.last_run?.status === 'succeeded')).toBe(true);
   });
 
@@ -532,7 +674,10 @@ describe('audience end to end', () => {
       },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body.export).toMatchObject({ schedule: 'hourly', field_mapping: [{ source: 'customer_id', destination: 'customer' }] });
+    expect(res.body.export).toMatchObject({
+      schedule: 'hourly',
+      field_mapping: [{ source: 'customer_id', destination: 'customer' }],
+    });
     expect(new Date(res.body.export.next_run_at).getTime()).toBeGreaterThan(Date.now() + 3500_000);
     const preview = await api('GET', `/${audienceId}/exports/${exportId}/preview`, { query: { limit: 3 } });
     expect(preview.body.columns).toEqual(['customer']);
@@ -562,7 +707,9 @@ describe('audience end to end', () => {
     });
     expect(off.status).toBe(200);
     try {
-      const res = await api('POST', '/exports', { body: { audience_id: audienceId, destination: { type: 'csv' } } });
+      const res = await api('POST', '/exports', {
+        body: { audience_id: audienceId, destination: { type: 'csv' } },
+      });
       expect(res.status).toBe(403);
       expect(res.body.reason).toBe('FEATURE_DISABLED');
       const run = await api('PUT', `/exports/${exportId}`, { body: { export_id: exportId, run: true } });
@@ -580,7 +727,10 @@ describe('audience end to end', () => {
     const res = await api('DELETE', `/${audienceId}`);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toMatchObject({ success: true, warehouse_error: null });
-    expect(res.body.dropped).toEqual([audience.materialization.table, audience.materialization.versioned_table]);
+    expect(res.body.dropped).toEqual([
+      audience.materialization.table,
+      audience.materialization.versioned_table,
+    ]);
     for (const relation of res.body.dropped) {
       const [row] = await sql(warehouseDb, `select to_regclass($1) as r`, [relation]);
       expect(row.r).toBeNull();
@@ -599,23 +749,37 @@ describe('audience definitions', () => {
     api('POST', '', { token, body: { name: unique('a'), target_table: 'customers', ...body } });
 
   it('refuses unknown fields and operators that do not fit the type, naming them', async () => {
-    let res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'shoe_size', op: '=', value: 1 }] } } });
+    let res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'shoe_size', op: '=', value: 1 }] } },
+    });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/Unknown field shoe_size/);
-    res = await create({ definition: { type: 'rules', rules: { any: [{ field: 'age', op: 'contains', value: '3' }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { any: [{ field: 'age', op: 'contains', value: '3' }] } },
+    });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/contains does not fit field age of type integer/);
-    res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'email', op: '>', value: 'a' }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'email', op: '>', value: 'a' }] } },
+    });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/> does not fit field email/);
-    res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'profile', op: '=', value: 'x' }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'profile', op: '=', value: 'x' }] } },
+    });
     expect(res.status).toBe(400);
-    res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'age', op: 'between', value: [1] }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'age', op: 'between', value: [1] }] } },
+    });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/age/);
-    res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'signup_date', op: '=', value: '2020-13-45' }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'signup_date', op: '=', value: '2020-13-45' }] } },
+    });
     expect(res.status).toBe(400);
-    res = await create({ definition: { type: 'rules', rules: { all: [{ field: 'age', op: 'like', value: 1 }] } } });
+    res = await create({
+      definition: { type: 'rules', rules: { all: [{ field: 'age', op: 'like', value: 1 }] } },
+    });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/Unknown operator like/);
     res = await create({ definition: { type: 'rules', rules: { every: [] } } });
@@ -647,7 +811,10 @@ describe('audience definitions', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const done = await materialized(res.body.id);
     expect(done.materialization.status, done.materialization.error).toBe('succeeded');
-    const [{ n }] = await sql(warehouseDb, `select count(*)::int as n from crm.customers where country = 'FR'`);
+    const [{ n }] = await sql(
+      warehouseDb,
+      `select count(*)::int as n from crm.customers where country = 'FR'`,
+    );
     expect(done.materialization.row_count).toBe(n);
 
     const conditions = [
@@ -679,7 +846,9 @@ describe('audience definitions', () => {
     const failed = await materialized(broken.body.id);
     expect(failed.materialization.status).toBe('failed');
     expect(failed.materialization.error).toMatch(/customer_id/);
-    expect((await api('GET', `/${broken.body.id}/size`)).body.message).toMatch(/Never materialized successfully/);
+    expect((await api('GET', `/${broken.body.id}/size`)).body.message).toMatch(
+      /Never materialized successfully/,
+    );
   });
 
   it('lists the audiences of the current target database/schema only', async () => {
@@ -689,7 +858,11 @@ describe('audience definitions', () => {
     expect(listed.body.total).toBeGreaterThan(0);
     expect(listed.body.audiences.some((a: any) => a.id === otherAudienceId)).toBe(false);
     const dup = await api('POST', '', {
-      body: { name: listed.body.audiences[0].name, target_table: 'customers', definition: { type: 'rules', rules: { all: [] } } },
+      body: {
+        name: listed.body.audiences[0].name,
+        target_table: 'customers',
+        definition: { type: 'rules', rules: { all: [] } },
+      },
     });
     expect(dup.status).toBe(409);
     // Pointing the workspace at another database hides them.
@@ -718,11 +891,17 @@ describe('guards, bad input and tenancy', () => {
 
   beforeAll(async () => {
     const res = await api('POST', '', {
-      body: { name: unique('g'), target_table: 'customers', definition: { type: 'rules', rules: { all: [] } } },
+      body: {
+        name: unique('g'),
+        target_table: 'customers',
+        definition: { type: 'rules', rules: { all: [] } },
+      },
     });
     mine = res.body.id;
     await materialized(mine);
-    const exp = await api('POST', '/exports', { body: { audience_id: mine, destination: { type: 'csv' }, run_now: false } });
+    const exp = await api('POST', '/exports', {
+      body: { audience_id: mine, destination: { type: 'csv' }, run_now: false },
+    });
     expect(exp.status, JSON.stringify(exp.body)).toBe(200);
     myExport = exp.body.export.id;
   });
@@ -748,7 +927,9 @@ describe('guards, bad input and tenancy', () => {
 
   it('answers 401 without a token on all 16 routes', async () => {
     for (const [method, path] of routes()) {
-      const res = await call(server, method, `/api/api/audiences${path}`, { body: method === 'GET' || method === 'DELETE' ? undefined : {} });
+      const res = await call(server, method, `/api/api/audiences${path}`, {
+        body: method === 'GET' || method === 'DELETE' ? undefined : {},
+      });
       expect(res.status, `${method} ${path}`).toBe(401);
     }
   });
@@ -775,24 +956,54 @@ describe('guards, bad input and tenancy', () => {
       expect((await api('GET', `/${id}/exports`)).status).toBe(404);
       expect((await api('GET', `/${id}/performance-summary`)).status).toBe(404);
       expect((await api('GET', `/${id}/exports/${myExport}/preview`)).status).toBe(404);
-      const metric = { audience_segment_id: id, ad_platform: 'g', campaign_id: 'c', date: '2026-01-01', impressions: 1, clicks: 0, spend: 0 };
+      const metric = {
+        audience_segment_id: id,
+        ad_platform: 'g',
+        campaign_id: 'c',
+        date: '2026-01-01',
+        impressions: 1,
+        clicks: 0,
+        spend: 0,
+      };
       expect((await api('POST', '/performance-metrics', { body: metric })).status).toBe(404);
-      const conversion = { audience_id: id, customer_id: '1', occurred_at: '2026-01-01T00:00:00Z', external_id: unique('x') };
+      const conversion = {
+        audience_id: id,
+        customer_id: '1',
+        occurred_at: '2026-01-01T00:00:00Z',
+        external_id: unique('x'),
+      };
       expect((await api('POST', '/conversions', { body: conversion })).status).toBe(404);
-      expect((await api('POST', '/exports', { body: { audience_id: id, destination: { type: 'csv' } } })).status).toBe(404);
+      expect(
+        (await api('POST', '/exports', { body: { audience_id: id, destination: { type: 'csv' } } })).status,
+      ).toBe(404);
     }
     for (const id of [otherExportId, 'not-a-uuid']) {
-      expect((await api('PUT', `/exports/${id}`, { body: { export_id: id, status: 'paused' } })).status).toBe(404);
+      expect((await api('PUT', `/exports/${id}`, { body: { export_id: id, status: 'paused' } })).status).toBe(
+        404,
+      );
       expect((await api('GET', `/${mine}/exports/${id}/preview`)).status).toBe(404);
     }
     // The other tenant's data is untouched and its metrics are not listed here.
-    expect((await call(server, 'GET', `/api/api/audiences/${otherAudienceId}`, { token: other.admin.token })).status).toBe(200);
-    const foreign = await api('GET', '/performance-metrics', { query: { audience_segment_id: otherAudienceId } });
+    expect(
+      (await call(server, 'GET', `/api/api/audiences/${otherAudienceId}`, { token: other.admin.token }))
+        .status,
+    ).toBe(200);
+    const foreign = await api('GET', '/performance-metrics', {
+      query: { audience_segment_id: otherAudienceId },
+    });
     expect(foreign.body).toEqual({ total: 0, metrics: [] });
   });
 
   it('answers 400 for bad bodies and parameters', async () => {
-    const metric = { audience_segment_id: mine, ad_platform: 'g', campaign_id: 'c', date: '2026-01-01', impressions: 10, clicks: 1, spend: 1 };
+    const metric = {
+      audience_segment_id: mine,
+      ad_platform: 'g',
+      campaign_id: 'c',
+      date: '2026-01-01',
+      impressions: 10,
+      clicks: 1,
+      spend: 1,
+    };
     for (const bad of [
       { ...metric, impressions: -1 },
       { ...metric, spend: -0.01 },
@@ -802,8 +1013,15 @@ describe('guards, bad input and tenancy', () => {
       { ...metric, currency: 'dollars' },
       { ...metric, ad_platform: undefined },
     ])
-      expect((await api('POST', '/performance-metrics', { body: bad })).status, JSON.stringify(bad)).toBe(400);
-    const conversion = { audience_id: mine, customer_id: '1', occurred_at: '2026-01-01T00:00:00Z', external_id: unique('x') };
+      expect((await api('POST', '/performance-metrics', { body: bad })).status, JSON.stringify(bad)).toBe(
+        400,
+      );
+    const conversion = {
+      audience_id: mine,
+      customer_id: '1',
+      occurred_at: '2026-01-01T00:00:00Z',
+      external_id: unique('x'),
+    };
     for (const bad of [
       { ...conversion, external_id: undefined },
       { ...conversion, occurred_at: 'yesterday' },
@@ -812,7 +1030,11 @@ describe('guards, bad input and tenancy', () => {
       expect((await api('POST', '/conversions', { body: bad })).status, JSON.stringify(bad)).toBe(400);
     expect((await api('GET', '/performance-metrics', { query: { start_date: 'soon' } })).status).toBe(400);
     expect(
-      (await api('GET', '/performance-metrics', { query: { start_date: '2026-02-01', end_date: '2026-01-01' } })).status,
+      (
+        await api('GET', '/performance-metrics', {
+          query: { start_date: '2026-02-01', end_date: '2026-01-01' },
+        })
+      ).status,
     ).toBe(400);
     const exp = { audience_id: mine, destination: { type: 'csv' } };
     for (const bad of [
@@ -820,26 +1042,49 @@ describe('guards, bad input and tenancy', () => {
       { ...exp, destination: { type: 'webhook', url: 'ftp://x' } },
       { ...exp, destination: { type: 'postgres', host: '127.0.0.1' } },
       { ...exp, field_mapping: [{ source: 'nope', destination: 'x' }] },
-      { ...exp, field_mapping: [{ source: 'customer_id', destination: 'x' }, { source: 'customer_id', destination: 'X' }] },
+      {
+        ...exp,
+        field_mapping: [
+          { source: 'customer_id', destination: 'x' },
+          { source: 'customer_id', destination: 'X' },
+        ],
+      },
       { ...exp, schedule: 'every minute' },
     ])
       expect((await api('POST', '/exports', { body: bad })).status, JSON.stringify(bad)).toBe(400);
-    expect((await api('PUT', `/exports/${myExport}`, { body: { export_id: myExport, status: 'deleted' } })).status).toBe(400);
     expect(
-      (await api('PUT', `/exports/${myExport}`, { body: { export_id: myExport, destination: { type: 'webhook', url: 'http://127.0.0.1:1/' } } }))
-        .status,
+      (await api('PUT', `/exports/${myExport}`, { body: { export_id: myExport, status: 'deleted' } })).status,
     ).toBe(400);
-    expect((await api('GET', `/${mine}/exports/${myExport}/preview`, { query: { limit: 1001 } })).status).toBe(400);
-    expect((await api('GET', `/${mine}/exports/${myExport}/preview`, { query: { limit: 0 } })).status).toBe(400);
-    expect((await api('PUT', `/${mine}`, { body: { audience_id: mine, target_table: 'nope' } })).status).toBe(400);
+    expect(
+      (
+        await api('PUT', `/exports/${myExport}`, {
+          body: { export_id: myExport, destination: { type: 'webhook', url: 'http://127.0.0.1:1/' } },
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (await api('GET', `/${mine}/exports/${myExport}/preview`, { query: { limit: 1001 } })).status,
+    ).toBe(400);
+    expect((await api('GET', `/${mine}/exports/${myExport}/preview`, { query: { limit: 0 } })).status).toBe(
+      400,
+    );
+    expect((await api('PUT', `/${mine}`, { body: { audience_id: mine, target_table: 'nope' } })).status).toBe(
+      400,
+    );
     expect((await api('POST', '', { body: 'not json' })).status).toBe(400);
   });
 
   it('refuses an export of an audience that was never materialized with 409', async () => {
     const res = await api('POST', '', {
-      body: { name: unique('n'), target_table: 'customers', definition: { type: 'rules', rules: { all: [] } } },
+      body: {
+        name: unique('n'),
+        target_table: 'customers',
+        definition: { type: 'rules', rules: { all: [] } },
+      },
     });
-    const exp = await api('POST', '/exports', { body: { audience_id: res.body.id, destination: { type: 'csv' } } });
+    const exp = await api('POST', '/exports', {
+      body: { audience_id: res.body.id, destination: { type: 'csv' } },
+    });
     expect(exp.status).toBe(409);
     expect(exp.body.reason).toBe('NOT_MATERIALIZED');
   });

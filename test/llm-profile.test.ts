@@ -2,7 +2,15 @@ import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { detectPatterns, patternsOf, shareOf } from '../src/llm/value-patterns.ts';
-import { PROFILE_COLUMNS_PER_QUERY, buildProfileQuery, profileTable, type QueryRunner } from '../src/llm/profile.ts';
+import {
+  PROFILE_COLUMNS_PER_QUERY,
+  buildProfileQuery,
+  profileTable,
+  sourceTableOf,
+  type QueryRunner,
+} from '../src/llm/profile.ts';
+import { matchTable } from '../src/llm/offline-matcher.ts';
+import { f1Of, loadFixtures, loadTargetTable, scoreMatch } from './helpers/matching-fixtures.ts';
 
 describe('value patterns', () => {
   it.each([
@@ -86,7 +94,11 @@ beforeAll(async () => {
     };
   } else {
     const db = await PGlite.create();
-    run = async (sql, params) => (params.length ? (await db.query(sql, params)).rows : (await db.exec(sql)).at(-1)!.rows) as Record<string, unknown>[];
+    run = async (sql, params) =>
+      (params.length ? (await db.query(sql, params)).rows : (await db.exec(sql)).at(-1)!.rows) as Record<
+        string,
+        unknown
+      >[];
     close = () => db.close();
   }
   await run(
@@ -131,7 +143,13 @@ describe('profiling SQL', () => {
     const byName = Object.fromEntries(
       (await profileTable(run, 'crm', 'Customer Master', columns)).map((p) => [p.column, p]),
     );
-    expect(byName.id).toMatchObject({ rowCount: 500, nullCount: 0, nullRate: 0, distinctCount: 500, distinctRatio: 1 });
+    expect(byName.id).toMatchObject({
+      rowCount: 500,
+      nullCount: 0,
+      nullRate: 0,
+      distinctCount: 500,
+      distinctRatio: 1,
+    });
     expect(byName.id.samples).toHaveLength(20);
     // 50 nulls and 50 blanks of 500 rows.
     expect(byName['E-Mail']).toMatchObject({ nullCount: 50, nullRate: 0.2, distinctCount: 401 });
@@ -145,13 +163,25 @@ describe('profiling SQL', () => {
     expect(shareOf(byName.active.patterns, 'boolean')).toBe(1);
     expect(byName.payload.distinctCount).toBe(3);
     expect(shareOf(byName.country.patterns, 'country_code')).toBe(1);
-    expect(byName.note).toMatchObject({ nullCount: 500, nullRate: 1, distinctCount: 0, minLength: null, samples: [] });
+    expect(byName.note).toMatchObject({
+      nullCount: 500,
+      nullRate: 1,
+      distinctCount: 0,
+      minLength: null,
+      samples: [],
+    });
     expect(byName['weird"name'].samples).toEqual(['x']);
   });
 
   it('reads only the first rows when asked, and samples deterministically', async () => {
-    const a = await profileTable(run, 'crm', 'Customer Master', columns.slice(0, 2), { rowLimit: 100, sampleSize: 5 });
-    const b = await profileTable(run, 'crm', 'Customer Master', columns.slice(0, 2), { rowLimit: 100, sampleSize: 5 });
+    const a = await profileTable(run, 'crm', 'Customer Master', columns.slice(0, 2), {
+      rowLimit: 100,
+      sampleSize: 5,
+    });
+    const b = await profileTable(run, 'crm', 'Customer Master', columns.slice(0, 2), {
+      rowLimit: 100,
+      sampleSize: 5,
+    });
     expect(a[0].rowCount).toBe(100);
     expect(a[0].samples).toHaveLength(5);
     expect(a).toEqual(b);
@@ -182,5 +212,68 @@ describe('profiling SQL', () => {
     expect(q.sql).toContain('"s""x"."t"');
     expect(q.sql).toContain('"a""; drop table t; --"');
     expect(q.params).toEqual([10000, 20, 200]);
+  });
+});
+
+describe('profiles feed the matcher', () => {
+  it('matches the fixtures loaded into a real database as well as from their samples', async () => {
+    const q = (name: string) => `"${name.replace(/"/g, '""')}"`;
+    let tp = 0;
+    let fp = 0;
+    let fn = 0;
+    for (const [n, fixture] of loadFixtures().entries()) {
+      const schema = `fixture_${n}`;
+      await run(`create schema ${schema}`, []);
+      const sources = [];
+      for (const t of fixture.tables) {
+        await run(
+          `create table ${schema}.${q(t.name)} (${t.columns.map((c) => `${q(c.name)} ${c.type}`).join(', ')})`,
+          [],
+        );
+        const rows = Math.max(...t.columns.map((c) => c.samples.length));
+        for (let r = 0; r < rows; r++) {
+          const values = t.columns.map((c) => c.samples[r] ?? null);
+          const placeholders = values.map((_, i) => `$${i + 1}`).join(', ');
+          await run(`insert into ${schema}.${q(t.name)} values (${placeholders})`, values);
+        }
+        // The column types as the catalog reports them, like introspection does.
+        const columns = (await run(
+          `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type from pg_attribute a
+            where a.attrelid = $1::regclass and a.attnum > 0 and not a.attisdropped order by a.attnum`,
+          [`${schema}.${q(t.name)}`],
+        )) as { name: string; type: string }[];
+        const profiles = await profileTable(run, schema, t.name, columns);
+        expect(profiles).toHaveLength(t.columns.length);
+        const table = {
+          name: t.name,
+          primary_key: t.columns.filter((c) => c.primary_key).map((c) => c.name),
+          foreign_keys: t.columns.flatMap((c) =>
+            c.references
+              ? [
+                  {
+                    name: `${c.name}_fk`,
+                    columns: [c.name],
+                    references: { schema, table: c.references.table, columns: [c.references.column] },
+                  },
+                ]
+              : [],
+          ),
+          columns: columns.map((c, i) => ({
+            ...c,
+            nullable: true,
+            default: null,
+            description: null,
+            position: i + 1,
+          })),
+        };
+        sources.push(sourceTableOf(table, profiles));
+      }
+      const score = scoreMatch(fixture, matchTable(loadTargetTable(fixture.target_table), sources));
+      console.log(`${fixture.file} profiled in SQL: F1=${score.f1.toFixed(3)}`);
+      tp += score.tp;
+      fp += score.fp;
+      fn += score.fn;
+    }
+    expect(f1Of(tp, fp, fn).f1).toBeGreaterThanOrEqual(0.85);
   });
 });

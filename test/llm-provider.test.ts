@@ -38,8 +38,12 @@ function answer(res: ServerResponse, c: Canned) {
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
       model: 'test-model-0613',
-      choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: c.content ?? '' } }],
-      ...(c.usage === null ? {} : { usage: c.usage ?? { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 } }),
+      choices: [
+        { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: c.content ?? '' } },
+      ],
+      ...(c.usage === null
+        ? {}
+        : { usage: c.usage ?? { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 } }),
     }),
   );
 }
@@ -132,7 +136,10 @@ beforeEach(() => {
 
 const em = () => server.deps.orm.em.fork() as EntityManager;
 
-function context(overrides: Partial<MatchContext> = {}, organizationId = tenant.organization.id): MatchContext {
+function context(
+  overrides: Partial<MatchContext> = {},
+  organizationId = tenant.organization.id,
+): MatchContext {
   return {
     params,
     meter: createBudgetMeter(em(), organizationId, params, { purpose: 'discovery' }),
@@ -145,7 +152,12 @@ async function usageRows(organizationId: string) {
   return em().find(LlmUsage, { organization: organizationId }, { orderBy: { id: 'asc' } });
 }
 
-const request = { target, sources, systemPrompt: 'Prefer CRM columns.', successCriteria: 'Every customer has an e-mail.' };
+const request = {
+  target,
+  sources,
+  systemPrompt: 'Prefer CRM columns.',
+  successCriteria: 'Every customer has an e-mail.',
+};
 
 // ---------------------------------------------------------------- tests
 
@@ -173,7 +185,9 @@ describe('LLM mode', () => {
     };
     const out = await matchTableWithProvider(request, { params, meter, manager: new LlmManager() });
     expect(out).toMatchObject({ source: 'offline', fallback: null, usage: null });
-    expect(out.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe('crm_contacts.mail');
+    expect(out.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe(
+      'crm_contacts.mail',
+    );
     expect(calls).toEqual([]);
     expect(requests).toHaveLength(0);
   });
@@ -188,21 +202,39 @@ describe('openai mode against a local OpenAI-compatible server', () => {
     expect(out.source).toBe('openai');
     expect(out.fallback).toBeNull();
     const byField = Object.fromEntries(out.match.fields.map((f) => [f.target_field, f]));
-    expect(byField.full_name.suggestion).toMatchObject({ source_field: 'crm_contacts.contact_label', confidence: 0.8 });
+    expect(byField.full_name.suggestion).toMatchObject({
+      source_field: 'crm_contacts.contact_label',
+      confidence: 0.8,
+    });
     expect(byField.customer_id.suggestion?.source_field).toBe('crm_contacts.id');
     expect(byField.phone.suggestion).toBeNull();
     expect(out.match.primary_table).toBe('crm_contacts');
-    expect(out.usage).toEqual({ model: 'test-model-0613', prompt_tokens: 1200, completion_tokens: 300, cost_usd: 0.75 });
+    expect(out.usage).toEqual({
+      model: 'test-model-0613',
+      prompt_tokens: 1200,
+      completion_tokens: 300,
+      cost_usd: 0.75,
+    });
 
     const [sent] = requests;
     expect(sent.headers.authorization).toBe('Bearer sk-test-123');
-    expect(sent.body).toMatchObject({ model: 'test-model', temperature: 0.2, max_tokens: 900, response_format: { type: 'json_object' } });
+    expect(sent.body).toMatchObject({
+      model: 'test-model',
+      temperature: 0.2,
+      max_tokens: 900,
+      response_format: { type: 'json_object' },
+    });
     const [system, user] = sent.body.messages;
     expect(system.role).toBe('system');
     expect(system.content).toContain('Prefer CRM columns.');
     expect(system.content).toContain('Every customer has an e-mail.');
     const payload = JSON.parse(user.content);
-    expect(payload.target_table.fields.map((f: any) => f.name)).toEqual(['customer_id', 'email', 'full_name', 'phone']);
+    expect(payload.target_table.fields.map((f: any) => f.name)).toEqual([
+      'customer_id',
+      'email',
+      'full_name',
+      'phone',
+    ]);
     const label = payload.source_tables[0].columns.find((c: any) => c.name === 'contact_label');
     expect(label.samples).toEqual(['Ada Lovelace', 'Alan Turing']);
     // Contact data stays out of the prompt: the e-mail column is described by its pattern only.
@@ -213,30 +245,58 @@ describe('openai mode against a local OpenAI-compatible server', () => {
 
     const rows = await usageRows(t.organization.id);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ purpose: 'discovery', model: 'test-model-0613', outcome: 'ok', promptTokens: 1200, completionTokens: 300, totalTokens: 1500 });
+    expect(rows[0]).toMatchObject({
+      purpose: 'discovery',
+      model: 'test-model-0613',
+      outcome: 'ok',
+      promptTokens: 1200,
+      completionTokens: 300,
+      totalTokens: 1500,
+    });
     expect(Number(rows[0].costUsd)).toBeCloseTo(0.75, 6);
   });
 
   it.each([
     ['not JSON at all', 'Sure! Here is the mapping: email -> mail', /not JSON/],
     ['JSON of the wrong shape', JSON.stringify({ mapping: { email: 'mail' } }), /expected shape \(mappings/],
-    ['a confidence out of range', JSON.stringify({ mappings: [{ target_field: 'email', source_field: 'crm_contacts.mail', confidence: 7 }] }), /expected shape/],
-    ['an invented column', JSON.stringify({ mappings: [{ target_field: 'email', source_field: 'crm_contacts.e_mail', confidence: 0.9 }] }), /unknown source column "crm_contacts.e_mail"/],
-    ['an invented field', JSON.stringify({ mappings: [{ target_field: 'mood', source_field: null, confidence: 0.9 }] }), /unknown target field "mood"/],
+    [
+      'a confidence out of range',
+      JSON.stringify({
+        mappings: [{ target_field: 'email', source_field: 'crm_contacts.mail', confidence: 7 }],
+      }),
+      /expected shape/,
+    ],
+    [
+      'an invented column',
+      JSON.stringify({
+        mappings: [{ target_field: 'email', source_field: 'crm_contacts.e_mail', confidence: 0.9 }],
+      }),
+      /unknown source column "crm_contacts.e_mail"/,
+    ],
+    [
+      'an invented field',
+      JSON.stringify({ mappings: [{ target_field: 'mood', source_field: null, confidence: 0.9 }] }),
+      /unknown target field "mood"/,
+    ],
     ['an empty answer', '', /empty/],
-  ])('falls back to the offline result on %s, says so, and still meters the tokens', async (_label, content, reason) => {
-    const t = await createTenant(server);
-    queue.push({ content });
-    const out = await matchTableWithProvider(request, context({}, t.organization.id));
-    expect(out.source).toBe('offline');
-    expect(out.fallback?.reason).toBe('invalid_answer');
-    expect(out.fallback?.message).toMatch(reason);
-    expect(out.fallback?.message).toContain("offline matcher's result is used for customers");
-    expect(out.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe('crm_contacts.mail');
-    const rows = await usageRows(t.organization.id);
-    expect(rows.map((r) => r.outcome)).toEqual(['invalid_answer']);
-    expect(rows[0].totalTokens).toBe(1500);
-  });
+  ])(
+    'falls back to the offline result on %s, says so, and still meters the tokens',
+    async (_label, content, reason) => {
+      const t = await createTenant(server);
+      queue.push({ content });
+      const out = await matchTableWithProvider(request, context({}, t.organization.id));
+      expect(out.source).toBe('offline');
+      expect(out.fallback?.reason).toBe('invalid_answer');
+      expect(out.fallback?.message).toMatch(reason);
+      expect(out.fallback?.message).toContain("offline matcher's result is used for customers");
+      expect(out.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe(
+        'crm_contacts.mail',
+      );
+      const rows = await usageRows(t.organization.id);
+      expect(rows.map((r) => r.outcome)).toEqual(['invalid_answer']);
+      expect(rows[0].totalTokens).toBe(1500);
+    },
+  );
 
   it('accepts a fenced JSON answer and estimates tokens when the server reports none', async () => {
     queue.push({ content: '```json\n' + goodAnswer + '\n```', usage: null });
@@ -254,11 +314,17 @@ describe('openai mode against a local OpenAI-compatible server', () => {
 
     queue.push({ content: goodAnswer, delayMs: 3_000 });
     const started = Date.now();
-    const slow = await matchTableWithProvider(request, context({ params: { ...params, timeout_seconds: 1 } }));
+    const slow = await matchTableWithProvider(
+      request,
+      context({ params: { ...params, timeout_seconds: 1 } }),
+    );
     expect(slow.fallback!.message).toMatch(/timed out/);
     expect(Date.now() - started).toBeLessThan(2_900);
 
-    const down = await matchTableWithProvider(request, context({ params: { ...params, base_url: 'http://127.0.0.1:9/v1' } }));
+    const down = await matchTableWithProvider(
+      request,
+      context({ params: { ...params, base_url: 'http://127.0.0.1:9/v1' } }),
+    );
     expect(down.fallback!.message).toMatch(/could not be reached/);
     expect(JSON.stringify([failed, slow, down])).not.toContain('sk-test-123');
   });
@@ -279,11 +345,22 @@ describe('budget', () => {
     params.monthly_budget_usd = 1;
     const org = t.organization.id;
     const before = await budgetStatus(em(), org, params);
-    expect(before).toMatchObject({ spent_usd: 0, remaining_usd: 1, exceeded: false, calls: 0, total_tokens: 0 });
+    expect(before).toMatchObject({
+      spent_usd: 0,
+      remaining_usd: 1,
+      exceeded: false,
+      calls: 0,
+      total_tokens: 0,
+    });
 
     queue.push({ content: goodAnswer }, { content: goodAnswer }, { content: goodAnswer });
     expect((await matchTableWithProvider(request, context({}, org))).source).toBe('openai');
-    expect(await budgetStatus(em(), org, params)).toMatchObject({ spent_usd: 0.75, remaining_usd: 0.25, exceeded: false, calls: 1 });
+    expect(await budgetStatus(em(), org, params)).toMatchObject({
+      spent_usd: 0.75,
+      remaining_usd: 0.25,
+      exceeded: false,
+      calls: 1,
+    });
     expect((await matchTableWithProvider(request, context({}, org))).source).toBe('openai');
 
     const refused = await matchTableWithProvider(request, context({}, org));
@@ -291,16 +368,31 @@ describe('budget', () => {
     expect(refused.fallback?.reason).toBe('budget_exceeded');
     expect(refused.fallback?.message).toMatch(/LLM budget for \d{4}-\d{2} is spent \(\$1\.50 of \$1\.00\)/);
     expect(requests).toHaveLength(2);
-    expect(refused.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe('crm_contacts.mail');
+    expect(refused.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe(
+      'crm_contacts.mail',
+    );
 
     const status = await budgetStatus(em(), org, params);
-    expect(status).toMatchObject({ spent_usd: 1.5, remaining_usd: 0, exceeded: true, calls: 2, total_tokens: 3000, monthly_budget_usd: 1 });
+    expect(status).toMatchObject({
+      spent_usd: 1.5,
+      remaining_usd: 0,
+      exceeded: true,
+      calls: 2,
+      total_tokens: 3000,
+      monthly_budget_usd: 1,
+    });
     expect(status.period_start.toISOString()).toMatch(/-01T00:00:00.000Z$/);
 
     // Another organization's budget is its own.
-    expect(await budgetStatus(em(), other.organization.id, params)).toMatchObject({ spent_usd: 0, exceeded: false });
+    expect(await budgetStatus(em(), other.organization.id, params)).toMatchObject({
+      spent_usd: 0,
+      exceeded: false,
+    });
     // A higher budget lets calls through again.
-    expect(await budgetStatus(em(), org, { monthly_budget_usd: 5 })).toMatchObject({ remaining_usd: 3.5, exceeded: false });
+    expect(await budgetStatus(em(), org, { monthly_budget_usd: 5 })).toMatchObject({
+      remaining_usd: 3.5,
+      exceeded: false,
+    });
   });
 
   it('throws a clear AppError from the meter and counts only the current month', async () => {
@@ -321,9 +413,16 @@ describe('budget', () => {
       costUsd: 50,
       createdAt: lastMonth,
     });
-    const meter = createBudgetMeter(e, org, { monthly_budget_usd: 0.01, price_per_1k_tokens: 0.5 }, { purpose: 'hypotheses' });
+    const meter = createBudgetMeter(
+      e,
+      org,
+      { monthly_budget_usd: 0.01, price_per_1k_tokens: 0.5 },
+      { purpose: 'hypotheses' },
+    );
     await expect(meter.check()).resolves.toBeUndefined();
-    expect(await meter.record({ model: 'm', outcome: 'ok', promptTokens: 30, completionTokens: 10 })).toBe(0.02);
+    expect(await meter.record({ model: 'm', outcome: 'ok', promptTokens: 30, completionTokens: 10 })).toBe(
+      0.02,
+    );
     const error = await meter.check().then(
       () => null,
       (err: unknown) => err,

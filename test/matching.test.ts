@@ -5,8 +5,6 @@ import {
   loadFixtures,
   loadTargetTable,
   runFixture,
-  scoreMatch,
-  sourceTablesOf,
   type MatchingFixture,
 } from './helpers/matching-fixtures.ts';
 
@@ -17,7 +15,11 @@ function report(label: string, rows: { name: string; tp: number; fp: number; fn:
     const s = f1Of(r.tp, r.fp, r.fn);
     return `  ${r.name.padEnd(40)} P=${s.precision.toFixed(3)} R=${s.recall.toFixed(3)} F1=${s.f1.toFixed(3)} (tp ${r.tp}, fp ${r.fp}, fn ${r.fn})`;
   });
-  const total = rows.reduce((a, r) => ({ tp: a.tp + r.tp, fp: a.fp + r.fp, fn: a.fn + r.fn }), { tp: 0, fp: 0, fn: 0 });
+  const total = rows.reduce((a, r) => ({ tp: a.tp + r.tp, fp: a.fp + r.fp, fn: a.fn + r.fn }), {
+    tp: 0,
+    fp: 0,
+    fn: 0,
+  });
   const t = f1Of(total.tp, total.fp, total.fn);
   console.log(
     `${label}\n${lines.join('\n')}\n  ${'ALL'.padEnd(40)} P=${t.precision.toFixed(3)} R=${t.recall.toFixed(3)} F1=${t.f1.toFixed(3)}`,
@@ -38,7 +40,8 @@ describe('matching fixtures', () => {
         expect(fields.has(field), `${f.file}: ${field}`).toBe(true);
         expect(sources.has(source), `${f.file}: ${source}`).toBe(true);
       }
-      for (const t of f.tables) for (const c of t.columns) expect(c.samples.length, `${t.name}.${c.name}`).toBeGreaterThan(0);
+      for (const t of f.tables)
+        for (const c of t.columns) expect(c.samples.length, `${t.name}.${c.name}`).toBeGreaterThan(0);
     }
   });
 });
@@ -73,7 +76,10 @@ describe('offline matcher quality', () => {
     const rename = (c: string) => style(wordsOf(c));
     return {
       ...f,
-      tables: f.tables.map((t) => ({ ...t, columns: t.columns.map((c) => ({ ...c, name: rename(c.name) })) })),
+      tables: f.tables.map((t) => ({
+        ...t,
+        columns: t.columns.map((c) => ({ ...c, name: rename(c.name) })),
+      })),
       mapping: Object.fromEntries(
         Object.entries(f.mapping).map(([k, v]) => {
           const [table, ...rest] = v.split('.');
@@ -185,7 +191,10 @@ describe('offline matcher behaviour', () => {
         columns: [
           col('attr_7', 'text', [{ pattern: 'email', share: 0.96 }]),
           col('phone', 'text', [{ pattern: 'date', share: 1 }]),
-          col('x1', 'numeric(8,0)', [{ pattern: 'date', share: 1 }, { pattern: 'integer', share: 1 }]),
+          col('x1', 'numeric(8,0)', [
+            { pattern: 'date', share: 1 },
+            { pattern: 'integer', share: 1 },
+          ]),
         ],
       },
     ]);

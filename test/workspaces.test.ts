@@ -13,6 +13,7 @@ import {
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { connectionConfig } from '../src/modules/workspaces/workspaces.service.ts';
 import { recordWorkspaceCommit } from '../src/modules/workspaces/workspaces-files.service.ts';
+import { mappingCache } from '../src/modules/workspaces/workspaces-cache.ts';
 
 const SOURCE_PASSWORD = `src-Secret-${Math.random().toString(36).slice(2)}`;
 const TARGET_PASSWORD = `tgt-Secret-${Math.random().toString(36).slice(2)}`;
@@ -991,16 +992,42 @@ describe('files: git-diff and download', () => {
 });
 
 describe('caches and benchmark', () => {
-  it('flushes the caller’s request cache', async () => {
-    const res = await call('POST', '/api/workspaces/flush-cache', { token: viewer.token });
+  it('caches the selection; flush-cache makes the next request reload it', async () => {
+    const user = await a.addUser(['viewer']);
+    const first = unique('c1');
+    const second = unique('c2');
+    await createWorkspace(a.admin.token, first, { select: false });
+    await createWorkspace(a.admin.token, second, { select: false });
+    await call('POST', '/api/workspaces/select', { token: user.token, body: { workspace_name: first } });
+    expect((await call('GET', '/api/workspaces/current', { token: user.token })).body.name).toBe(first);
+    // Another API process changes the selection: this one still answers from its cache…
+    await server.deps.orm.em
+      .fork()
+      .getConnection()
+      .execute(
+        `update users set preferences = jsonb_set(preferences, '{current_workspace}', to_jsonb((select id::text from workspaces where organization_id = ? and name = ?))) where id = ?`,
+        [a.organization.id, second, user.id],
+      );
+    expect((await call('GET', '/api/workspaces/current', { token: user.token })).body.name).toBe(first);
+    // …until the caller flushes it.
+    const res = await call('POST', '/api/workspaces/flush-cache', { token: user.token });
     expect(res.status).toBe(200);
-    expect(res.body.success).toBe(true);
+    expect(res.body).toMatchObject({ success: true, cleared: 1 });
+    expect((await call('GET', '/api/workspaces/current', { token: user.token })).body.name).toBe(second);
     expect((await call('POST', '/api/workspaces/flush-cache')).status).toBe(401);
   });
 
-  it('flushes the organization’s mapping cache (workspace.write)', async () => {
+  it('flushes the mapping cache of the caller’s organization only (workspace.write)', async () => {
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const inA = { em, organizationId: a.organization.id };
+    const inB = { em, organizationId: b.organization.id };
+    await mappingCache.set(inA, 'w1:sql', 'select 1');
+    await mappingCache.set(inB, 'w2:sql', 'select 2');
     const res = await call('POST', '/api/workspaces/flush-mapping-cache', { token: editor.token });
     expect(res.status).toBe(200);
+    expect(res.body.cleared).toBeGreaterThanOrEqual(1);
+    expect(await mappingCache.get(inA, 'w1:sql')).toBeUndefined();
+    expect(await mappingCache.get(inB, 'w2:sql')).toBe('select 2');
     expect((await call('POST', '/api/workspaces/flush-mapping-cache', { token: viewer.token })).status).toBe(
       403,
     );

@@ -14,12 +14,15 @@ import { LlmUsage } from '../llm/llm-usage.entity.ts';
 import { audienceEntities } from '../modules/audiences/audiences.entity.ts';
 import { mappingEntities } from '../modules/mappings/mappings.entity.ts';
 import { pipelineEntities } from '../modules/pipelines/pipelines.entity.ts';
+import { analyticsEntities } from '../modules/analytics/analytics.entity.ts';
+import { SavedQuery } from '../modules/queries/queries.entity.ts';
 
 export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace, OrganizationSettings, WorkspaceCommit,
   CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig, JobRun,
   LlmUsage,
   ...audienceEntities,
-  ...mappingEntities, ...pipelineEntities];
+  ...mappingEntities, ...pipelineEntities,
+  ...analyticsEntities, SavedQuery];
 
 const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
 

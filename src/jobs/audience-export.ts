@@ -38,7 +38,13 @@ interface Source {
 
 type Progress = (rows: number, extra?: Record<string, unknown>, force?: boolean) => Promise<void>;
 
-async function writeCsv(deps: AppDeps, exp: AudienceExportEntity, source: Source, runId: string, progress: Progress) {
+async function writeCsv(
+  deps: AppDeps,
+  exp: AudienceExportEntity,
+  source: Source,
+  runId: string,
+  progress: Progress,
+) {
   const config = exp.destinationConfig as { delimiter?: string; include_header?: boolean };
   const delimiter = config.delimiter ?? ',';
   const path = exportFilePath(deps, exp.organization.id, exp.id);
@@ -48,7 +54,12 @@ async function writeCsv(deps: AppDeps, exp: AudienceExportEntity, source: Source
   let rows = 0;
   try {
     if (config.include_header !== false)
-      out.write(csvLine(source.columns.map((c) => c.name), delimiter));
+      out.write(
+        csvLine(
+          source.columns.map((c) => c.name),
+          delimiter,
+        ),
+      );
     for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
       let chunk = '';
       for (const row of batch) chunk += csvLine(Object.values(row), delimiter);
@@ -141,7 +152,9 @@ async function postBatch(
       reason = `the webhook could not be reached: ${(error as Error).message}`;
     }
     if (attempt >= options.maxRetries) throw new Error(`${reason} (after ${attempt + 1} attempts)`);
-    await new Promise((resolve) => setTimeout(resolve, Math.max(retryAfterMs, Math.min(5000, 200 * 2 ** attempt))));
+    await new Promise((resolve) =>
+      setTimeout(resolve, Math.max(retryAfterMs, Math.min(5000, 200 * 2 ** attempt))),
+    );
   }
 }
 
@@ -180,7 +193,13 @@ async function sendWebhook(
         'idempotency-key': key,
         'user-agent': 'dimas-audience-export',
       },
-      JSON.stringify({ export_id: exp.id, run_id: context.runId, batch_index: batchIndex, idempotency_key: key, rows: batch }),
+      JSON.stringify({
+        export_id: exp.id,
+        run_id: context.runId,
+        batch_index: batchIndex,
+        idempotency_key: key,
+        rows: batch,
+      }),
       { maxRetries: c.max_retries ?? 3, timeoutMs: c.timeout_ms ?? 10_000, signal: context.signal },
     );
     batchIndex++;
@@ -190,7 +209,12 @@ async function sendWebhook(
   return { rows, batches: batchIndex };
 }
 
-async function record(em: EntityManager, id: string, organizationId: string, changes: Partial<AudienceExportEntity>) {
+async function record(
+  em: EntityManager,
+  id: string,
+  organizationId: string,
+  changes: Partial<AudienceExportEntity>,
+) {
   const fresh = em.fork() as EntityManager;
   const row = await fresh.findOne(AudienceExport, { id, organization: organizationId });
   if (!row) return;
@@ -207,25 +231,42 @@ export async function runAudienceExport(deps: AppDeps, payload: ExportPayload, c
   );
   if (!exp) return { skipped: 'the export was deleted' };
   if (exp.status === 'paused') {
-    await record(em, exp.id, context.organizationId, { lastRunStatus: 'cancelled', lastError: 'paused before it ran' });
+    await record(em, exp.id, context.organizationId, {
+      lastRunStatus: 'cancelled',
+      lastError: 'paused before it ran',
+    });
     return { skipped: 'the export is paused' };
   }
   const startedAt = new Date();
-  await record(em, exp.id, context.organizationId, { lastRunId: context.runId, lastRunStatus: 'running', lastRunAt: startedAt });
+  await record(em, exp.id, context.organizationId, {
+    lastRunId: context.runId,
+    lastRunStatus: 'running',
+    lastRunAt: startedAt,
+  });
   try {
     if (!(await isFeatureEnabledFor(em, context.organizationId, 'audience_exports')))
       throw new Error('Audience exports are disabled for this organization (feature audience_exports)');
     const audience = exp.audience;
     // A retried attempt reads the same versioned table as the first, even if a newer one was swapped in.
-    const previous = context.attempt > 1 ? (await deps.jobs.getRun(context.runId, context.organizationId))?.progress : undefined;
+    const previous =
+      context.attempt > 1
+        ? (await deps.jobs.getRun(context.runId, context.organizationId))?.progress
+        : undefined;
     const table = (previous?.source_table as string | undefined) ?? audience.materializedTable;
     if (!table || !audience.materializedSchema)
       throw new Error(`Audience ${audience.name} has not been materialized yet`);
-    const warehouse = await warehouses(deps).open(audienceTarget(deps, em, audience), `${audience.workspace.id}:target`);
+    const warehouse = await warehouses(deps).open(
+      audienceTarget(deps, em, audience),
+      `${audience.workspace.id}:target`,
+    );
     const types = new Map((audience.materializedColumns ?? []).map((col) => [col.name, col.type]));
     const source: Source = {
       warehouse,
-      sql: exportSelect({ schema: audience.materializedSchema, name: table }, exp.fieldMapping, audience.identifierColumns),
+      sql: exportSelect(
+        { schema: audience.materializedSchema, name: table },
+        exp.fieldMapping,
+        audience.identifierColumns,
+      ),
       columns: exp.fieldMapping.map((m) => ({ name: m.destination, type: types.get(m.source) ?? 'text' })),
     };
     const total = audience.rowCount;
@@ -244,15 +285,23 @@ export async function runAudienceExport(deps: AppDeps, payload: ExportPayload, c
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
     if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context.runId, progress);
     else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
-    else outcome = await sendWebhook(deps, exp, source, context, Number(previous?.batches_sent ?? 0), progress);
-    await progress(outcome.rows, outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}, true);
+    else
+      outcome = await sendWebhook(deps, exp, source, context, Number(previous?.batches_sent ?? 0), progress);
+    await progress(
+      outcome.rows,
+      outcome.batches !== undefined ? { batches_sent: outcome.batches } : {},
+      true,
+    );
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'succeeded',
       lastError: null,
       rowsExported: outcome.rows,
       ...(outcome.filePath ? { filePath: outcome.filePath, fileSize: outcome.fileSize } : {}),
     });
-    return { rows_exported: outcome.rows, ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}) };
+    return {
+      rows_exported: outcome.rows,
+      ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
+    };
   } catch (error) {
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'failed',
@@ -263,9 +312,13 @@ export async function runAudienceExport(deps: AppDeps, payload: ExportPayload, c
 }
 
 export async function registerExportJob(deps: AppDeps): Promise<void> {
-  await deps.jobs.register<ExportPayload>(EXPORT_KIND, (payload, context) => runAudienceExport(deps, payload, context), {
-    retryLimit: 2,
-    retryDelaySeconds: 2,
-    timeoutSeconds: 6 * 3600,
-  });
+  await deps.jobs.register<ExportPayload>(
+    EXPORT_KIND,
+    (payload, context) => runAudienceExport(deps, payload, context),
+    {
+      retryLimit: 2,
+      retryDelaySeconds: 2,
+      timeoutSeconds: 6 * 3600,
+    },
+  );
 }

@@ -58,7 +58,10 @@ export async function materializeAudience(deps: AppDeps, payload: MaterializePay
     const outcome = await warehouse.transaction(async (tx) => {
       await tx.query(`create schema if not exists ${quoteIdent(MATERIALIZED_SCHEMA)}`);
       await tx.query(`drop table if exists ${qualifiedName(MATERIALIZED_SCHEMA, table)}`);
-      const created = await tx.query(`create table ${qualifiedName(MATERIALIZED_SCHEMA, table)} as ${select.sql}`, select.params);
+      const created = await tx.query(
+        `create table ${qualifiedName(MATERIALIZED_SCHEMA, table)} as ${select.sql}`,
+        select.params,
+      );
       const columns = await tx.query<{ name: string; type: string }>(
         `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type
            from pg_attribute a
@@ -122,7 +125,9 @@ export async function materializeAudience(deps: AppDeps, payload: MaterializePay
 }
 
 export async function registerMaterializeJob(deps: AppDeps): Promise<void> {
-  await deps.jobs.register<MaterializePayload>(MATERIALIZE_KIND, (payload, context) =>
-    materializeAudience(deps, payload, context),
-  { retryLimit: 1, retryDelaySeconds: 5, timeoutSeconds: 6 * 3600 });
+  await deps.jobs.register<MaterializePayload>(
+    MATERIALIZE_KIND,
+    (payload, context) => materializeAudience(deps, payload, context),
+    { retryLimit: 1, retryDelaySeconds: 5, timeoutSeconds: 6 * 3600 },
+  );
 }

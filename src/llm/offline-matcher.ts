@@ -164,7 +164,22 @@ function expandAbbreviation(w: string): string | null {
   return best?.word ?? null;
 }
 
+/** The vocabulary never changes, so what a word normalizes to is computed once per process. */
+const NORMALIZED = new Map<string, string[]>();
+const NORMALIZED_MAX = 50_000;
+
 function normalizeWord(w: string, depth = 0): string[] {
+  if (depth > 0) return normalizeUncached(w, depth);
+  let out = NORMALIZED.get(w);
+  if (!out) {
+    out = normalizeUncached(w, 0);
+    if (NORMALIZED.size >= NORMALIZED_MAX) NORMALIZED.clear();
+    NORMALIZED.set(w, out);
+  }
+  return out;
+}
+
+function normalizeUncached(w: string, depth: number): string[] {
   if (/^\d+$/.test(w)) return [String(Number.parseInt(w, 10))];
   const variant = WORD_VARIANTS[w];
   if (variant !== undefined) return variant.split(' ');
@@ -181,7 +196,10 @@ function normalizeWord(w: string, depth = 0): string[] {
 
 for (const [concept, phrases] of Object.entries(PHRASES)) {
   for (const phrase of phrases) {
-    const normalized = phrase.split(' ').flatMap((w) => normalizeWord(w)).join(' ');
+    const normalized = phrase
+      .split(' ')
+      .flatMap((w) => normalizeWord(w))
+      .join(' ');
     // A phrase written out as people write it wins over another phrase's normalized form.
     PHRASE_OF.set(phrase, concept);
     if (!PHRASE_OF.has(normalized)) PHRASE_OF.set(normalized, concept);
@@ -189,9 +207,23 @@ for (const [concept, phrases] of Object.entries(PHRASES)) {
   }
 }
 
+const CONCEPTS_OF = new Map<string, readonly string[]>();
+
 /** The concepts a column (or field) name stands for, e.g. "CUST_TEL_NO" → [customer, phone]. */
 export function conceptsOf(name: string, stripPrefix = ''): string[] {
-  const raw = stripPrefix && name.toLowerCase().startsWith(stripPrefix) ? name.slice(stripPrefix.length) : name;
+  const key = `${stripPrefix}\u0000${name}`;
+  let concepts = CONCEPTS_OF.get(key);
+  if (!concepts) {
+    concepts = Object.freeze(computeConcepts(name, stripPrefix));
+    if (CONCEPTS_OF.size >= NORMALIZED_MAX) CONCEPTS_OF.clear();
+    CONCEPTS_OF.set(key, concepts);
+  }
+  return [...concepts];
+}
+
+function computeConcepts(name: string, stripPrefix: string): string[] {
+  const raw =
+    stripPrefix && name.toLowerCase().startsWith(stripPrefix) ? name.slice(stripPrefix.length) : name;
   const words = splitWords(raw);
   const normalized = words.map((w) => normalizeWord(w));
   const out: string[] = [];
@@ -269,15 +301,20 @@ export function commonPrefix(names: readonly string[]): string {
   return '';
 }
 
-const RELATION = new Map<string, number>();
+const RELATION = new Map<string, Map<string, number>>();
 for (const [a, b, s] of RELATED) {
-  RELATION.set(`${a}|${b}`, s);
-  RELATION.set(`${b}|${a}`, s);
+  for (const [x, y] of [
+    [a, b],
+    [b, a],
+  ]) {
+    if (!RELATION.has(x)) RELATION.set(x, new Map());
+    RELATION.get(x)!.set(y, s);
+  }
 }
 
 function tokenSimilarity(a: string, b: string): number {
   if (a === b) return 1;
-  const related = RELATION.get(`${a}|${b}`);
+  const related = RELATION.get(a)?.get(b);
   if (related !== undefined) return related;
   if (/^\d+$/.test(a) || /^\d+$/.test(b)) return 0;
   // Unknown words that share a stem ("reservation"/"reserv") are probably the same word.
@@ -288,19 +325,26 @@ function tokenSimilarity(a: string, b: string): number {
 
 const weightOf = (t: string) => (/^\d+$/.test(t) ? 0.35 : (TOKEN_WEIGHTS[t] ?? 1));
 
-/** Weighted soft Dice of two concept lists: 1 for the same meaning, 0 for nothing in common. */
+/** The weighted share of `from` that `to` covers. */
+function cover(from: readonly string[], to: readonly string[]): number {
+  let total = 0;
+  let covered = 0;
+  for (const a of from) {
+    const w = weightOf(a);
+    let best = 0;
+    for (const b of to) best = Math.max(best, tokenSimilarity(a, b));
+    total += w;
+    covered += w * best;
+  }
+  return covered / total;
+}
+
+/**
+ * How much two concept lists mean the same: the weighted share of each side that the other covers,
+ * multiplied; 1 for the same meaning, 0 for nothing in common.
+ */
 export function conceptSimilarity(source: readonly string[], target: readonly string[]): number {
   if (source.length === 0 || target.length === 0) return 0;
-  const cover = (from: readonly string[], to: readonly string[]) => {
-    let total = 0;
-    let covered = 0;
-    for (const a of from) {
-      const w = weightOf(a);
-      total += w;
-      covered += w * Math.max(...to.map((b) => tokenSimilarity(a, b)));
-    }
-    return covered / total;
-  };
   // A product, not a mean: a name half about something else ("email_verified" for "email") is weak.
   return cover(source, target) * cover(target, source);
 }
@@ -309,12 +353,24 @@ export function conceptSimilarity(source: readonly string[], target: readonly st
 
 type Family = 'text' | 'integer' | 'numeric' | 'boolean' | 'date' | 'timestamp' | 'json' | 'uuid' | 'other';
 
+const FAMILY_OF = new Map<string, Family>();
+
 export function typeFamily(type: string): Family {
+  let family = FAMILY_OF.get(type);
+  if (family === undefined) {
+    family = familyOf(type);
+    FAMILY_OF.set(type, family);
+  }
+  return family;
+}
+
+function familyOf(type: string): Family {
   const t = type.toLowerCase().trim();
   if (/^(timestamp|datetime)/.test(t)) return 'timestamp';
   if (t === 'date') return 'date';
   if (/^(bool)/.test(t)) return 'boolean';
-  if (/^(smallint|integer|int|int2|int4|int8|bigint|serial|bigserial|smallserial)\b/.test(t)) return 'integer';
+  if (/^(smallint|integer|int|int2|int4|int8|bigint|serial|bigserial|smallserial)\b/.test(t))
+    return 'integer';
   // numeric(8,0) is how legacy systems store whole numbers (keys, YYYYMMDD dates).
   if (/^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)/.test(t)) return 'integer';
   if (/^(numeric|decimal|real|double|float|money)/.test(t)) return 'numeric';
@@ -388,7 +444,8 @@ interface Expectation {
 function expectationOf(concepts: readonly string[], targetType: string): Expectation | null {
   const has = (c: string) => concepts.includes(c);
   const family = typeFamily(targetType);
-  if (family === 'boolean') return { patterns: ['boolean'], strength: 1.5, required: false, restatesType: true };
+  if (family === 'boolean')
+    return { patterns: ['boolean'], strength: 1.5, required: false, restatesType: true };
   if (family === 'date' || family === 'timestamp')
     return { patterns: ['date', 'timestamp'], strength: 1, required: false, restatesType: true };
   if (has('email')) return { patterns: ['email'], strength: 4, required: true };
@@ -426,7 +483,10 @@ function patternTerm(
     const other = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);
     // Values that are clearly something else overrule the name of a field that has a shape.
     if (other)
-      return { term: -other.share * (expectation.required ? 4.5 : expectation.strength), evidence: -other.share };
+      return {
+        term: -other.share * (expectation.required ? 4.5 : expectation.strength),
+        evidence: -other.share,
+      };
     if (expectation.required && patterns.length > 0) return { term: -1, evidence: -0.5 };
     return { term: 0, evidence: 0 };
   }
@@ -477,14 +537,20 @@ interface PreparedField {
   field: TargetField;
   concepts: string[];
   descriptionConcepts: string[];
+  expectation: Expectation | null;
   isKey: boolean;
+  /** Name similarity per source concept list: real schemas repeat column names a lot. */
+  nameCache: Map<string, number>;
 }
 
 function prepareField(target: TargetTable, field: TargetField): PreparedField {
+  const concepts = conceptsOf(field.name);
   return {
     field,
-    concepts: conceptsOf(field.name),
+    concepts,
     descriptionConcepts: field.description ? conceptsOf(field.description) : [],
+    expectation: expectationOf(concepts, field.type),
+    nameCache: new Map(),
     isKey: target.primary_key?.includes(field.name) ?? false,
   };
 }
@@ -499,29 +565,33 @@ const GENERIC = new Set(['customer', 'account', 'id', 'number', 'code', 'when', 
 function descriptionSimilarity(source: readonly string[], description: readonly string[]): number {
   if (source.length < 2 || description.length === 0) return 0;
   if (!source.some((c) => !GENERIC.has(c) && description.includes(c))) return 0;
-  let total = 0;
-  let covered = 0;
-  for (const a of source) {
-    const w = weightOf(a);
-    total += w;
-    covered += w * Math.max(...description.map((b) => tokenSimilarity(a, b)));
-  }
-  return 0.6 * (covered / total);
+  return 0.6 * cover(source, description);
 }
 
 function score(f: PreparedField, col: PreparedColumn): { logit: number; evidence: Evidence } {
-  const name = Math.max(
-    conceptSimilarity(col.concepts, f.concepts),
-    descriptionSimilarity(col.concepts, f.descriptionConcepts),
-  );
+  const key = col.concepts.join(' ');
+  let name = f.nameCache.get(key);
+  if (name === undefined) {
+    name = Math.max(
+      conceptSimilarity(col.concepts, f.concepts),
+      descriptionSimilarity(col.concepts, f.descriptionConcepts),
+    );
+    f.nameCache.set(key, name);
+  }
   const type = typeCompatibility(col.column, f.field.type);
-  const { term, evidence } = patternTerm(col.column, expectationOf(f.concepts, f.field.type), f.field.type);
+  const { term, evidence } = patternTerm(col.column, f.expectation, f.field.type);
   let logit = -4.5 + 7 * name + 3 * (type - 0.7) + term;
   if (col.column.nullRate !== undefined && col.column.nullRate >= 0.999) logit -= 1.5;
   // A foreign key repeats another table's identifier; the identifier itself is the better source.
   if (col.column.references && f.concepts.includes('id')) logit -= 1.5;
   return { logit, evidence: { name: round3(name), type: round3(type), pattern: round3(evidence) } };
 }
+
+const MIN_CANDIDATE = 0.05;
+const MIN_CANDIDATE_LOGIT = Math.log(MIN_CANDIDATE / (1 - MIN_CANDIDATE));
+const KEY_BONUS = 2;
+const TABLE_BONUS = 0.2;
+const MAX_BONUS = KEY_BONUS + TABLE_BONUS;
 
 /** Candidates (best first) that fit a field about equally well, or null when one stands out. */
 export function ambiguityOf(
@@ -532,7 +602,9 @@ export function ambiguityOf(
   const threshold = options.threshold ?? 0.5;
   const margin = options.ambiguityMargin ?? 0.1;
   if (candidates.length < 2) return null;
-  const close = candidates.filter((c) => c.confidence >= threshold && candidates[0].confidence - c.confidence < margin);
+  const close = candidates.filter(
+    (c) => c.confidence >= threshold && candidates[0].confidence - c.confidence < margin,
+  );
   if (close.length < 2) return null;
   return {
     target_field: targetField,
@@ -553,7 +625,14 @@ export function matchTable(
   const columns = prepare(sources);
   const scored = target.columns.map((field) => {
     const prepared = prepareField(target, field);
-    return { field, isKey: prepared.isKey, rows: columns.map((col) => ({ col, ...score(prepared, col) })) };
+    const rows: { col: PreparedColumn; logit: number; evidence: Evidence }[] = [];
+    for (const col of columns) {
+      const s = score(prepared, col);
+      // Pairs no bonus can lift to a candidate are dropped here: most of a big source.
+      const reach = prepared.isKey && col.column.isPrimaryKey ? MAX_BONUS : TABLE_BONUS;
+      if (s.logit + reach >= MIN_CANDIDATE_LOGIT) rows.push({ col, ...s });
+    }
+    return { field, isKey: prepared.isKey, rows };
   });
 
   // The table that answers most fields best is the primary one; its columns win close calls.
@@ -568,8 +647,8 @@ export function matchTable(
   const bonus = (isKey: boolean, col: PreparedColumn) => {
     if (col.table !== primary) return 0;
     // Key to key: the target's primary key is fed by the primary source table's primary key.
-    const key = isKey && col.column.isPrimaryKey ? 2 : 0;
-    return key + (sources.length > 1 ? 0.2 : 0);
+    const key = isKey && col.column.isPrimaryKey ? KEY_BONUS : 0;
+    return key + (sources.length > 1 ? TABLE_BONUS : 0);
   };
   const ranked = scored.map(({ field, isKey, rows }) => ({
     field,
@@ -579,7 +658,7 @@ export function matchTable(
         confidence: round3(sigmoid(r.logit + bonus(isKey, r.col))),
         evidence: r.evidence,
       }))
-      .filter((c) => c.confidence >= 0.05)
+      .filter((c) => c.confidence >= MIN_CANDIDATE)
       .sort((a, b) => b.confidence - a.confidence || a.source_field.localeCompare(b.source_field)),
   }));
 

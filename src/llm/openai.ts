@@ -1,6 +1,13 @@
 import type OpenAI from 'openai';
 import { z } from 'zod';
-import { ambiguityOf, type Candidate, type MatchOptions, type SourceTable, type TableMatch, type TargetTable } from './offline-matcher.ts';
+import {
+  ambiguityOf,
+  type Candidate,
+  type MatchOptions,
+  type SourceTable,
+  type TableMatch,
+  type TargetTable,
+} from './offline-matcher.ts';
 import type { LlmParameters } from './parameters.ts';
 
 /** The answer the model must give: one entry per target field it has an opinion on. */
@@ -57,7 +64,11 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
     target_table: {
       name: input.target.name,
       primary_key: input.target.primary_key ?? [],
-      fields: input.target.columns.map((c) => ({ name: c.name, type: c.type, description: c.description ?? '' })),
+      fields: input.target.columns.map((c) => ({
+        name: c.name,
+        type: c.type,
+        description: c.description ?? '',
+      })),
     },
     source_tables: input.sources.map((t) => ({
       name: t.name,
@@ -83,7 +94,11 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
 export type ParsedAnswer = { ok: true; answer: LlmMatchAnswer } | { ok: false; reason: string };
 
 /** Reads and checks the model's answer: JSON, the schema, and only fields and columns that exist. */
-export function parseMatchAnswer(content: string | null | undefined, target: TargetTable, sources: readonly SourceTable[]): ParsedAnswer {
+export function parseMatchAnswer(
+  content: string | null | undefined,
+  target: TargetTable,
+  sources: readonly SourceTable[],
+): ParsedAnswer {
   if (!content?.trim()) return { ok: false, reason: 'the answer was empty' };
   // Models asked for JSON still like to fence it.
   const text = content
@@ -99,12 +114,16 @@ export function parseMatchAnswer(content: string | null | undefined, target: Tar
   const parsed = llmMatchAnswerSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    return { ok: false, reason: `the answer did not have the expected shape (${issue.path.join('.') || 'root'}: ${issue.message})` };
+    return {
+      ok: false,
+      reason: `the answer did not have the expected shape (${issue.path.join('.') || 'root'}: ${issue.message})`,
+    };
   }
   const fields = new Set(target.columns.map((c) => c.name));
   const columns = new Set(sources.flatMap((t) => t.columns.map((c) => `${t.name}.${c.name}`)));
   for (const m of parsed.data.mappings) {
-    if (!fields.has(m.target_field)) return { ok: false, reason: `the answer names an unknown target field "${m.target_field}"` };
+    if (!fields.has(m.target_field))
+      return { ok: false, reason: `the answer names an unknown target field "${m.target_field}"` };
     if (m.source_field !== null && !columns.has(m.source_field))
       return { ok: false, reason: `the answer names an unknown source column "${m.source_field}"` };
   }
@@ -118,14 +137,19 @@ export function parseMatchAnswer(content: string | null | undefined, target: Tar
  * The model's choices over the offline result: its pick leads each field's candidates, fields it
  * left out keep the offline suggestion, and a column it gave to two fields goes to the surer one.
  */
-export function mergeAnswer(offline: TableMatch, answer: LlmMatchAnswer, options: MatchOptions = {}): TableMatch {
+export function mergeAnswer(
+  offline: TableMatch,
+  answer: LlmMatchAnswer,
+  options: MatchOptions = {},
+): TableMatch {
   const threshold = options.threshold ?? 0.5;
   const byField = new Map(answer.mappings.map((m) => [m.target_field, m]));
   const claimed = new Map<string, { field: string; confidence: number }>();
   for (const m of answer.mappings) {
     if (!m.source_field || m.confidence < threshold) continue;
     const current = claimed.get(m.source_field);
-    if (!current || m.confidence > current.confidence) claimed.set(m.source_field, { field: m.target_field, confidence: m.confidence });
+    if (!current || m.confidence > current.confidence)
+      claimed.set(m.source_field, { field: m.target_field, confidence: m.confidence });
   }
   const takenByModel = new Set(claimed.keys());
   const fields = offline.fields.map((f) => {

@@ -15,7 +15,12 @@ export const llmParametersSchema = z.object({
   max_tokens: z.number().int().min(16).max(200_000).default(4000),
   timeout_seconds: z.number().min(1).max(600).default(60),
   monthly_budget_usd: z.number().min(0).max(1_000_000).default(20),
-  price_per_1k_tokens: z.number().min(0).max(1000).default(0.002).describe('USD per 1000 tokens, prompt and completion'),
+  price_per_1k_tokens: z
+    .number()
+    .min(0)
+    .max(1000)
+    .default(0.002)
+    .describe('USD per 1000 tokens, prompt and completion'),
 });
 
 export type LlmParameters = z.infer<typeof llmParametersSchema> & {

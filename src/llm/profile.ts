@@ -1,4 +1,6 @@
 import { detectPatterns, type PatternShare } from './value-patterns.ts';
+import type { SourceTable } from './offline-matcher.ts';
+import type { IntrospectedTable } from '../warehouse/warehouse.ts';
 
 /** What discovery knows about one source column after profiling. */
 export interface ColumnProfile {
@@ -133,8 +135,42 @@ export async function profileTable(
   for (let i = 0; i < columns.length; i += PROFILE_COLUMNS_PER_QUERY) {
     const query = buildProfileQuery(schema, table, columns.slice(i, i + PROFILE_COLUMNS_PER_QUERY), options);
     const rows = await run(query.sql, query.params);
-    if (rows.length !== 1) throw new Error(`profile query for ${schema}.${table} returned ${rows.length} rows`);
+    if (rows.length !== 1)
+      throw new Error(`profile query for ${schema}.${table} returned ${rows.length} rows`);
     out.push(...parseProfileRow(query, rows[0]));
   }
   return out;
+}
+
+/**
+ * An introspected table and its column profiles as the matcher takes them. `name` is how source
+ * fields are written (`name.column`); pass `schema.table` when several schemas are in play.
+ */
+export function sourceTableOf(
+  table: Pick<IntrospectedTable, 'name' | 'primary_key' | 'foreign_keys' | 'columns'>,
+  profiles: readonly ColumnProfile[],
+  name: string = table.name,
+): SourceTable {
+  const profileOf = new Map(profiles.map((p) => [p.column, p]));
+  const references = new Map<string, { table: string; column: string }>();
+  for (const fk of table.foreign_keys)
+    fk.columns.forEach((column, i) =>
+      references.set(column, { table: fk.references.table, column: fk.references.columns[i] }),
+    );
+  return {
+    name,
+    columns: table.columns.map((c) => {
+      const p = profileOf.get(c.name);
+      return {
+        name: c.name,
+        type: c.type,
+        isPrimaryKey: table.primary_key.includes(c.name),
+        references: references.get(c.name) ?? null,
+        patterns: p?.patterns,
+        nullRate: p?.nullRate,
+        distinctRatio: p?.distinctRatio,
+        samples: p?.samples,
+      };
+    }),
+  };
 }

@@ -1,7 +1,13 @@
 import OpenAI from 'openai';
 import { AppError } from '../app-error.ts';
 import { BUDGET_EXCEEDED, type Meter } from './budget.ts';
-import { matchTable, type MatchOptions, type SourceTable, type TableMatch, type TargetTable } from './offline-matcher.ts';
+import {
+  matchTable,
+  type MatchOptions,
+  type SourceTable,
+  type TableMatch,
+  type TargetTable,
+} from './offline-matcher.ts';
 import { buildMatchPrompt, mergeAnswer, parseMatchAnswer, requestCompletion } from './openai.ts';
 import type { LlmParameters } from './parameters.ts';
 
@@ -92,7 +98,8 @@ export interface MatchOutcome {
 }
 
 const isAbort = (error: unknown, signal?: AbortSignal) =>
-  !!signal?.aborted || (error instanceof Error && (error.name === 'AbortError' || error instanceof OpenAI.APIUserAbortError));
+  !!signal?.aborted ||
+  (error instanceof Error && (error.name === 'AbortError' || error instanceof OpenAI.APIUserAbortError));
 
 /**
  * Matches one target table: the offline matcher always runs (it is cheap, it is the fallback, and
@@ -100,14 +107,21 @@ const isAbort = (error: unknown, signal?: AbortSignal) =>
  * failed or unusable call yields the offline result with a `fallback` saying why. Cancellation is
  * not a fallback: the abort propagates.
  */
-export async function matchTableWithProvider(req: TableMatchRequest, ctx: MatchContext): Promise<MatchOutcome> {
+export async function matchTableWithProvider(
+  req: TableMatchRequest,
+  ctx: MatchContext,
+): Promise<MatchOutcome> {
   const manager = ctx.manager ?? llmManager;
   const mode = ctx.mode ?? manager.mode;
   const offline = matchTable(req.target, req.sources, req.options);
   if (mode === 'offline') return { match: offline, source: 'offline', fallback: null, usage: null };
 
   const table = req.target.name;
-  const fallback = (reason: FallbackReason, message: string, usage: MatchOutcome['usage'] = null): MatchOutcome => ({
+  const fallback = (
+    reason: FallbackReason,
+    message: string,
+    usage: MatchOutcome['usage'] = null,
+  ): MatchOutcome => ({
     match: offline,
     source: 'offline',
     fallback: { reason, message: `${message}; the offline matcher's result is used for ${table}` },
@@ -117,7 +131,8 @@ export async function matchTableWithProvider(req: TableMatchRequest, ctx: MatchC
   try {
     await ctx.meter.check();
   } catch (error) {
-    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED) return fallback('budget_exceeded', error.message);
+    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED)
+      return fallback('budget_exceeded', error.message);
     throw error;
   }
 
@@ -133,7 +148,12 @@ export async function matchTableWithProvider(req: TableMatchRequest, ctx: MatchC
     completion = await requestCompletion(manager.client(ctx.params), ctx.params, prompt, ctx.signal);
   } catch (error) {
     if (isAbort(error, ctx.signal)) throw error;
-    await ctx.meter.record({ model: ctx.params.model, outcome: 'error', promptTokens: 0, completionTokens: 0 });
+    await ctx.meter.record({
+      model: ctx.params.model,
+      outcome: 'error',
+      promptTokens: 0,
+      completionTokens: 0,
+    });
     return fallback('llm_error', `The LLM call for ${table} failed: ${describeError(error)}`);
   }
   const parsed = parseMatchAnswer(completion.content, req.target, req.sources);
@@ -149,7 +169,8 @@ export async function matchTableWithProvider(req: TableMatchRequest, ctx: MatchC
     completion_tokens: completion.completionTokens,
     cost_usd: cost,
   };
-  if (!parsed.ok) return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
+  if (!parsed.ok)
+    return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
   return { match: mergeAnswer(offline, parsed.answer, req.options), source: 'openai', fallback: null, usage };
 }
 

@@ -90,9 +90,9 @@ const YMD_SLASH = /^(\d{4})[/.](\d{1,2})[/.](\d{1,2})$/;
 const COMPACT_DATE = /^(\d{4})(\d{2})(\d{2})$/;
 const MONTH = '(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\\.?';
 const TEXT_DATE = new RegExp(`^(\\d{1,2}[ -]${MONTH}[ -]\\d{2,4}|${MONTH} \\d{1,2},? \\d{4})$`, 'i');
-const TIMESTAMP =
-  /^\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?|UTC|GMT)?$/i;
-const LOCAL_TIMESTAMP = /^(\d{1,2}[/.-]\d{1,2}[/.-]\d{2,4}|\d{4}[/.]\d{1,2}[/.]\d{1,2}),? \d{1,2}:\d{2}(:\d{2})?( ?[AP]M)?$/i;
+const TIMESTAMP = /^\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?|UTC|GMT)?$/i;
+const LOCAL_TIMESTAMP =
+  /^(\d{1,2}[/.-]\d{1,2}[/.-]\d{2,4}|\d{4}[/.]\d{1,2}[/.]\d{1,2}),? \d{1,2}:\d{2}(:\d{2})?( ?[AP]M)?$/i;
 
 const validDay = (y: number, m: number, d: number) =>
   y >= 1800 && y <= 2200 && m >= 1 && m <= 12 && d >= 1 && d <= new Date(Date.UTC(y, m, 0)).getUTCDate();

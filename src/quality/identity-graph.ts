@@ -287,10 +287,11 @@ export async function resolveIdentities(
     );
     await q('insert into _id_adj select b, a from _id_adj');
     await q(
-      `create temp table _id_label on commit drop as
+      // Half-empty pages and no index: every label update stays a cheap in-page (HOT) write, which
+      // measured 6x faster than updating a packed, primary-keyed table.
+      `create temp table _id_label with (fillfactor = 50) on commit drop as
        select distinct a as node_id, a as label, 0 as changed_in from _id_adj`,
     );
-    await q('alter table _id_label add primary key (node_id)');
     await q('create index on _id_adj (a)');
     await q('analyze _id_adj');
     let iterations = 0;

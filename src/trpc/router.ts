@@ -8,6 +8,8 @@ import { schemasRouter } from '../modules/schemas/schemas.router.ts';
 import { audiencesRouter } from '../modules/audiences/audiences.router.ts';
 import { mappingsRouter } from '../modules/mappings/mappings.router.ts';
 import { pipelinesRouter } from '../modules/pipelines/pipelines.router.ts';
+import { analyticsRouter } from '../modules/analytics/analytics.router.ts';
+import { queriesRouter } from '../modules/queries/queries.router.ts';
 
 export const appRouter = router({
   auth: authRouter,
@@ -19,6 +21,8 @@ export const appRouter = router({
   audiences: audiencesRouter,
   mappings: mappingsRouter,
   pipelines: pipelinesRouter,
+  analytics: analyticsRouter,
+  queries: queriesRouter,
 });
 
 export type AppRouter = typeof appRouter;

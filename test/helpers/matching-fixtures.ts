@@ -1,7 +1,12 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { detectPatterns } from '../../src/llm/value-patterns.ts';
-import { matchTable, type SourceTable, type TableMatch, type TargetTable } from '../../src/llm/offline-matcher.ts';
+import {
+  matchTable,
+  type SourceTable,
+  type TableMatch,
+  type TargetTable,
+} from '../../src/llm/offline-matcher.ts';
 
 export interface MatchingFixture {
   file: string;
@@ -74,7 +79,9 @@ export function scoreMatch(fixture: MatchingFixture, match: TableMatch): Score {
     else if (got || truth) {
       if (got) fp++;
       if (truth) fn++;
-      errors.push(`${field.target_field}: expected ${truth ?? '—'}, got ${got ?? '—'} (${field.suggestion?.confidence ?? ''})`);
+      errors.push(
+        `${field.target_field}: expected ${truth ?? '—'}, got ${got ?? '—'} (${field.suggestion?.confidence ?? ''})`,
+      );
     }
   }
   return f1Of(tp, fp, fn, errors);

@@ -10,7 +10,9 @@ export class Migration20261122150000 extends Migration {
     this.addSql(
       `alter table "audiences" add constraint "audiences_workspace_id_name_unique" unique ("workspace_id", "name");`,
     );
-    this.addSql(`create index "audiences_organization_id_workspace_id_index" on "audiences" ("organization_id", "workspace_id");`);
+    this.addSql(
+      `create index "audiences_organization_id_workspace_id_index" on "audiences" ("organization_id", "workspace_id");`,
+    );
     this.addSql(
       `alter table "audiences" add constraint "audiences_organization_id_foreign" foreign key ("organization_id") references "organizations" ("id") on delete cascade;`,
     );
@@ -63,7 +65,9 @@ export class Migration20261122150000 extends Migration {
     this.addSql(
       `alter table "audience_conversions" add constraint "audience_conversions_organization_id_external_id_unique" unique ("organization_id", "external_id");`,
     );
-    this.addSql(`create index "audience_conversions_audience_id_index" on "audience_conversions" ("audience_id");`);
+    this.addSql(
+      `create index "audience_conversions_audience_id_index" on "audience_conversions" ("audience_id");`,
+    );
     for (const [column, table] of [
       ['organization_id', 'organizations'],
       ['workspace_id', 'workspaces'],

@@ -22,9 +22,13 @@ export function audienceExportDownload(deps: AppDeps) {
       const principal = bearer ? await deps.authenticator.authenticate(em, bearer) : null;
       if (!principal) throw new AppError('UNAUTHORIZED', 'Missing or invalid credentials');
       if (principal.mustChangePassword)
-        throw new AppError('FORBIDDEN', 'Change your temporary password first (POST /api/auth/change-password)', {
-          reason: 'PASSWORD_CHANGE_REQUIRED',
-        });
+        throw new AppError(
+          'FORBIDDEN',
+          'Change your temporary password first (POST /api/auth/change-password)',
+          {
+            reason: 'PASSWORD_CHANGE_REQUIRED',
+          },
+        );
       if (!hasPermission(principal.permissions, 'workspace.read'))
         throw new AppError('FORBIDDEN', 'Missing permission workspace.read');
       const file = await exportFile({ em, deps, principal }, String(req.params.export_id));

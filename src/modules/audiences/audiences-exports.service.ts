@@ -55,15 +55,17 @@ function runView(row: RunRow | undefined) {
 }
 
 /** The runs of several exports in one query. */
-async function runsOf(em: EntityManager, organizationId: string, ids: string[]): Promise<Map<string, RunRow>> {
+async function runsOf(
+  em: EntityManager,
+  organizationId: string,
+  ids: string[],
+): Promise<Map<string, RunRow>> {
   if (!ids.length) return new Map();
-  const rows = (await em
-    .getConnection()
-    .execute(
-      `select id, status, progress, error, started_at, finished_at from job_runs
+  const rows = (await em.getConnection().execute(
+    `select id, status, progress, error, started_at, finished_at from job_runs
         where organization_id = ? and id in (${ids.map(() => '?').join(', ')})`,
-      [organizationId, ...ids],
-    )) as RunRow[];
+    [organizationId, ...ids],
+  )) as RunRow[];
   return new Map(rows.map((r) => [String(r.id), r]));
 }
 
@@ -71,7 +73,10 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
   const { password, headers, ...rest } = exp.destinationConfig as Record<string, unknown>;
   if (exp.destinationType === 'postgres') return { ...rest, password_set: !!password };
   if (exp.destinationType === 'webhook')
-    return { ...rest, headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])) };
+    return {
+      ...rest,
+      headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])),
+    };
   return rest;
 }
 
@@ -99,9 +104,13 @@ export function exportView(exp: AudienceExportEntity, run?: RunRow) {
 
 async function assertExportsEnabled(scope: CallerScope) {
   if (!(await isFeatureEnabled(scope, 'audience_exports')))
-    throw new AppError('FORBIDDEN', 'Audience exports are disabled for this organization (feature audience_exports)', {
-      reason: 'FEATURE_DISABLED',
-    });
+    throw new AppError(
+      'FORBIDDEN',
+      'Audience exports are disabled for this organization (feature audience_exports)',
+      {
+        reason: 'FEATURE_DISABLED',
+      },
+    );
 }
 
 function materializedColumns(audience: AudienceEntity) {
@@ -115,7 +124,10 @@ function materializedColumns(audience: AudienceEntity) {
 }
 
 /** Sources must be materialized columns; destination names must be distinct. */
-function checkMapping(audience: AudienceEntity, mapping: FieldMappingEntry[] | undefined): FieldMappingEntry[] {
+function checkMapping(
+  audience: AudienceEntity,
+  mapping: FieldMappingEntry[] | undefined,
+): FieldMappingEntry[] {
   const columns = materializedColumns(audience).map((c) => c.name);
   if (!mapping) return columns.map((name) => ({ source: name, destination: name }));
   const issues: { path: (string | number)[]; message: string }[] = [];
@@ -127,7 +139,10 @@ function checkMapping(audience: AudienceEntity, mapping: FieldMappingEntry[] | u
         message: `Unknown audience column ${entry.source} (columns: ${columns.join(', ')})`,
       });
     if (seen.has(entry.destination.toLowerCase()))
-      issues.push({ path: ['field_mapping', i, 'destination'], message: `Destination field ${entry.destination} is mapped twice` });
+      issues.push({
+        path: ['field_mapping', i, 'destination'],
+        message: `Destination field ${entry.destination} is mapped twice`,
+      });
     seen.add(entry.destination.toLowerCase());
   });
   if (issues.length) throw new AppError('BAD_REQUEST', issues[0].message, { issues });
@@ -158,7 +173,8 @@ async function storedDestination(
     const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(input.headers ?? {}))
-      headers[name] = /^[*•]+$/.test(value) && oldHeaders[name] ? oldHeaders[name] : scope.deps.secrets.encrypt(value);
+      headers[name] =
+        /^[*•]+$/.test(value) && oldHeaders[name] ? oldHeaders[name] : scope.deps.secrets.encrypt(value);
     return { ...input, headers };
   }
   return { ...input };
@@ -266,7 +282,11 @@ export async function updateExport(
     materializedColumns(exp.audience);
     run = await startRun(scope, exp);
   }
-  const runs = await runsOf(scope.em, exp.organization.id, [run?.run_id ?? exp.lastRunId].filter(Boolean) as string[]);
+  const runs = await runsOf(
+    scope.em,
+    exp.organization.id,
+    [run?.run_id ?? exp.lastRunId].filter(Boolean) as string[],
+  );
   return { export: exportView(exp, runs.get(run?.run_id ?? exp.lastRunId ?? '')), run };
 }
 
@@ -282,11 +302,17 @@ export async function listExports(scope: CallerScope, audienceId: string) {
     organizationOf(scope.principal),
     exports.map((e) => e.lastRunId).filter(Boolean) as string[],
   );
-  return { audience_id: audience.id, exports: exports.map((e) => exportView(e, runs.get(e.lastRunId ?? ''))) };
+  return {
+    audience_id: audience.id,
+    exports: exports.map((e) => exportView(e, runs.get(e.lastRunId ?? ''))),
+  };
 }
 
 /** What a run would send, in the destination's field names and the run's order. */
-export async function previewExport(scope: CallerScope, input: { audience_id: string; export_id: string; limit: number }) {
+export async function previewExport(
+  scope: CallerScope,
+  input: { audience_id: string; export_id: string; limit: number },
+) {
   const { audience, workspace } = await findAudience(scope, input.audience_id);
   const { exp } = await findExport(scope, input.export_id, workspace);
   if (exp.audience.id !== audience.id) throw notFound('Export');
@@ -317,7 +343,8 @@ export async function previewExport(scope: CallerScope, input: { audience_id: st
 /** The CSV file of an export (the download route streams it). */
 export async function exportFile(scope: CallerScope, exportId: string) {
   const { exp } = await findExport(scope, exportId);
-  if (exp.destinationType !== 'csv') throw new AppError('BAD_REQUEST', 'Only CSV exports have a file to download');
+  if (exp.destinationType !== 'csv')
+    throw new AppError('BAD_REQUEST', 'Only CSV exports have a file to download');
   if (!exp.filePath || !existsSync(exp.filePath))
     throw new AppError('NOT_FOUND', 'This export has no file yet: it has not completed a run');
   const safeName = exp.name.replace(/[^\w.-]+/g, '_').slice(0, 80) || 'audience';

@@ -46,9 +46,18 @@ export async function recordMetric(
 ) {
   const { audience, workspace } = await findAudience(scope, input.audience_segment_id);
   if (input.clicks > input.impressions)
-    throw new AppError('BAD_REQUEST', `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})`, {
-      issues: [{ path: ['clicks'], message: `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})` }],
-    });
+    throw new AppError(
+      'BAD_REQUEST',
+      `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})`,
+      {
+        issues: [
+          {
+            path: ['clicks'],
+            message: `clicks (${input.clicks}) cannot exceed impressions (${input.impressions})`,
+          },
+        ],
+      },
+    );
   const [row] = await scope.em.getConnection().execute(
     `insert into audience_performance_metrics
        (id, organization_id, workspace_id, audience_id, ad_platform, campaign_id, date, impressions, clicks, spend,
@@ -186,9 +195,13 @@ export async function recordConversion(
     [organization, input.external_id],
   );
   if (existing.audience_id !== audience.id)
-    throw new AppError('CONFLICT', `Conversion ${input.external_id} is already recorded for another audience`, {
-      reason: 'DUPLICATE_EXTERNAL_ID',
-    });
+    throw new AppError(
+      'CONFLICT',
+      `Conversion ${input.external_id} is already recorded for another audience`,
+      {
+        reason: 'DUPLICATE_EXTERNAL_ID',
+      },
+    );
   return { conversion: conversionView(existing), created: false };
 }
 
@@ -231,7 +244,16 @@ export async function performanceSummary(scope: CallerScope, audienceId: string)
             from m full join c on m.kind = c.kind and coalesce(m.key, '') = coalesce(c.key, '')
         ) s
        order by s.kind, s.key nulls first`,
-    [organization, audience.id, organization, audience.id, organization, audience.id, organization, audience.id],
+    [
+      organization,
+      audience.id,
+      organization,
+      audience.id,
+      organization,
+      audience.id,
+      organization,
+      audience.id,
+    ],
   );
   const overall = rows.find((r: Record<string, unknown>) => r.kind === 'overall') ?? {};
   const currencies = rows[0]?.currencies ? String(rows[0].currencies).split(',') : [];
@@ -241,7 +263,10 @@ export async function performanceSummary(scope: CallerScope, audienceId: string)
     overall: figuresOf(overall),
     by_platform: rows
       .filter((r: Record<string, unknown>) => r.kind === 'platform')
-      .map((r: Record<string, unknown>) => ({ ad_platform: (r.key as string | null) ?? null, ...figuresOf(r) })),
+      .map((r: Record<string, unknown>) => ({
+        ad_platform: (r.key as string | null) ?? null,
+        ...figuresOf(r),
+      })),
     by_day: rows
       .filter((r: Record<string, unknown>) => r.kind === 'day')
       .map((r: Record<string, unknown>) => ({ date: String(r.key), ...figuresOf(r) })),

@@ -118,7 +118,9 @@ function checkValue(type: string, value: unknown): { ok: true; bind: unknown } |
         ? { ok: true, bind: value }
         : { ok: false, why: 'an ISO-8601 date-time' };
     case 'uuid':
-      return typeof value === 'string' && UUID.test(value) ? { ok: true, bind: value } : { ok: false, why: 'a uuid' };
+      return typeof value === 'string' && UUID.test(value)
+        ? { ok: true, bind: value }
+        : { ok: false, why: 'a uuid' };
     default:
       return { ok: false, why: `a value of type ${type}` };
   }
@@ -167,13 +169,19 @@ export function compileRules(
       return 'false';
     }
     if (typeof rawOp !== 'string') {
-      issues.push({ path: [...path, 'op'], message: `op is required for field ${field} (one of ${RULE_OPS.join(', ')})` });
+      issues.push({
+        path: [...path, 'op'],
+        message: `op is required for field ${field} (one of ${RULE_OPS.join(', ')})`,
+      });
       return 'false';
     }
     const op = normalizeOp(rawOp);
     const type = column.type.toLowerCase();
     if (!(RULE_OPS as readonly string[]).includes(op)) {
-      issues.push({ path: [...path, 'op'], message: `Unknown operator ${rawOp} for field ${field} (use one of ${RULE_OPS.join(', ')})` });
+      issues.push({
+        path: [...path, 'op'],
+        message: `Unknown operator ${rawOp} for field ${field} (use one of ${RULE_OPS.join(', ')})`,
+      });
       return 'false';
     }
     if (!(OPS_BY_TYPE[type] ?? NULL_OPS).includes(op)) {
@@ -284,7 +292,9 @@ export function compileRules(
   if (issues.length)
     throw new AppError(
       'BAD_REQUEST',
-      issues.length === 1 ? issues[0].message : `${issues[0].message} (and ${issues.length - 1} more problems)`,
+      issues.length === 1
+        ? issues[0].message
+        : `${issues[0].message} (and ${issues.length - 1} more problems)`,
       { issues },
     );
   return { where, params };

@@ -27,7 +27,10 @@ export const qualifiedName = (schema: string, name: string) => `${quoteIdent(sch
 export type SchemaTable = TargetSchema['tables'][number];
 
 export function schemaTable(schema: TargetSchema | null, table: string): SchemaTable | undefined {
-  return schema?.tables.find((t) => t.name === table) ?? schema?.tables.find((t) => t.name.toLowerCase() === table.toLowerCase());
+  return (
+    schema?.tables.find((t) => t.name === table) ??
+    schema?.tables.find((t) => t.name.toLowerCase() === table.toLowerCase())
+  );
 }
 
 export interface MemberSelect {
@@ -39,18 +42,26 @@ export interface MemberSelect {
 export async function memberSelect(
   audience: Pick<
     AudienceEntity,
-    'definitionType' | 'rules' | 'sql' | 'identifierColumns' | 'attributeColumns' | 'targetSchema' | 'targetTable'
+    | 'definitionType'
+    | 'rules'
+    | 'sql'
+    | 'identifierColumns'
+    | 'attributeColumns'
+    | 'targetSchema'
+    | 'targetTable'
   >,
   schema: TargetSchema | null,
 ): Promise<MemberSelect> {
   const columns = [...audience.identifierColumns, ...audience.attributeColumns].map(quoteIdent).join(', ');
   if (audience.definitionType === 'sql') {
     const { kind } = await assertReadOnlySql(audience.sql ?? '');
-    if (kind !== 'SELECT') throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
+    if (kind !== 'SELECT')
+      throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
     return { sql: `select ${columns} from (${audience.sql}) as audience_source`, params: [] };
   }
   const table = schemaTable(schema, audience.targetTable);
-  if (!table) throw new AppError('BAD_REQUEST', `Table ${audience.targetTable} is no longer in the target schema`);
+  if (!table)
+    throw new AppError('BAD_REQUEST', `Table ${audience.targetTable} is no longer in the target schema`);
   const { where, params } = compileRules(audience.rules, table.columns, { table: table.name });
   return {
     sql: `select ${columns} from ${qualifiedName(audience.targetSchema, table.name)} where ${where}`,
@@ -77,7 +88,11 @@ export function exportSelect(
 export function csvCell(value: unknown, delimiter = ','): string {
   if (value === null || value === undefined) return '';
   const text =
-    value instanceof Date ? value.toISOString() : typeof value === 'object' ? JSON.stringify(value) : String(value);
+    value instanceof Date
+      ? value.toISOString()
+      : typeof value === 'object'
+        ? JSON.stringify(value)
+        : String(value);
   return text.includes(delimiter) || /["\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 

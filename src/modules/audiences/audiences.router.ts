@@ -41,7 +41,14 @@ export const audiencesRouter = router({
     .query(({ ctx }) => audiences.dashboard(ctx)),
 
   metricsList: read
-    .meta(rest('GET', `${base}/performance-metrics`, 'Performance metrics, filtered by segment, platform, campaign and dates', tag))
+    .meta(
+      rest(
+        'GET',
+        `${base}/performance-metrics`,
+        'Performance metrics, filtered by segment, platform, campaign and dates',
+        tag,
+      ),
+    )
     .input(s.metricsQuery)
     .output(s.metricsListOutput)
     .query(({ ctx, input }) => metrics.listMetrics(ctx, input)),
@@ -60,7 +67,14 @@ export const audiencesRouter = router({
     .mutation(({ ctx, input }) => metrics.recordMetric(ctx, input)),
 
   exportCreate: write
-    .meta(rest('POST', `${base}/exports`, 'Create an audience export (CSV file, PostgreSQL table or webhook)', tag))
+    .meta(
+      rest(
+        'POST',
+        `${base}/exports`,
+        'Create an audience export (CSV file, PostgreSQL table or webhook)',
+        tag,
+      ),
+    )
     .input(s.createExportInput)
     .output(s.exportWithRunOutput)
     .mutation(({ ctx, input }) => exportsService.createExport(ctx, input)),

@@ -30,7 +30,12 @@ export const audienceIdInput = z.object({ audience_id: uuidParam('Audience') });
 export const createAudienceInput = z.object({
   name: z.string().trim().min(1).max(200),
   description: z.string().max(2000).optional(),
-  target_table: z.string().trim().min(1).max(63).describe('Table of the target schema the audience selects from'),
+  target_table: z
+    .string()
+    .trim()
+    .min(1)
+    .max(63)
+    .describe('Table of the target schema the audience selects from'),
   definition: definitionInput,
   identifier_columns: columnList
     .optional()
@@ -188,7 +193,11 @@ const webhookDestination = z.object({
   max_retries: z.number().int().min(0).max(10).default(3),
   timeout_ms: z.number().int().min(100).max(120_000).default(10_000),
 });
-export const destinationInput = z.discriminatedUnion('type', [csvDestination, postgresDestination, webhookDestination]);
+export const destinationInput = z.discriminatedUnion('type', [
+  csvDestination,
+  postgresDestination,
+  webhookDestination,
+]);
 export type DestinationInput = z.infer<typeof destinationInput>;
 
 export const fieldMappingInput = z
@@ -212,7 +221,10 @@ export const updateExportInput = exportIdInput.extend({
   destination: destinationInput.optional(),
   field_mapping: fieldMappingInput.optional(),
   schedule: z.enum(EXPORT_SCHEDULES).optional(),
-  status: z.enum(EXPORT_STATUSES).optional().describe('paused stops scheduled runs and cancels one under way'),
+  status: z
+    .enum(EXPORT_STATUSES)
+    .optional()
+    .describe('paused stops scheduled runs and cancels one under way'),
   run: z.boolean().optional().describe('Start a run now (e.g. retry a failed one)'),
 });
 
@@ -269,7 +281,10 @@ export const previewOutput = z.object({
 const isoDate = z
   .string()
   .regex(/^\d{4}-\d{2}-\d{2}$/, 'an ISO date YYYY-MM-DD')
-  .refine((d) => !Number.isNaN(Date.parse(d)) && new Date(d).toISOString().startsWith(d), 'not a calendar date');
+  .refine(
+    (d) => !Number.isNaN(Date.parse(d)) && new Date(d).toISOString().startsWith(d),
+    'not a calendar date',
+  );
 const currency = z
   .string()
   .regex(/^[A-Z]{3}$/, 'an ISO-4217 code such as USD')
@@ -307,7 +322,9 @@ export const metricOutput = z.object({
 });
 export const metricWriteOutput = z.object({
   metric: metricOutput,
-  created: z.boolean().describe('false when an existing record (segment, platform, campaign, date) was updated'),
+  created: z
+    .boolean()
+    .describe('false when an existing record (segment, platform, campaign, date) was updated'),
 });
 
 export const metricsQuery = z.object({

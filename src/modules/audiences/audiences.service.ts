@@ -61,7 +61,11 @@ export function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): T
 }
 
 /** The audience's warehouse, refused when the workspace's target moved to another database or schema. */
-export function audienceWarehouseConfig(scope: CallerScope, workspace: WorkspaceEntity, audience: AudienceEntity) {
+export function audienceWarehouseConfig(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  audience: AudienceEntity,
+) {
   const target = requireTarget(scope, workspace);
   if (target.database !== audience.targetDatabase || target.schema !== audience.targetSchema)
     throw new AppError(
@@ -147,8 +151,7 @@ async function checkDefinition(workspace: WorkspaceEntity, input: DefinitionInpu
       { reason: 'NO_TARGET_SCHEMA' },
     );
   const table = schemaTable(schema, input.target_table);
-  if (!table)
-  {
+  if (!table) {
     const message = `Unknown target table ${input.target_table} (tables of the target schema: ${schema.tables.map((t) => t.name).join(', ')})`;
     throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['target_table'], message }] });
   }
@@ -163,9 +166,10 @@ async function checkDefinition(workspace: WorkspaceEntity, input: DefinitionInpu
         issues: [{ path: [path, i], message: `Unknown field ${name} in table ${table.name}` }],
       });
     });
-  const identifiers = [...new Set(canonical(input.identifier_columns ?? table.primary_key ?? [], 'identifier_columns'))];
-  if (!identifiers.length)
-  {
+  const identifiers = [
+    ...new Set(canonical(input.identifier_columns ?? table.primary_key ?? [], 'identifier_columns')),
+  ];
+  if (!identifiers.length) {
     const message = `identifier_columns is required: table ${table.name} has no primary key to identify members by`;
     throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['identifier_columns'], message }] });
   }
@@ -177,7 +181,9 @@ async function checkDefinition(workspace: WorkspaceEntity, input: DefinitionInpu
   if (type === 'rules') {
     if (!input.definition.rules)
       throw new AppError('BAD_REQUEST', 'definition.rules is required for a rules definition', {
-        issues: [{ path: ['definition', 'rules'], message: 'definition.rules is required for a rules definition' }],
+        issues: [
+          { path: ['definition', 'rules'], message: 'definition.rules is required for a rules definition' },
+        ],
       });
     compileRules(input.definition.rules, table.columns, { table: table.name });
     rules = input.definition.rules;
@@ -203,7 +209,12 @@ async function checkDefinition(workspace: WorkspaceEntity, input: DefinitionInpu
   };
 }
 
-async function assertNameFree(scope: CallerScope, workspace: WorkspaceEntity, name: string, exceptId?: string) {
+async function assertNameFree(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  name: string,
+  exceptId?: string,
+) {
   const existing = await scope.em.findOne(Audience, { workspace: workspace.id, name }, { fields: ['id'] });
   if (existing && existing.id !== exceptId)
     throw new AppError('CONFLICT', `An audience named ${name} already exists in workspace ${workspace.name}`);
@@ -285,7 +296,8 @@ export async function updateAudience(
         sql: audience.sql ?? undefined,
       },
       identifier_columns:
-        input.identifier_columns ?? (input.target_table !== undefined ? undefined : audience.identifierColumns),
+        input.identifier_columns ??
+        (input.target_table !== undefined ? undefined : audience.identifierColumns),
       attribute_columns:
         input.attribute_columns ?? (input.target_table !== undefined ? undefined : audience.attributeColumns),
     });
@@ -317,11 +329,15 @@ export async function deleteAudience(scope: CallerScope, id: string) {
       );
       await warehouse.transaction(async (tx) => {
         if (audience.materializedView) {
-          await tx.query(`drop view if exists ${qualifiedName(audience.materializedSchema!, audience.materializedView)}`);
+          await tx.query(
+            `drop view if exists ${qualifiedName(audience.materializedSchema!, audience.materializedView)}`,
+          );
           dropped.push(`${audience.materializedSchema}.${audience.materializedView}`);
         }
         if (audience.materializedTable) {
-          await tx.query(`drop table if exists ${qualifiedName(audience.materializedSchema!, audience.materializedTable)}`);
+          await tx.query(
+            `drop table if exists ${qualifiedName(audience.materializedSchema!, audience.materializedTable)}`,
+          );
           dropped.push(`${audience.materializedSchema}.${audience.materializedTable}`);
         }
       });
@@ -331,7 +347,11 @@ export async function deleteAudience(scope: CallerScope, id: string) {
       warehouseError = error instanceof Error ? error.message : String(error);
     }
   }
-  const files = await scope.em.find(AudienceExport, { audience: audience.id, organization }, { fields: ['id'] });
+  const files = await scope.em.find(
+    AudienceExport,
+    { audience: audience.id, organization },
+    { fields: ['id'] },
+  );
   await scope.em.remove(audience).flush();
   for (const file of files)
     await rm(exportFilePath(scope.deps, organization, file.id), { force: true }).catch(() => undefined);
@@ -354,13 +374,11 @@ export async function materialize(scope: CallerScope, id: string) {
   );
   if (created)
     // Only while the run has not started: it sets its own status (and run id) when it does.
-    await scope.em
-      .getConnection()
-      .execute(
-        `update audiences set materialization_status = 'queued', last_run_id = ?, updated_at = now()
+    await scope.em.getConnection().execute(
+      `update audiences set materialization_status = 'queued', last_run_id = ?, updated_at = now()
           where id = ? and last_run_id is distinct from ?`,
-        [run.id, audience.id, run.id],
-      );
+      [run.id, audience.id, run.id],
+    );
   return { audience_id: audience.id, run_id: run.id, status: run.status, created };
 }
 
@@ -468,7 +486,8 @@ export async function dashboard(scope: CallerScope) {
       definition_type: r.definition_type as 'rules' | 'sql',
       size: r.materialized_version == null || r.row_count == null ? null : Number(r.row_count),
       materialization_status: r.materialization_status as AudienceEntity['materializationStatus'],
-      stale: r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
+      stale:
+        r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
       materialized_at: asDate(r.materialized_at),
       freshness_seconds: r.freshness_seconds == null ? null : Number(r.freshness_seconds),
       export_count: Number(r.export_count),

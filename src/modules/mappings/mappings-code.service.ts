@@ -10,7 +10,7 @@ import { columnSql, generateSelectSql, selectSqlFromPlan } from '../../transform
 import { generatePythonScript } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
 import { ensureMaterializeJob } from '../../jobs/materialize.ts';
-import { mappingCache } from '../workspaces/workspaces-cache.ts';
+import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
 import { connectionConfig, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
@@ -44,12 +44,10 @@ async function newestCommit(scope: Scope, workspace: WorkspaceEntity, tableName:
 
 export async function transformCode(scope: CallerScope, tableName: string) {
   const { workspace, mapping } = await requireMapping(scope, tableName);
-  const cacheKey = `sql:${tableName}:${mapping.version}:${mapping.updatedAt.getTime()}`;
-  let generated = mappingCache.get<Awaited<ReturnType<typeof workingSql>>>(workspace.organization.id, workspace.id, cacheKey);
-  if (!generated) {
-    generated = await workingSql(scope, workspace, mapping);
-    mappingCache.set(workspace.organization.id, workspace.id, cacheKey, generated);
-  }
+  const cacheKey = `${workspace.id}:sql:${tableName}:${mapping.version}:${mapping.updatedAt.getTime()}`;
+  const generated = (await mappingCache.getOrLoad({ em: scope.em, organizationId: workspace.organization.id }, cacheKey, () =>
+    workingSql(scope, workspace, mapping),
+  )) as Awaited<ReturnType<typeof workingSql>>;
   const commit = await newestCommit(scope, workspace, tableName);
   return {
     table_name: tableName,
@@ -394,7 +392,7 @@ export async function commitTransformation(scope: CallerScope, input: { table_na
     await em.flush();
     return { commit, snapshot };
   });
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   const push = await pushWorkspaceFiles(scope, snapshot.files, snapshot.message, { workspace: workspace.name });
   return {
     table_name: input.table_name,

@@ -15,7 +15,7 @@ import {
   type MappingTable,
   type TargetTable,
 } from '../../transform/mapping.ts';
-import { mappingCache } from '../workspaces/workspaces-cache.ts';
+import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
 import {
   connectionConfig,
   currentWorkspace,
@@ -81,7 +81,9 @@ export async function sourceCatalog(
 ): Promise<SourceCatalog> {
   const org = workspace.organization.id;
   if (!options.refresh) {
-    const hit = mappingCache.get<SourceCatalog>(org, workspace.id, CATALOG_KEY);
+    const hit = (await mappingCache.get({ em: scope.em, organizationId: org }, `${workspace.id}:${CATALOG_KEY}`)) as
+      | SourceCatalog
+      | undefined;
     if (hit) return hit;
   }
   const config = connectionConfig(scope, workspace, 'source');
@@ -95,7 +97,7 @@ export async function sourceCatalog(
   // Every relation of the configured schemas: a mapping may use a table outside the selection.
   const introspected = await warehouse.introspect({ tables: [] });
   const catalog = buildCatalog(introspected.tables);
-  mappingCache.set(org, workspace.id, CATALOG_KEY, catalog);
+  await mappingCache.set({ em: scope.em, organizationId: org }, `${workspace.id}:${CATALOG_KEY}`, catalog);
   return catalog;
 }
 
@@ -323,7 +325,7 @@ async function editMapping<T>(
   const result = await change({ workspace, target, mapping });
   mapping.version += 1;
   await scope.em.flush();
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return { mapping, workspace, result };
 }
 
@@ -385,9 +387,7 @@ async function checkExpression(
     if (table && !table.columns.has(column)) problems.push(`source table ${key} has no column ${column}`);
   }
   if (problems.length)
-    throw new AppError('BAD_REQUEST', `${what}: ${problems.join('; ')}`, {
-      issues: problems.map((message) => ({ path: ['expression'], message })),
-    });
+    throw new AppError('BAD_REQUEST', `${what}: ${problems.join('; ')}`);
   return { ast: parsed.ast, tables: used };
 }
 
@@ -416,7 +416,6 @@ export async function addConnection(
       throw new AppError(
         'BAD_REQUEST',
         `Target table ${target.name} has no column ${connection.target_field}`,
-        { issues: [{ path: ['connection', 'target_field'], message: `unknown target field ${connection.target_field}` }] },
       );
     let catalog = await sourceCatalog(scope, workspace);
     const resolved = await resolveSourceTable(scope, workspace, split.table, catalog);
@@ -425,9 +424,7 @@ export async function addConnection(
     if (!wildcard && !table.columns.has(split.column)) {
       const fresh = await sourceCatalog(scope, workspace, { refresh: true });
       if (!fresh.byKey.get(table.key)?.columns.has(split.column))
-        throw new AppError('BAD_REQUEST', `Source table ${table.key} has no column ${split.column}`, {
-          issues: [{ path: ['connection', 'source_field'], message: `unknown source column ${split.column}` }],
-        });
+        throw new AppError('BAD_REQUEST', `Source table ${table.key} has no column ${split.column}`);
     }
     if (!mapping.tables[table.key]) {
       if (Object.keys(mapping.tables).length > 0)
@@ -490,11 +487,7 @@ export async function setTransformation(
   const { transformation } = input;
   const { mapping, workspace } = await editMapping(scope, input.table_name, async ({ workspace, target, mapping }) => {
     if (!targetColumn(target, transformation.target_field))
-      throw new AppError('BAD_REQUEST', `Target table ${target.name} has no column ${transformation.target_field}`, {
-        issues: [
-          { path: ['transformation', 'target_field'], message: `unknown target field ${transformation.target_field}` },
-        ],
-      });
+      throw new AppError('BAD_REQUEST', `Target table ${target.name} has no column ${transformation.target_field}`);
     const tableKeys = Object.keys(mapping.tables);
     let catalog = await sourceCatalog(scope, workspace);
     try {
@@ -564,9 +557,7 @@ export async function setTable(
     const entry: MappingTable = { relationship: input.relationship };
     if (input.relationship === 'join') {
       if (!input.join_on)
-        throw new AppError('BAD_REQUEST', `A join needs join_on: a condition such as customers.id = orders.customer_id`, {
-          issues: [{ path: ['join_on'], message: 'required for a join' }],
-        });
+        throw new AppError('BAD_REQUEST', `A join needs join_on: a condition such as customers.id = orders.customer_id`);
       const keys = [...new Set([...Object.keys(mapping.tables), table.key])];
       const { tables } = await checkExpression(input.join_on, keys, catalog, `Join ON of ${table.key}`);
       if (!tables.has(table.key))
@@ -866,7 +857,7 @@ export async function writeSuggestions(
   ];
   mapping.ambiguities = found.ambiguities.filter((a) => !confirmedFields.has(a.target_field));
   mapping.version += 1;
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return mapping;
 }
 
@@ -878,14 +869,13 @@ export async function clearAll(scope: CallerScope, input: { confirm_workspace_na
     throw new AppError(
       'BAD_REQUEST',
       `Clearing removes every mapping and committed transformation of workspace ${workspace.name}; confirm by passing confirm_workspace_name=${workspace.name}`,
-      { issues: [{ path: ['confirm_workspace_name'], message: `must be the workspace name, ${workspace.name}` }] },
     );
   const where = { organization: workspace.organization.id, workspace: workspace.id };
   const { deletedMappings, deletedCommits } = await scope.em.transactional(async (em) => ({
     deletedCommits: await em.nativeDelete(MappingCommit, where),
     deletedMappings: await em.nativeDelete(TableMapping, where),
   }));
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return {
     success: true as const,
     workspace_name: workspace.name,

@@ -250,8 +250,7 @@ export async function databaseCheck(scope: CallerScope, workspaceName: string) {
 
 /**
  * The config to test: the one sent (its password, or else the stored target password for the same
- * server and user) or the stored
- * target config. Tested on a pool of its own that the next test replaces, so nothing is saved.
+ * server and user) or the stored target config. Tested on a pool of its own that the next test replaces, so nothing is saved.
  */
 async function configUnderTest(scope: CallerScope, workspace: WorkspaceEntity, sent?: ConnectionConfig) {
   const stored = connectionConfig(scope, workspace, 'target');

@@ -13,7 +13,7 @@ import {
   workflowStateOf,
   workspaceByName,
 } from './workspaces.service.ts';
-import { mappingCache } from './workspaces-cache.ts';
+import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
 export const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
@@ -112,7 +112,7 @@ export async function saveConfig(
   } else if (input.schema_template !== undefined && workspace.targetSchema)
     workspace.schemaTemplate = input.schema_template;
   await scope.em.flush();
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return { ...configView(workspace), stale_connections: stale };
 }
 

@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { flushLibraryCache } from '../schemas/schema-library.ts';
-import { mappingCache, selectionCache } from './workspaces-cache.ts';
+import { flushOrganizationMappingCache, selectionCache } from './workspaces-cache.ts';
 
 export function flushRequestCache(scope: CallerScope) {
-  const cleared = selectionCache.forget(scope.principal.id) ? 1 : 0;
+  const cleared = selectionCache.forget(scope);
   // The authenticator caches principals (user, permissions) by token hash, not by user, so the only
   // way to make this caller's next request reload them is to drop that whole cache.
   scope.deps.authenticator.forget();
@@ -19,7 +19,7 @@ export function flushRequestCache(scope: CallerScope) {
 }
 
 export function flushMappingCache(scope: CallerScope) {
-  const cleared = mappingCache.flushOrganization(organizationOf(scope.principal)) + flushLibraryCache();
+  const cleared = flushOrganizationMappingCache(organizationOf(scope.principal)) + flushLibraryCache();
   return {
     success: true as const,
     message: 'Mapping cache of the organization and file-access caches flushed',

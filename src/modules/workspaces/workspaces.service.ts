@@ -10,7 +10,7 @@ import { User } from '../auth/auth.entity.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
 import { collectFacts, reconcileSchema, type StaleConnection } from './workspace-extensions.ts';
-import { mappingCache, selectionCache } from './workspaces-cache.ts';
+import { invalidateWorkspaceCaches, selectionCache } from './workspaces-cache.ts';
 import {
   Workspace,
   type StoredConnectionConfig,
@@ -46,7 +46,7 @@ export async function currentWorkspace(scope: CallerScope): Promise<WorkspaceEnt
     );
   const workspace = await scope.em.findOne(Workspace, { id, organization });
   if (!workspace) {
-    selectionCache.forget(scope.principal.id);
+    selectionCache.forget(scope);
     throw new AppError(
       'CONFLICT',
       'The selected workspace no longer exists: select another with POST /api/workspaces/select',
@@ -89,7 +89,7 @@ export function targetSchemaOf(workspace: WorkspaceEntity): TargetSchema | null 
 
 async function selectedWorkspaceId(scope: CallerScope): Promise<string | null> {
   const { principal } = scope;
-  const cached = selectionCache.get(principal.id);
+  const cached = await selectionCache.get(scope);
   if (cached !== undefined) return cached;
   const conn = scope.em.getConnection();
   const [row] =
@@ -101,7 +101,7 @@ async function selectedWorkspaceId(scope: CallerScope): Promise<string | null> {
           principal.id,
         ]);
   const id = typeof row?.id === 'string' && UUID.test(row.id) ? row.id : null;
-  selectionCache.set(principal.id, id);
+  await selectionCache.set(scope, id);
   return id;
 }
 
@@ -150,7 +150,7 @@ async function storeSelection(scope: CallerScope, workspaceId: string | null): P
         organizationOf(principal),
       ]);
   }
-  selectionCache.set(principal.id, workspaceId);
+  await selectionCache.set(scope, workspaceId);
 }
 
 export async function selectWorkspace(scope: CallerScope, name: string) {
@@ -338,8 +338,8 @@ export async function deleteWorkspace(scope: CallerScope, name: string) {
       `update users set preferences = (preferences - '${CURRENT_KEY}') where organization_id = ? and preferences->>'${CURRENT_KEY}' = ?`,
       [organization, workspace.id],
     );
-  selectionCache.forgetWorkspace(workspace.id);
-  mappingCache.invalidateWorkspace(organization, workspace.id);
+  // Cached selections of it fall through to currentWorkspace's 409 (and are dropped there).
+  invalidateWorkspaceCaches(organization, workspace.id);
   return { success: true as const, message: `Workspace ${name} deleted` };
 }
 
@@ -355,7 +355,7 @@ export async function saveSourceConfig(scope: CallerScope, input: ConnectionConf
   const workspace = await currentWorkspace(scope);
   workspace.sourceConfig = storeConnectionConfig(scope, input, workspace.sourceConfig);
   await scope.em.flush();
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return {
     workspace_name: workspace.name,
     configured: true,
@@ -446,7 +446,7 @@ export async function replaceTargetSchema(
   workspace.schemaTemplate = schema ? origin.template : null;
   workspace.schemaCustomized = schema ? origin.customized : false;
   await scope.em.flush();
-  mappingCache.invalidateWorkspace(workspace.organization.id, workspace.id);
+  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return stale;
 }
 

@@ -1,0 +1,105 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { AppDeps } from '../deps.ts';
+import { runStatTest } from '../stats/engine.ts';
+import type { StatTestResult } from '../stats/result.ts';
+import { warehouses } from '../warehouse/postgres.ts';
+import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
+import { Hypothesis } from '../modules/analytics/analytics.entity.ts';
+import { statSpecOf, warehouseStatsQuery } from '../modules/analytics/analytics-spec.ts';
+import type { JobContext } from './queue.ts';
+
+export const HYPOTHESIS_TEST_KIND = 'hypothesis-test';
+
+export interface HypothesisTestPayload extends Record<string, unknown> {
+  hypothesis_id: string;
+}
+
+/** A test is one aggregate query, but on a large table it may take minutes: far past the interactive timeout. */
+const TEST_STATEMENT_TIMEOUT_MS = 30 * 60_000;
+
+/** JSON has no Infinity (|r| = 1 gives t = ±∞): such figures are stored as null rather than lost as a string. */
+function jsonSafe(result: StatTestResult): StatTestResult {
+  return JSON.parse(JSON.stringify(result, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v)));
+}
+
+/**
+ * Records the outcome only while this run is still the hypothesis' latest: a stale run (the hypothesis
+ * was re-tested or deleted meanwhile) changes nothing.
+ */
+async function record(deps: AppDeps, context: JobContext, id: string, apply: (h: any) => void) {
+  const em = deps.orm.em.fork() as EntityManager;
+  const hypothesis = await em.findOne(Hypothesis, { id, organization: context.organizationId });
+  if (!hypothesis || (hypothesis.lastRunId && hypothesis.lastRunId !== context.runId)) return false;
+  apply(hypothesis);
+  await em.flush();
+  return true;
+}
+
+/**
+ * Runs the hypothesis' test on its workspace's target warehouse: the engine pushes the sufficient
+ * statistics down as one read-only query; only their few rows come back.
+ */
+export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, context: JobContext) {
+  const em = deps.orm.em.fork() as EntityManager;
+  const hypothesis = await em.findOne(
+    Hypothesis,
+    { id: payload.hypothesis_id, organization: context.organizationId },
+    { populate: ['workspace'] },
+  );
+  if (!hypothesis) return { skipped: 'the hypothesis was deleted' };
+  // One active run per hypothesis (singleton key): a run that starts is the latest, so it claims the row.
+  hypothesis.status = 'running';
+  hypothesis.lastRunId = context.runId;
+  await em.flush();
+  try {
+    const config = connectionConfig({ em, deps }, hypothesis.workspace, 'target');
+    if (!config) throw new Error(`Workspace ${hypothesis.workspace.name} has no target warehouse configured`);
+    const warehouse = await warehouses(deps).open(config, `${hypothesis.workspace.id}:target`);
+    await context.progress({ step: 'aggregating', test: hypothesis.test });
+    const result = jsonSafe(
+      await runStatTest(warehouseStatsQuery(warehouse, { timeoutMs: TEST_STATEMENT_TIMEOUT_MS }), statSpecOf(hypothesis)),
+    );
+    const significant = result.p_value < Number(hypothesis.alpha);
+    await record(deps, context, hypothesis.id, (h) => {
+      h.status = 'tested';
+      h.result = result;
+      h.pValue = result.p_value;
+      h.significant = significant;
+      h.testedAt = new Date();
+      h.lastError = null;
+    });
+    return {
+      hypothesis_id: hypothesis.id,
+      test: result.test,
+      p_value: result.p_value,
+      significant,
+      effect_size: result.effect_size,
+      sample_sizes: result.sample_sizes,
+    };
+  } catch (error) {
+    await record(deps, context, hypothesis.id, (h) => {
+      h.status = 'failed';
+      h.lastError = error instanceof Error ? error.message : String(error);
+    });
+    throw error;
+  }
+}
+
+const registered = new WeakMap<AppDeps, Promise<void>>();
+
+/**
+ * Registers the job kind once per server, before the first enqueue. No retries: a test fails for a
+ * reason a retry does not change (bad expression, wrong group count); the user re-runs it after a fix.
+ */
+export function ensureHypothesisTestJob(deps: AppDeps): Promise<void> {
+  let ready = registered.get(deps);
+  if (!ready) {
+    ready = deps.jobs.register<HypothesisTestPayload>(
+      HYPOTHESIS_TEST_KIND,
+      (payload, context) => runHypothesisTest(deps, payload, context),
+      { retryLimit: 0, timeoutSeconds: 2 * 3600 },
+    );
+    registered.set(deps, ready);
+  }
+  return ready;
+}

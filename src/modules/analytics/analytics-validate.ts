@@ -1,0 +1,174 @@
+import { AppError } from '../../app-error.ts';
+import { assertExpression } from '../../stats/sql.ts';
+import type { ConnectionConfig } from '../../warehouse/config.ts';
+import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
+import { parseSqlExpression } from '../../warehouse/sql-guard.ts';
+import type { IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
+import type { StoredSegment } from './analytics.entity.ts';
+import type { HypothesisShape } from './analytics-spec.ts';
+
+/*
+ * Everything a hypothesis reads is checked against the real target table before it is stored or
+ * proposed: each column reference must exist, each expression must be one row-level expression (the
+ * engine's rule), and a LIMIT 0 query must plan, which also tells the metric's type.
+ */
+
+export const NUMERIC_TYPE = /^(smallint|integer|bigint|numeric|decimal|real|double precision)\b/;
+/** Types whose few distinct values can split a population; floats and free text rarely do. */
+const SEGMENT_TYPE = /^(text|character varying|character|boolean|smallint|integer|bigint|date)\b/;
+
+export const isNumericType = (type: string) => NUMERIC_TYPE.test(type);
+
+/** `schema.table`, or a bare name looked up in the target schemas in order; only the configured schemas count. */
+export async function resolveTargetTable(
+  warehouse: Warehouse,
+  config: ConnectionConfig,
+  name: string,
+): Promise<IntrospectedTable> {
+  const dot = name.indexOf('.');
+  const schemaName = dot > 0 ? name.slice(0, dot) : null;
+  const tableName = dot > 0 ? name.slice(dot + 1) : name;
+  const notThere = () =>
+    new AppError(
+      'BAD_REQUEST',
+      `table ${name} does not exist in the target warehouse (schemas ${config.schemas.join(', ')})`,
+    );
+  if (schemaName && !config.schemas.includes(schemaName)) throw notThere();
+  const schema = await warehouse.introspect({ tables: [schemaName ? name : tableName] });
+  const found = schemaName
+    ? schema.tables.find((t) => t.schema === schemaName && t.name === tableName)
+    : config.schemas.map((s) => schema.tables.find((t) => t.schema === s && t.name === tableName)).find(Boolean);
+  if (!found) throw notThere();
+  return found;
+}
+
+/** The columns an expression reads, each of which must be a column of `table`. */
+export async function columnsOf(expression: string, table: IntrospectedTable, what: string): Promise<string[]> {
+  await assertExpression(expression, what);
+  const { columns } = await parseSqlExpression(expression);
+  const known = new Set(table.columns.map((c) => c.name));
+  for (const ref of columns) {
+    const qualifier = ref.table;
+    if (qualifier && qualifier !== table.name && qualifier !== `${table.schema}.${table.name}`)
+      throw new AppError('BAD_REQUEST', `${what} reads ${ref.ref}, which is not a column of ${table.schema}.${table.name}`);
+    if (!known.has(ref.column))
+      throw new AppError(
+        'BAD_REQUEST',
+        `${what} reads ${ref.ref}, which is not a column of ${table.schema}.${table.name}`,
+      );
+  }
+  return columns.map((c) => c.column);
+}
+
+function columnOf(table: IntrospectedTable, name: string, what: string) {
+  const column = table.columns.find((c) => c.name === name);
+  if (!column)
+    throw new AppError('BAD_REQUEST', `${what} ${name} is not a column of ${table.schema}.${table.name}`);
+  return column;
+}
+
+export interface ValidationInput {
+  metric: { expression: string; kind?: 'numeric' | 'boolean' };
+  segment: StoredSegment;
+  filter?: string | null;
+  test: HypothesisShape['test'];
+  miningColumns?: string[];
+}
+
+export interface ValidatedHypothesis {
+  metricKind: 'numeric' | 'boolean';
+  /** Every real column the hypothesis reads. */
+  columns: string[];
+}
+
+export async function validateHypothesis(
+  warehouse: Warehouse,
+  table: IntrospectedTable,
+  input: ValidationInput,
+): Promise<ValidatedHypothesis> {
+  const read = new Set(await columnsOf(input.metric.expression, table, 'metric'));
+  if (input.filter) for (const c of await columnsOf(input.filter, table, 'filter')) read.add(c);
+  let segmentType: string | null = null;
+  if (input.segment.column) {
+    segmentType = columnOf(table, input.segment.column, 'segment column').type;
+    read.add(input.segment.column);
+  } else if (input.segment.condition) {
+    for (const c of await columnsOf(input.segment.condition, table, 'segment condition')) read.add(c);
+    segmentType = 'boolean';
+  } else throw new AppError('BAD_REQUEST', 'the segment needs a column or a condition');
+  for (const c of input.miningColumns ?? []) columnOf(table, c, 'mining column');
+
+  const segmentSql = input.segment.column
+    ? quoteIdent(input.segment.column)
+    : `(${input.segment.condition}\n)::boolean`;
+  const probe = await warehouse.readOnlyQuery(
+    `SELECT (${input.metric.expression}\n) AS m, ${segmentSql} AS g FROM ${qualified(table)}` +
+      (input.filter ? ` WHERE (${input.filter}\n)::boolean` : '') +
+      ' LIMIT 0',
+    { limit: 1 },
+  );
+  const metricType = probe.columns[0]?.type ?? 'unknown';
+  const metricKind: 'numeric' | 'boolean' =
+    metricType === 'boolean' ? 'boolean' : (input.metric.kind ?? 'numeric');
+
+  const numericOrBoolean = (type: string) => isNumericType(type) || type === 'boolean';
+  switch (input.test) {
+    case 'two_proportion_z':
+      if (metricKind !== 'boolean')
+        throw new AppError('BAD_REQUEST', `two_proportion_z needs a boolean metric; the metric is ${metricType}`);
+      break;
+    case 'chi_square':
+      break;
+    case 'pearson':
+    case 'spearman':
+      if (!segmentType || !numericOrBoolean(segmentType))
+        throw new AppError(
+          'BAD_REQUEST',
+          `${input.test} correlates the metric with the segment: the segment column must be numeric (it is ${segmentType})`,
+        );
+    // falls through: the metric must be a number too
+    default:
+      if (metricKind === 'numeric' && !isNumericType(metricType))
+        throw new AppError('BAD_REQUEST', `${input.test} needs a numeric or boolean metric; the metric is ${metricType}`);
+  }
+  return { metricKind, columns: [...read] };
+}
+
+export interface ColumnProfile {
+  name: string;
+  type: string;
+  distinct: number;
+}
+
+export const PROFILE_SAMPLE_ROWS = 10_000;
+export const MAX_SEGMENT_VALUES = 20;
+
+/** Columns that can split a population: the segment-friendly types, minus keys and identifiers. */
+export function segmentCandidates(table: IntrospectedTable): { name: string; type: string }[] {
+  const keys = new Set([...table.primary_key, ...table.foreign_keys.flatMap((fk) => fk.columns)]);
+  return table.columns.filter(
+    (c) => SEGMENT_TYPE.test(c.type) && !keys.has(c.name) && !/(^id$|_id$|^uuid$|email|phone)/i.test(c.name),
+  );
+}
+
+/**
+ * Distinct counts of the candidate columns over a bounded sample (the first rows the scan meets): a
+ * cheap screen, not an exact census. Returns the columns with 2 … MAX_SEGMENT_VALUES values.
+ */
+export async function lowCardinalityColumns(
+  warehouse: Warehouse,
+  table: IntrospectedTable,
+  candidates: { name: string; type: string }[],
+): Promise<ColumnProfile[]> {
+  const list = candidates.slice(0, 40);
+  if (!list.length) return [];
+  const result = await warehouse.readOnlyQuery(
+    `SELECT count(*)::float8 AS n, ${list.map((c, i) => `count(DISTINCT ${quoteIdent(c.name)})::float8 AS d${i}`).join(', ')} ` +
+      `FROM (SELECT ${list.map((c) => quoteIdent(c.name)).join(', ')} FROM ${qualified(table)} LIMIT ${PROFILE_SAMPLE_ROWS}) s`,
+    { limit: 1 },
+  );
+  const row = result.rows[0] ?? {};
+  return list
+    .map((c, i) => ({ name: c.name, type: c.type, distinct: Number(row[`d${i}`] ?? 0) }))
+    .filter((c) => c.distinct >= 2 && c.distinct <= MAX_SEGMENT_VALUES);
+}

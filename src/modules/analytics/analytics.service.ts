@@ -1,0 +1,341 @@
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { HYPOTHESIS_TEST_KIND, ensureHypothesisTestJob } from '../../jobs/hypothesis-test.ts';
+import { runMining } from '../../stats/mining.ts';
+import { workspaceWarehouse } from '../sources/sources.service.ts';
+import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
+import { Hypothesis, Insight, type HypothesisEntity, type InsightEntity, type StoredSegment } from './analytics.entity.ts';
+import { miningSpecOf, warehouseStatsQuery } from './analytics-spec.ts';
+import {
+  lowCardinalityColumns,
+  resolveTargetTable,
+  segmentCandidates,
+  validateHypothesis,
+} from './analytics-validate.ts';
+
+// ---- ad-hoc SQL ----
+
+/** One read-only statement on the current workspace's target warehouse (same guard as source queries). */
+export async function execute(scope: CallerScope, input: { sql: string; limit?: number }) {
+  const cap = scope.deps.env.WAREHOUSE_ROW_CAP;
+  if (input.limit !== undefined && input.limit > cap)
+    throw new AppError('BAD_REQUEST', `limit must be at most ${cap} (WAREHOUSE_ROW_CAP)`);
+  const { warehouse } = await workspaceWarehouse(scope, 'target');
+  const limit = input.limit ?? cap;
+  return { ...(await warehouse.readOnlyQuery(input.sql, { limit })), limit };
+}
+
+// ---- hypotheses ----
+
+export function hypothesisView(h: HypothesisEntity) {
+  const segment: StoredSegment = {};
+  if (h.segment.column) segment.column = h.segment.column;
+  if (h.segment.condition) segment.condition = h.segment.condition;
+  if (h.segment.groups?.length) segment.groups = h.segment.groups;
+  return {
+    id: h.id,
+    statement: h.statement,
+    table: `${h.targetSchema}.${h.targetTable}`,
+    metric: h.metric,
+    segment,
+    filter: h.filter ?? null,
+    test: h.test,
+    alpha: Number(h.alpha),
+    minimum_detectable_effect: h.minimumDetectableEffect == null ? null : Number(h.minimumDetectableEffect),
+    mining_columns: h.miningColumns,
+    origin: h.origin,
+    status: h.status,
+    last_run_id: h.lastRunId ?? null,
+    result: h.result ?? null,
+    p_value: h.pValue == null ? null : Number(h.pValue),
+    significant: h.significant ?? null,
+    tested_at: h.testedAt ?? null,
+    error: h.lastError ?? null,
+    created_at: h.createdAt,
+    updated_at: h.updatedAt,
+  };
+}
+
+/** A hypothesis of the caller's organization and current workspace; anything else → 404. */
+export async function findHypothesis(scope: CallerScope, id: string): Promise<HypothesisEntity> {
+  const workspace = await currentWorkspace(scope);
+  if (!UUID.test(id)) throw notFound('Hypothesis');
+  const hypothesis = await scope.em.findOne(Hypothesis, {
+    id,
+    organization: organizationOf(scope.principal),
+    workspace: workspace.id,
+  });
+  if (!hypothesis) throw notFound('Hypothesis');
+  return hypothesis;
+}
+
+export interface CreateHypothesisInput {
+  statement: string;
+  table: string;
+  metric: { expression: string; kind?: 'numeric' | 'boolean' };
+  segment: StoredSegment;
+  filter?: string;
+  test: HypothesisEntity['test'];
+  alpha: number;
+  minimum_detectable_effect?: number | null;
+  mining_columns?: string[];
+}
+
+export async function createHypothesis(scope: CallerScope, input: CreateHypothesisInput) {
+  const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'target');
+  const table = await resolveTargetTable(warehouse, config, input.table);
+  const checked = await validateHypothesis(warehouse, table, {
+    metric: input.metric,
+    segment: input.segment,
+    filter: input.filter,
+    test: input.test,
+    miningColumns: input.mining_columns,
+  });
+  let miningColumns = input.mining_columns;
+  if (!miningColumns) {
+    // Default candidates: the segment column first, then the table's low-cardinality columns.
+    const found = await lowCardinalityColumns(
+      warehouse,
+      table,
+      segmentCandidates(table).filter((c) => !checked.columns.includes(c.name) || c.name === input.segment.column),
+    );
+    miningColumns = [
+      ...new Set([...(input.segment.column ? [input.segment.column] : []), ...found.map((c) => c.name)]),
+    ].slice(0, 12);
+  }
+  const hypothesis = scope.em.create(Hypothesis, {
+    organization: organizationOf(scope.principal),
+    workspace,
+    statement: input.statement,
+    targetSchema: table.schema,
+    targetTable: table.name,
+    metric: { expression: input.metric.expression, kind: checked.metricKind },
+    segment: input.segment,
+    filter: input.filter ?? null,
+    test: input.test,
+    alpha: input.alpha,
+    minimumDetectableEffect: input.minimum_detectable_effect ?? null,
+    miningColumns,
+    origin: 'manual',
+    status: 'draft',
+    createdById: scope.principal.id,
+  });
+  await scope.em.flush();
+  return hypothesisView(hypothesis);
+}
+
+export async function getHypothesis(scope: CallerScope, id: string) {
+  return hypothesisView(await findHypothesis(scope, id));
+}
+
+/**
+ * Queues the hypothesis' test and answers at once. One active run per hypothesis: asking again while
+ * one is queued or running returns that run (`created: false`).
+ */
+export async function testHypothesis(
+  scope: CallerScope,
+  input: { hypothesis_id: string; test?: HypothesisEntity['test']; alpha?: number },
+) {
+  const hypothesis = await findHypothesis(scope, input.hypothesis_id);
+  if (input.test !== undefined || input.alpha !== undefined) {
+    const test = input.test ?? hypothesis.test;
+    if (test !== hypothesis.test) {
+      // Another algorithm may need another metric type (two_proportion_z: boolean; correlations: a numeric segment).
+      const { config, warehouse } = await workspaceWarehouse(scope, 'target');
+      const table = await resolveTargetTable(warehouse, config, `${hypothesis.targetSchema}.${hypothesis.targetTable}`);
+      await validateHypothesis(warehouse, table, {
+        metric: hypothesis.metric,
+        segment: hypothesis.segment,
+        filter: hypothesis.filter,
+        test,
+      });
+    }
+    hypothesis.test = test;
+    hypothesis.alpha = input.alpha ?? hypothesis.alpha;
+    await scope.em.flush();
+  }
+  await ensureHypothesisTestJob(scope.deps);
+  const { run, created } = await scope.deps.jobs.enqueue(
+    HYPOTHESIS_TEST_KIND,
+    { hypothesis_id: hypothesis.id },
+    {
+      organizationId: organizationOf(scope.principal),
+      workspaceId: hypothesis.workspace.id,
+      singletonKey: hypothesis.id,
+    },
+  );
+  if (created) {
+    // The run may already have claimed the row (it sets last_run_id itself); then it knows better.
+    await scope.em.getConnection().execute(
+      `update hypotheses set status = 'queued', last_run_id = ?, updated_at = now()
+        where id = ? and last_run_id is distinct from ?`,
+      [run.id, hypothesis.id, run.id],
+    );
+  }
+  return { run_id: run.id, status: run.status, hypothesis_id: hypothesis.id, created };
+}
+
+/** The hypothesis' state and its latest run (progress, error), for polling after `test`. */
+export async function hypothesisStatus(scope: CallerScope, id: string) {
+  const hypothesis = await findHypothesis(scope, id);
+  const run = hypothesis.lastRunId
+    ? await scope.deps.jobs.getRun(hypothesis.lastRunId, organizationOf(scope.principal))
+    : null;
+  const view = hypothesisView(hypothesis);
+  return {
+    hypothesis_id: view.id,
+    status: view.status,
+    run: run
+      ? {
+          id: run.id,
+          status: run.status,
+          progress: run.progress,
+          error: run.error,
+          created_at: run.created_at,
+          started_at: run.started_at,
+          finished_at: run.finished_at,
+          duration_ms: run.duration_ms,
+        }
+      : null,
+    result: view.result,
+    p_value: view.p_value,
+    significant: view.significant,
+    error: view.error,
+  };
+}
+
+/** Segments ranked by lift of the hypothesis' metric (GROUPING SETS over its mining columns, in the warehouse). */
+export async function miningResults(
+  scope: CallerScope,
+  input: { hypothesis_id: string; min_support: number; depth: number; direction: 'high' | 'low'; limit: number },
+) {
+  const hypothesis = await findHypothesis(scope, input.hypothesis_id);
+  if (!hypothesis.miningColumns.length)
+    throw new AppError(
+      'CONFLICT',
+      'This hypothesis has no candidate segment columns to mine (its table has no low-cardinality columns)',
+      { reason: 'NO_MINING_COLUMNS' },
+    );
+  const { warehouse } = await workspaceWarehouse(scope, 'target');
+  const mined = await runMining(
+    warehouseStatsQuery(warehouse),
+    miningSpecOf(hypothesis, {
+      minSupport: input.min_support,
+      depth: input.depth as 1 | 2,
+      direction: input.direction,
+      limit: input.limit,
+    }),
+  );
+  const finite = (v: number | null) => (v === null || !Number.isFinite(v) ? null : v);
+  return {
+    hypothesis_id: hypothesis.id,
+    metric: hypothesis.metric.expression,
+    columns: hypothesis.miningColumns,
+    min_support: input.min_support,
+    total: { n: mined.total.n, mean: finite(mined.total.mean) },
+    segments: mined.segments.map((s) => ({ ...s, mean: finite(s.mean), lift: finite(s.lift) })),
+  };
+}
+
+// ---- insights ----
+
+function insightView(insight: InsightEntity) {
+  return {
+    id: insight.id,
+    hypothesis_id: typeof insight.hypothesis === 'string' ? insight.hypothesis : insight.hypothesis.id,
+    title: insight.title,
+    description: insight.description,
+    confidence: Number(insight.confidence),
+    p_value: Number(insight.pValue),
+    test: insight.test,
+    effect_size: insight.effectSize,
+    performance: insight.performance ?? null,
+    performance_updated_at: insight.performanceUpdatedAt ?? null,
+    created_at: insight.createdAt,
+    updated_at: insight.updatedAt,
+  };
+}
+
+/**
+ * An insight rests on a tested, significant result; its confidence is 1 − p (the result's strength of
+ * evidence against "no effect"), rounded to the micro so lists sort stably.
+ */
+export async function createInsight(
+  scope: CallerScope,
+  input: { hypothesis_id: string; title?: string; description: string },
+) {
+  const hypothesis = await findHypothesis(scope, input.hypothesis_id);
+  const result = hypothesis.result;
+  if (hypothesis.status !== 'tested' || !result || hypothesis.pValue == null)
+    throw new AppError(
+      'CONFLICT',
+      hypothesis.status === 'queued' || hypothesis.status === 'running'
+        ? 'The hypothesis test is still running; create the insight when it has finished'
+        : 'The hypothesis has no test result; test it first (POST /api/analytics/hypotheses/test)',
+      { reason: 'NOT_TESTED' },
+    );
+  const pValue = Number(hypothesis.pValue);
+  if (!hypothesis.significant)
+    throw new AppError(
+      'CONFLICT',
+      `The result is not significant: p = ${pValue.toPrecision(4)} is not below alpha = ${hypothesis.alpha}; an insight needs a significant result`,
+      { reason: 'NOT_SIGNIFICANT' },
+    );
+  const insight = scope.em.create(Insight, {
+    organization: organizationOf(scope.principal),
+    workspace: hypothesis.workspace,
+    hypothesis,
+    title: input.title ?? hypothesis.statement.slice(0, 300),
+    description: input.description,
+    confidence: Math.round((1 - pValue) * 1e6) / 1e6,
+    pValue,
+    test: result.test,
+    effectSize: result.effect_size,
+    createdById: scope.principal.id,
+  });
+  await scope.em.flush();
+  return insightView(insight);
+}
+
+async function findInsight(scope: CallerScope, id: string): Promise<InsightEntity> {
+  const workspace = await currentWorkspace(scope);
+  if (!UUID.test(id)) throw notFound('Insight');
+  const insight = await scope.em.findOne(Insight, {
+    id,
+    organization: organizationOf(scope.principal),
+    workspace: workspace.id,
+  });
+  if (!insight) throw notFound('Insight');
+  return insight;
+}
+
+/** Records how audiences built on the insight performed; the metrics replace the previous ones. */
+export async function updateInsightPerformance(
+  scope: CallerScope,
+  input: { insight_id: string; metrics: Record<string, unknown> },
+) {
+  const insight = await findInsight(scope, input.insight_id);
+  insight.performance = input.metrics;
+  insight.performanceUpdatedAt = new Date();
+  await scope.em.flush();
+  return insightView(insight);
+}
+
+/** Insights at or above a confidence, strongest first, for closed-loop learning. */
+export async function highPerformers(
+  scope: CallerScope,
+  input: { min_confidence: number; limit: number; offset: number },
+) {
+  const workspace = await currentWorkspace(scope);
+  const [insights, total] = await scope.em.findAndCount(
+    Insight,
+    {
+      organization: organizationOf(scope.principal),
+      workspace: workspace.id,
+      confidence: { $gte: input.min_confidence },
+    },
+    { orderBy: { confidence: 'desc', createdAt: 'desc', id: 'asc' }, limit: input.limit, offset: input.offset },
+  );
+  return { min_confidence: input.min_confidence, insights: insights.map(insightView), total };
+}

@@ -1,0 +1,134 @@
+import { UniqueConstraintViolationException } from '@mikro-orm/core';
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope } from '../../deps.ts';
+import { hasPermission } from '../../auth/permissions.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { assertReadOnlySql } from '../../warehouse/sql-guard.ts';
+import { UUID } from '../workspaces/workspaces.service.ts';
+import { SavedQuery, type QueryVisibility, type SavedQueryEntity } from './queries.entity.ts';
+
+const isAdmin = (scope: CallerScope) => hasPermission(scope.principal.permissions, 'org.admin');
+
+function queryView(scope: CallerScope, query: SavedQueryEntity) {
+  const isOwner = query.ownerId === scope.principal.id;
+  return {
+    id: query.id,
+    name: query.name,
+    description: query.description,
+    sql: query.sql,
+    schema_identifier: query.schemaIdentifier ?? null,
+    visibility: query.visibility,
+    owner: { id: query.ownerId, name: query.ownerName },
+    is_owner: isOwner,
+    can_edit: isOwner || isAdmin(scope),
+    created_at: query.createdAt,
+    updated_at: query.updatedAt,
+  };
+}
+
+/** What the caller may see: its own queries and those shared with the organization. */
+function visibleTo(scope: CallerScope) {
+  return {
+    organization: organizationOf(scope.principal),
+    $or: [{ ownerId: scope.principal.id }, { visibility: 'shared' as const }],
+  };
+}
+
+/** A query the caller may see; another owner's private query and another tenant's answer 404 alike. */
+async function findVisible(scope: CallerScope, id: string): Promise<SavedQueryEntity> {
+  if (!UUID.test(id)) throw notFound('Saved query');
+  const query = await scope.em.findOne(SavedQuery, { id, ...visibleTo(scope) });
+  if (!query) throw notFound('Saved query');
+  return query;
+}
+
+async function findEditable(scope: CallerScope, id: string): Promise<SavedQueryEntity> {
+  const query = await findVisible(scope, id);
+  if (query.ownerId !== scope.principal.id && !isAdmin(scope))
+    throw new AppError('FORBIDDEN', 'Only the owner of a saved query (or an organization admin) may change it');
+  return query;
+}
+
+async function flushNamed<T>(scope: CallerScope, name: string, result: () => T): Promise<T> {
+  try {
+    await scope.em.flush();
+  } catch (error) {
+    if (error instanceof UniqueConstraintViolationException)
+      throw new AppError('CONFLICT', `You already have a saved query named ${name}`);
+    throw error;
+  }
+  return result();
+}
+
+export async function listQueries(
+  scope: CallerScope,
+  input: { schema_identifier?: string; limit: number; offset: number },
+) {
+  const where = {
+    ...visibleTo(scope),
+    ...(input.schema_identifier !== undefined ? { schemaIdentifier: input.schema_identifier } : {}),
+  };
+  const [queries, total] = await scope.em.findAndCount(SavedQuery, where, {
+    orderBy: { name: 'asc', id: 'asc' },
+    limit: input.limit,
+    offset: input.offset,
+  });
+  return { queries: queries.map((q) => queryView(scope, q)), total, limit: input.limit, offset: input.offset };
+}
+
+export async function getQuery(scope: CallerScope, id: string) {
+  return queryView(scope, await findVisible(scope, id));
+}
+
+export async function createQuery(
+  scope: CallerScope,
+  input: {
+    name: string;
+    description: string;
+    sql: string;
+    schema_identifier?: string | null;
+    visibility: QueryVisibility;
+  },
+) {
+  await assertReadOnlySql(input.sql);
+  const query = scope.em.create(SavedQuery, {
+    organization: organizationOf(scope.principal),
+    name: input.name,
+    description: input.description,
+    sql: input.sql,
+    schemaIdentifier: input.schema_identifier ?? null,
+    ownerId: scope.principal.id,
+    ownerName: scope.principal.username,
+    visibility: input.visibility,
+  });
+  return flushNamed(scope, input.name, () => queryView(scope, query));
+}
+
+export async function updateQuery(
+  scope: CallerScope,
+  input: {
+    query_id: string;
+    name?: string;
+    description?: string;
+    sql?: string;
+    schema_identifier?: string | null;
+    visibility?: QueryVisibility;
+  },
+) {
+  const query = await findEditable(scope, input.query_id);
+  if (input.sql !== undefined) {
+    await assertReadOnlySql(input.sql);
+    query.sql = input.sql;
+  }
+  if (input.name !== undefined) query.name = input.name;
+  if (input.description !== undefined) query.description = input.description;
+  if (input.schema_identifier !== undefined) query.schemaIdentifier = input.schema_identifier;
+  if (input.visibility !== undefined) query.visibility = input.visibility;
+  return flushNamed(scope, query.name, () => queryView(scope, query));
+}
+
+export async function deleteQuery(scope: CallerScope, id: string) {
+  const query = await findEditable(scope, id);
+  await scope.em.remove(query).flush();
+  return { success: true as const, message: `Saved query ${query.name} deleted` };
+}

@@ -1,0 +1,570 @@
+import pg from 'pg';
+import jStatModule from 'jstat';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { runStatTest } from '../src/stats/engine.ts';
+import type { StatsQuery } from '../src/stats/sql.ts';
+import { statSpecOf } from '../src/modules/analytics/analytics-spec.ts';
+
+const jStat = jStatModule.jStat ?? jStatModule;
+
+/*
+ * Analytics over HTTP against a real PostgreSQL warehouse: a scratch database on 127.0.0.1:5432 holding
+ * mkt.customers, set as the workspaces' target through the workspaces routes, dropped at the end.
+ *
+ * The seeded data is built so outcomes are known: spend is 25 higher for plan "pro"; `flat` has exactly
+ * the same values in both plans (t = 0, p = 1); region is balanced across plans.
+ */
+const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const warehouseDb = unique('dimas_an_').toLowerCase();
+const warehouseUrl = (() => {
+  const url = new URL(ADMIN_URL);
+  url.pathname = `/${warehouseDb}`;
+  return url.toString();
+})();
+
+async function sql<R extends Record<string, unknown> = Record<string, any>>(
+  url: string,
+  text: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<R>(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+const targetConfig = {
+  type: 'postgres',
+  host: '127.0.0.1',
+  port: 5432,
+  database: warehouseDb,
+  user: 'postgres',
+  schemas: ['mkt'],
+};
+
+const targetSchema = {
+  name: 'marketing',
+  version: '1.0.0',
+  tables: [
+    {
+      name: 'customers',
+      primary_key: ['customer_id'],
+      columns: [
+        { name: 'customer_id', type: 'integer', nullable: false },
+        { name: 'plan', type: 'text' },
+        { name: 'region', type: 'text' },
+        { name: 'is_mobile', type: 'boolean' },
+        { name: 'spend', type: 'numeric' },
+        { name: 'converted', type: 'boolean' },
+        { name: 'flat', type: 'integer' },
+        { name: 'email', type: 'text', pii: true },
+      ],
+    },
+  ],
+};
+
+let server: TestServer;
+let tenant: Tenant;
+let other: Tenant;
+let viewer: TestUser;
+let otherHypothesisId: string;
+
+const api = (
+  method: string,
+  path: string,
+  options: { token?: string | null; body?: unknown; query?: Record<string, any> } = {},
+) =>
+  call(server, method, `/api/analytics${path}`, {
+    body: options.body,
+    query: options.query,
+    token: options.token === null ? undefined : (options.token ?? tenant.admin.token),
+  });
+
+async function setUpWorkspace(token: string, name: string) {
+  const res = await call(server, 'POST', '/api/workspaces/create', {
+    token,
+    body: { name, target_config: targetConfig, select: true },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+    token,
+    body: { target_schema: targetSchema },
+  });
+  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
+}
+
+async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 45_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+}
+
+const SPEND_BY_PLAN = {
+  statement: 'Pro customers spend more than basic ones',
+  table: 'customers',
+  metric: { expression: 'spend' },
+  segment: { column: 'plan', groups: ['pro', 'basic'] },
+  test: 'welch_t',
+  alpha: 0.05,
+  minimum_detectable_effect: 0.2,
+};
+
+async function createHypothesis(body: Record<string, unknown>, token = tenant.admin.token) {
+  const res = await api('POST', '/hypotheses', { token, body });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body;
+}
+
+/** Starts the test through the route and follows status/{id} until the run is over. */
+async function tested(id: string, token = tenant.admin.token, extra: Record<string, unknown> = {}) {
+  const started = await api('POST', '/hypotheses/test', { token, body: { hypothesis_id: id, ...extra } });
+  expect(started.status, JSON.stringify(started.body)).toBe(200);
+  expect(started.body).toMatchObject({ hypothesis_id: id, created: true });
+  expect(['queued', 'running']).toContain(started.body.status);
+  const status = await until(
+    `test ${id}`,
+    async () => (await api('GET', `/status/${id}`, { token })).body,
+    (s) => s.run?.id === started.body.run_id && ['succeeded', 'failed'].includes(s.run.status),
+  );
+  return { run_id: started.body.run_id as string, status };
+}
+
+beforeAll(async () => {
+  await sql(ADMIN_URL, `create database "${warehouseDb}"`);
+  await sql(warehouseUrl, 'create schema mkt');
+  await sql(
+    warehouseUrl,
+    `create table mkt.customers (customer_id integer primary key, plan text not null, region text not null,
+       is_mobile boolean not null, spend numeric(12,2) not null, converted boolean not null, flat integer not null,
+       email text)`,
+  );
+  await sql(
+    warehouseUrl,
+    `insert into mkt.customers
+     select i,
+            case when i % 2 = 0 then 'basic' else 'pro' end,
+            (array['north', 'south', 'east'])[1 + (i / 2) % 3],
+            i % 5 = 0,
+            100 + case when i % 2 = 1 then 25 else 0 end + (i * 7919) % 97 - 48,
+            (i * 31) % 10 < case when i % 2 = 1 then 4 else 2 end,
+            (i / 2) % 17,
+            'c' || i || '@example.com'
+       from generate_series(0, 599) as i`,
+  );
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  other = await createTenant(server);
+  viewer = await tenant.addUser(['viewer']);
+  const workspace = unique('ws');
+  await setUpWorkspace(tenant.admin.token, workspace);
+  const select = await call(server, 'POST', '/api/workspaces/select', {
+    token: viewer.token,
+    body: { workspace_name: workspace },
+  });
+  expect(select.status, JSON.stringify(select.body)).toBe(200);
+  await setUpWorkspace(other.admin.token, unique('ws'));
+  otherHypothesisId = (await createHypothesis(SPEND_BY_PLAN, other.admin.token)).id;
+});
+
+afterAll(async () => {
+  await server?.close();
+  await sql(ADMIN_URL, `drop database if exists "${warehouseDb}" with (force)`);
+});
+
+describe('POST /api/analytics/execute', () => {
+  it('runs one read-only statement on the target warehouse: columns with types, rows, truncated', async () => {
+    const res = await api('POST', '/execute', {
+      body: { sql: 'select plan, count(*)::int as n, avg(spend) as mean from mkt.customers group by plan order by plan' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.columns).toEqual([
+      { name: 'plan', type: 'text' },
+      { name: 'n', type: 'integer' },
+      { name: 'mean', type: 'numeric' },
+    ]);
+    expect(res.body.rows.map((r: any) => [r.plan, r.n])).toEqual([
+      ['basic', 300],
+      ['pro', 300],
+    ]);
+    expect(res.body.truncated).toBe(false);
+
+    const capped = await api('POST', '/execute', { body: { sql: 'select * from mkt.customers', limit: 10 } });
+    expect(capped.status).toBe(200);
+    expect(capped.body).toMatchObject({ row_count: 10, truncated: true, limit: 10 });
+  });
+
+  it('refuses mutating statements, and they change nothing', async () => {
+    const before = await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers');
+    for (const statement of [
+      'delete from mkt.customers',
+      'update mkt.customers set spend = 0',
+      'with d as (delete from mkt.customers returning *) select count(*) from d',
+      'select 1; drop table mkt.customers',
+      'create table mkt.x as select 1',
+      'select * from mkt.customers for update',
+    ]) {
+      const res = await api('POST', '/execute', { body: { sql: statement } });
+      expect(res.status, statement).toBe(400);
+      expect(res.body.message, statement).toMatch(/read-only|one statement|exactly one/i);
+    }
+    // Past the parser, the READ ONLY transaction is the second line: a volatile function cannot write either.
+    const nextval = await api('POST', '/execute', { body: { sql: "select nextval('nope')" } });
+    expect(nextval.status).toBe(400);
+    expect(await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers')).toEqual(before);
+    const tables = await sql(warehouseUrl, "select count(*)::int as n from pg_tables where schemaname = 'mkt'");
+    expect(tables[0].n).toBe(1);
+  });
+
+  it('answers 400 for bad input, 401 without credentials, 403 without sql.execute', async () => {
+    expect((await api('POST', '/execute', { body: {} })).status).toBe(400);
+    expect((await api('POST', '/execute', { body: { sql: 'selec 1' } })).status).toBe(400);
+    expect((await api('POST', '/execute', { body: { sql: 'select * from mkt.nope' } })).status).toBe(400);
+    expect((await api('POST', '/execute', { body: { sql: 'select 1', limit: 10_000_000 } })).status).toBe(400);
+    expect((await api('POST', '/execute', { token: null, body: { sql: 'select 1' } })).status).toBe(401);
+    expect((await api('POST', '/execute', { token: viewer.token, body: { sql: 'select 1' } })).status).toBe(403);
+  });
+});
+
+describe('hypotheses', () => {
+  let hypothesisId: string;
+
+  it('creates a hypothesis over real columns; the metric kind and mining candidates come from the table', async () => {
+    const h = await createHypothesis(SPEND_BY_PLAN);
+    hypothesisId = h.id;
+    expect(h).toMatchObject({
+      statement: SPEND_BY_PLAN.statement,
+      table: 'mkt.customers',
+      metric: { expression: 'spend', kind: 'numeric' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+      alpha: 0.05,
+      minimum_detectable_effect: 0.2,
+      status: 'draft',
+      origin: 'manual',
+      result: null,
+      p_value: null,
+    });
+    expect(h.mining_columns[0]).toBe('plan');
+    expect(h.mining_columns).toEqual(expect.arrayContaining(['region', 'is_mobile', 'converted']));
+    expect(h.mining_columns).not.toContain('email');
+
+    const boolean = await createHypothesis({
+      statement: 'Pro customers convert more',
+      table: 'mkt.customers',
+      metric: { expression: 'converted' },
+      segment: { condition: "plan = 'pro'" },
+      test: 'two_proportion_z',
+    });
+    expect(boolean.metric.kind).toBe('boolean');
+    expect(boolean.alpha).toBe(0.05);
+  });
+
+  it('gets a hypothesis; a viewer may read it; another tenant\'s id answers 404', async () => {
+    const res = await api('GET', `/hypotheses/${hypothesisId}`, { token: viewer.token });
+    expect(res.status).toBe(200);
+    expect(res.body.id).toBe(hypothesisId);
+    expect((await api('GET', `/hypotheses/${otherHypothesisId}`)).status).toBe(404);
+    expect((await api('GET', '/hypotheses/00000000-0000-4000-8000-000000000000')).status).toBe(404);
+    expect((await api('GET', '/hypotheses/not-an-id')).status).toBe(404);
+    expect((await api('GET', `/hypotheses/${hypothesisId}`, { token: null })).status).toBe(401);
+  });
+
+  it('refuses hypotheses that name unknown tables or columns, or do not fit their test (400)', async () => {
+    const bad = [
+      { ...SPEND_BY_PLAN, table: 'nope' },
+      { ...SPEND_BY_PLAN, table: 'public.customers' },
+      { ...SPEND_BY_PLAN, metric: { expression: 'revenue' } },
+      { ...SPEND_BY_PLAN, metric: { expression: 'spend * bogus' } },
+      { ...SPEND_BY_PLAN, segment: { column: 'tier' } },
+      { ...SPEND_BY_PLAN, segment: { condition: 'plan = (select 1)' } },
+      { ...SPEND_BY_PLAN, metric: { expression: 'email' } },
+      { ...SPEND_BY_PLAN, test: 'two_proportion_z' },
+      { ...SPEND_BY_PLAN, test: 'pearson' },
+      { ...SPEND_BY_PLAN, filter: 'spend > 0; drop table mkt.customers' },
+      { ...SPEND_BY_PLAN, mining_columns: ['nope'] },
+      { ...SPEND_BY_PLAN, segment: { column: 'plan', condition: 'true' } },
+      { ...SPEND_BY_PLAN, test: 'anova' },
+      { ...SPEND_BY_PLAN, alpha: 1.5 },
+      { ...SPEND_BY_PLAN, statement: '' },
+    ];
+    for (const body of bad) {
+      const res = await api('POST', '/hypotheses', { body });
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.message).toBeTruthy();
+    }
+  });
+
+  it('answers 401 and 403 (a viewer lacks analytics.run) on create', async () => {
+    expect((await api('POST', '/hypotheses', { token: null, body: SPEND_BY_PLAN })).status).toBe(401);
+    expect((await api('POST', '/hypotheses', { token: viewer.token, body: SPEND_BY_PLAN })).status).toBe(403);
+  });
+
+  it('tests a hypothesis as a job; its p-value matches the engine and a first-principles Welch test', async () => {
+    const { status } = await tested(hypothesisId);
+    expect(status.run.status, JSON.stringify(status)).toBe('succeeded');
+    expect(status).toMatchObject({ hypothesis_id: hypothesisId, status: 'tested', significant: true, error: null });
+    expect(status.result.test).toBe('welch_t');
+    expect(status.result.effect_size.name).toBe('cohens_d');
+    expect(status.result.sample_sizes).toEqual({
+      total: 600,
+      groups: [
+        { group: 'pro', n: 300 },
+        { group: 'basic', n: 300 },
+      ],
+    });
+
+    // The engine on the same data, straight through a pg client.
+    const pool = new pg.Pool({ connectionString: warehouseUrl, max: 1 });
+    const query: StatsQuery = async (text, params) => (await pool.query(text, params)).rows;
+    const stored = (await api('GET', `/hypotheses/${hypothesisId}`)).body;
+    const engine = await runStatTest(
+      query,
+      statSpecOf({
+        targetSchema: 'mkt',
+        targetTable: 'customers',
+        metric: stored.metric,
+        segment: stored.segment,
+        filter: null,
+        test: 'welch_t',
+        alpha: 0.05,
+      }),
+    );
+    await pool.end();
+    expect(status.p_value).toBeCloseTo(engine.p_value, 12);
+    expect(status.result.statistic).toBeCloseTo(engine.statistic, 9);
+
+    // From first principles: sample means and variances, Welch–Satterthwaite df, Student t tail (jStat).
+    const rows = await sql<{ plan: string; spend: string }>(warehouseUrl, 'select plan, spend from mkt.customers');
+    const values = (plan: string) => rows.filter((r) => r.plan === plan).map((r) => Number(r.spend));
+    const moments = (xs: number[]) => {
+      const mean = xs.reduce((s, x) => s + x, 0) / xs.length;
+      return { n: xs.length, mean, variance: xs.reduce((s, x) => s + (x - mean) ** 2, 0) / (xs.length - 1) };
+    };
+    const a = moments(values('pro'));
+    const b = moments(values('basic'));
+    const t = (a.mean - b.mean) / Math.sqrt(a.variance / a.n + b.variance / b.n);
+    const df =
+      (a.variance / a.n + b.variance / b.n) ** 2 /
+      ((a.variance / a.n) ** 2 / (a.n - 1) + (b.variance / b.n) ** 2 / (b.n - 1));
+    const p = 2 * jStat.studentt.cdf(-Math.abs(t), df);
+    expect(status.result.statistic).toBeCloseTo(t, 6);
+    expect(Math.abs(status.p_value - p)).toBeLessThan(1e-6);
+    expect(t).toBeGreaterThan(5);
+  });
+
+  it('tests with another algorithm when asked (Mann-Whitney), and records a failure with its reason', async () => {
+    const { status } = await tested(hypothesisId, tenant.admin.token, { test: 'mann_whitney_u' });
+    expect(status.run.status).toBe('succeeded');
+    expect(status.result.test).toBe('mann_whitney_u');
+    expect((await api('GET', `/hypotheses/${hypothesisId}`)).body.test).toBe('mann_whitney_u');
+
+    // Three regions with data but a two-group test: the run fails and says why.
+    const threeGroups = await createHypothesis({ ...SPEND_BY_PLAN, segment: { column: 'region' } });
+    const failed = await tested(threeGroups.id);
+    expect(failed.status.run.status).toBe('failed');
+    expect(failed.status.status).toBe('failed');
+    expect(failed.status.error).toMatch(/exactly 2 groups/);
+  });
+
+  it('refuses test requests that are bad (400), foreign (404), unauthenticated (401) or from a viewer (403)', async () => {
+    expect((await api('POST', '/hypotheses/test', { body: {} })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, test: 'anova' } })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, alpha: 0 } })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: otherHypothesisId } })).status).toBe(404);
+    expect((await api('POST', '/hypotheses/test', { token: null, body: { hypothesis_id: hypothesisId } })).status).toBe(401);
+    expect(
+      (await api('POST', '/hypotheses/test', { token: viewer.token, body: { hypothesis_id: hypothesisId } })).status,
+    ).toBe(403);
+  });
+
+  it('status: a viewer may follow it; another tenant\'s id answers 404', async () => {
+    const res = await api('GET', `/status/${hypothesisId}`, { token: viewer.token });
+    expect(res.status).toBe(200);
+    expect(res.body.run.status).toBe('succeeded');
+    expect((await api('GET', `/status/${otherHypothesisId}`)).status).toBe(404);
+    expect((await api('GET', '/status/nope')).status).toBe(404);
+    expect((await api('GET', `/status/${hypothesisId}`, { token: null })).status).toBe(401);
+  });
+
+  it('mines segments by lift and support with GROUPING SETS', async () => {
+    const res = await api('GET', `/results/mining/${hypothesisId}`, { token: viewer.token, query: { min_support: 0.1 } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const [mean] = await sql<{ mean: number }>(warehouseUrl, 'select avg(spend)::float8 as mean from mkt.customers');
+    expect(res.body.total.n).toBe(600);
+    expect(res.body.total.mean).toBeCloseTo(mean.mean, 9);
+    const top = res.body.segments[0];
+    expect(top.segment).toEqual({ plan: 'pro' });
+    expect(top.support).toBeCloseTo(0.5, 12);
+    expect(top.lift).toBeGreaterThan(1);
+    const [pro] = await sql<{ mean: number }>(
+      warehouseUrl,
+      "select avg(spend)::float8 as mean from mkt.customers where plan = 'pro'",
+    );
+    expect(top.lift).toBeCloseTo(pro.mean / mean.mean, 9);
+    expect(res.body.segments.every((s: any) => s.support >= 0.1)).toBe(true);
+
+    const pairs = await api('GET', `/results/mining/${hypothesisId}`, { query: { depth: 2, min_support: 0.05 } });
+    expect(pairs.status).toBe(200);
+    expect(pairs.body.segments.some((s: any) => Object.keys(s.segment).length === 2)).toBe(true);
+
+    expect((await api('GET', `/results/mining/${hypothesisId}`, { query: { min_support: 2 } })).status).toBe(400);
+    expect((await api('GET', `/results/mining/${hypothesisId}`, { query: { depth: 3 } })).status).toBe(400);
+    expect((await api('GET', `/results/mining/${otherHypothesisId}`)).status).toBe(404);
+    expect((await api('GET', `/results/mining/${hypothesisId}`, { token: null })).status).toBe(401);
+  });
+});
+
+describe('hypothesis generation (offline mode)', () => {
+  it('proposes hypotheses over real columns, ranked by the variance screen, and saves them', async () => {
+    const res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'We sell subscription plans and want customers to spend more.', count: 3 },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.mode).toBe('offline');
+    expect(res.body.fallback).toBeNull();
+    expect(res.body.hypotheses).toHaveLength(3);
+    const columns = new Set(targetSchema.tables[0].columns.map((c) => c.name));
+    for (const h of res.body.hypotheses) {
+      expect(h.table).toBe('mkt.customers');
+      expect(h.columns.length).toBeGreaterThan(0);
+      for (const c of h.columns) expect(columns.has(c), c).toBe(true);
+      expect(h.columns).not.toContain('customer_id');
+      expect(h.hypothesis_id).toBeTruthy();
+    }
+    // spend × plan is by far the strongest split in the data.
+    const [first] = res.body.hypotheses;
+    expect(first).toMatchObject({
+      metric: { expression: 'spend', kind: 'numeric' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+    });
+    // eta² = between-group / total sum of squares, here over all 600 rows (the sample holds them all).
+    const rows = await sql<{ plan: string; spend: string }>(warehouseUrl, 'select plan, spend from mkt.customers');
+    const all = rows.map((r) => Number(r.spend));
+    const grand = all.reduce((s, x) => s + x, 0) / all.length;
+    const between = ['pro', 'basic']
+      .map((plan) => rows.filter((r) => r.plan === plan).map((r) => Number(r.spend)))
+      .reduce((s, xs) => s + xs.length * (xs.reduce((a, x) => a + x, 0) / xs.length - grand) ** 2, 0);
+    const total = all.reduce((s, x) => s + (x - grand) ** 2, 0);
+    expect(first.screen_score).toBeCloseTo(between / total, 9);
+    const scores = res.body.hypotheses.map((h: any) => h.screen_score);
+    expect(scores[0]).toBeGreaterThanOrEqual(scores[1]);
+
+    const saved = await api('GET', `/hypotheses/${first.hypothesis_id}`);
+    expect(saved.status).toBe(200);
+    expect(saved.body).toMatchObject({ origin: 'generated', status: 'draft', statement: first.statement });
+
+    const unsaved = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'conversion of mobile users', count: 1, save: false },
+    });
+    expect(unsaved.status).toBe(200);
+    expect(unsaved.body.hypotheses[0].hypothesis_id).toBeNull();
+  });
+
+  it('answers 400, 401 and 403 (viewer)', async () => {
+    expect((await api('POST', '/hypotheses/generate', { body: { business_context: '' } })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/generate', { body: { business_context: 'x', count: 0 } })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/generate', { body: { business_context: 'x', tables: ['nope'] } })).status).toBe(400);
+    expect((await api('POST', '/hypotheses/generate', { token: null, body: { business_context: 'x' } })).status).toBe(401);
+    expect((await api('POST', '/hypotheses/generate', { token: viewer.token, body: { business_context: 'x' } })).status).toBe(403);
+  });
+});
+
+describe('insights', () => {
+  let significantId: string;
+  let insightId: string;
+  let otherInsightId: string;
+
+  beforeAll(async () => {
+    significantId = (await createHypothesis(SPEND_BY_PLAN)).id;
+    const { status } = await tested(significantId);
+    expect(status.significant).toBe(true);
+    const otherTested = await tested(otherHypothesisId, other.admin.token);
+    expect(otherTested.status.significant).toBe(true);
+    const created = await api('POST', '/insights', {
+      token: other.admin.token,
+      body: { hypothesis_id: otherHypothesisId },
+    });
+    expect(created.status).toBe(200);
+    otherInsightId = created.body.id;
+  });
+
+  it('refuses an insight from a non-significant result (409, with the reason) and from an untested hypothesis', async () => {
+    const flat = await createHypothesis({ ...SPEND_BY_PLAN, statement: 'flat differs by plan', metric: { expression: 'flat' } });
+    const untested = await api('POST', '/insights', { body: { hypothesis_id: flat.id } });
+    expect(untested.status).toBe(409);
+    expect(untested.body.message).toMatch(/test it first/);
+
+    const { status } = await tested(flat.id);
+    expect(status.run.status).toBe('succeeded');
+    expect(status.significant).toBe(false);
+    expect(status.p_value).toBeCloseTo(1, 12);
+    const refused = await api('POST', '/insights', { body: { hypothesis_id: flat.id } });
+    expect(refused.status).toBe(409);
+    expect(refused.body.message).toMatch(/not significant/);
+    expect(refused.body.message).toMatch(/alpha = 0.05/);
+  });
+
+  it('creates an insight from a significant result with confidence 1 − p', async () => {
+    const hypothesis = (await api('GET', `/hypotheses/${significantId}`)).body;
+    const res = await api('POST', '/insights', {
+      body: { hypothesis_id: significantId, title: 'Pro spends more', description: 'Upsell basic customers' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({
+      hypothesis_id: significantId,
+      title: 'Pro spends more',
+      test: 'welch_t',
+      effect_size: hypothesis.result.effect_size,
+      performance: null,
+    });
+    expect(res.body.p_value).toBe(hypothesis.p_value);
+    expect(res.body.confidence).toBeCloseTo(1 - hypothesis.p_value, 6);
+    insightId = res.body.id;
+
+    expect((await api('POST', '/insights', { body: {} })).status).toBe(400);
+    expect((await api('POST', '/insights', { body: { hypothesis_id: otherHypothesisId } })).status).toBe(404);
+    expect((await api('POST', '/insights', { token: null, body: { hypothesis_id: significantId } })).status).toBe(401);
+    expect((await api('POST', '/insights', { token: viewer.token, body: { hypothesis_id: significantId } })).status).toBe(403);
+  });
+
+  it('updates performance metrics from audience results', async () => {
+    const res = await api('PUT', `/insights/${insightId}/performance`, {
+      body: { metrics: { ctr: 0.031, roas: 2.4, audience_id: 'a1' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.performance).toEqual({ ctr: 0.031, roas: 2.4, audience_id: 'a1' });
+    expect(typeof res.body.performance_updated_at).toBe('string');
+
+    expect((await api('PUT', `/insights/${insightId}/performance`, { body: {} })).status).toBe(400);
+    expect((await api('PUT', `/insights/${insightId}/performance`, { body: { metrics: [1] } })).status).toBe(400);
+    expect((await api('PUT', `/insights/${otherInsightId}/performance`, { body: { metrics: {} } })).status).toBe(404);
+    expect((await api('PUT', `/insights/${insightId}/performance`, { token: null, body: { metrics: {} } })).status).toBe(401);
+    expect(
+      (await api('PUT', `/insights/${insightId}/performance`, { token: viewer.token, body: { metrics: {} } })).status,
+    ).toBe(403);
+  });
+
+  it('lists high performers at or above min_confidence, within [0, 1]', async () => {
+    const res = await api('GET', '/insights/performance', { token: viewer.token, query: { min_confidence: 0.99 } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.min_confidence).toBe(0.99);
+    expect(res.body.insights.map((i: any) => i.id)).toEqual([insightId]);
+    expect(res.body.insights[0].performance.roas).toBe(2.4);
+    // The other tenant's insight is never listed.
+    expect(res.body.total).toBe(1);
+
+    for (const bad of ['1.5', '-0.1', 'high'])
+      expect((await api('GET', '/insights/performance', { query: { min_confidence: bad } })).status, bad).toBe(400);
+    expect((await api('GET', '/insights/performance', { token: null })).status).toBe(401);
+  });
+});

@@ -1,0 +1,308 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+
+/*
+ * The whole path over HTTP on a real PostgreSQL warehouse: a target table mapped from two joined
+ * source tables with transformations → preview → diff → commit → materialize (same database, then
+ * across databases) → the target table holds exactly the expected rows, and the generated Python
+ * script gives the same rows from CSV exports.
+ */
+const run = promisify(execFile);
+const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const sourceDb = unique('dimas_e2e_').toLowerCase();
+const otherDb = unique('dimas_e2e_tgt_').toLowerCase();
+const urlOf = (db: string) => ADMIN_URL.replace(/\/[^/]*$/, `/${db}`);
+// Every value as PostgreSQL prints it, so SQL, Python and the expectations compare as text.
+const rawText = { getTypeParser: () => (value: string) => value } as unknown as typeof pg.types;
+
+async function sql(db: string, text: string, params: unknown[] = []) {
+  const client = new pg.Client({ connectionString: urlOf(db), types: rawText });
+  await client.connect();
+  try {
+    return await client.query(text, params);
+  } finally {
+    await client.end();
+  }
+}
+
+const config = (database: string, schemas: string[]) => ({
+  type: 'postgres',
+  host: '127.0.0.1',
+  port: 5432,
+  database,
+  user: 'postgres',
+  password: 'trust',
+  schemas,
+});
+
+const schema = {
+  name: 'crm',
+  version: '1.0.0',
+  tables: [
+    {
+      name: 'customer_profiles',
+      description: 'One row per customer',
+      primary_key: ['customer_id'],
+      columns: [
+        { name: 'customer_id', type: 'integer', nullable: false },
+        { name: 'email', type: 'text' },
+        { name: 'phone', type: 'text' },
+        { name: 'full_name', type: 'text' },
+        { name: 'signup_date', type: 'date' },
+        { name: 'loyalty_points', type: 'integer', nullable: false },
+        { name: 'tier', type: 'text' },
+        { name: 'notes', type: 'text' },
+      ],
+    },
+  ],
+};
+
+const COLUMNS = schema.tables[0].columns.map((c) => c.name);
+const digits = `regexp_replace(customers.phone, '[^0-9]', '', 'g')`;
+const TRANSFORMATIONS: Record<string, string> = {
+  email: 'lower(trim(customers.email))',
+  phone: `CASE WHEN ${digits} ~ '^1?[0-9]{10}$' THEN '+1' || right(${digits}, 10) ELSE nullif(${digits}, '') END`,
+  full_name: `initcap(concat_ws(' ', trim(customers.first_name), trim(customers.last_name)))`,
+  signup_date: 'CAST(customers.signup AS date)',
+  loyalty_points: 'COALESCE(loyalty.points::integer, 0)',
+  tier: `upper(coalesce(nullif(trim(loyalty.tier), ''), 'basic'))`,
+};
+
+// What the mapping must produce, worked out by hand from the source rows below.
+const EXPECTED = [
+  ['1', 'john.doe@example.com', '+15551234567', 'John Doe', '2023-01-15', '250', 'GOLD', null],
+  ['2', 'jane@example.com', '+15559876543', 'Jane Smith', '2023-02-01', '0', 'BASIC', null],
+  ['3', 'bob@test.org', '442079460958', 'Bob', '2023-03-10', '15', 'BASIC', null],
+  ['4', null, null, '', null, '0', 'BASIC', null],
+];
+
+let server: TestServer;
+let tenant: Tenant;
+let token: string;
+let workDir: string;
+const workspace = unique('e2e');
+
+beforeAll(async () => {
+  await sql('postgres', `create database "${sourceDb}"`).catch(async () => {
+    throw new Error('cannot create the scratch database');
+  });
+  await sql('postgres', `create database "${otherDb}"`);
+  await sql(
+    sourceDb,
+    `create schema shop;
+     create schema crm;
+     create table shop.customers (id integer primary key, email text, phone text, first_name text, last_name text, signup text);
+     create table shop.loyalty (customer_id integer, points text, tier text);
+     insert into shop.customers values
+       (1, '  John.Doe@Example.COM ', '(555) 123-4567', ' john', 'doe ', '2023-01-15'),
+       (2, 'JANE@EXAMPLE.com', '555.987.6543', 'JANE', 'smith', '2023-02-01'),
+       (3, 'bob@test.org  ', '+44 20 7946 0958', 'bob', null, '2023-03-10'),
+       (4, null, '', null, null, null);
+     insert into shop.loyalty values (1, '250', ' gold '), (2, null, ''), (3, ' 15 ', null), (99, '1', 'ghost');`,
+  );
+  server = await startTestServer({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent' });
+  tenant = await createTenant(server);
+  token = tenant.admin.token;
+  workDir = mkdtempSync(join(tmpdir(), 'dimas-e2e-'));
+  const created = await call(server, 'POST', '/api/workspaces/create', {
+    token,
+    body: { name: workspace, select: true },
+  });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const configured = await call(server, 'POST', `/api/workspaces/${workspace}/config`, {
+    token,
+    body: { source_config: config(sourceDb, ['shop']), target_config: config(sourceDb, ['crm']), target_schema: schema },
+  });
+  expect(configured.status, JSON.stringify(configured.body)).toBe(200);
+});
+
+afterAll(async () => {
+  await server?.close();
+  if (workDir) rmSync(workDir, { recursive: true, force: true });
+  for (const db of [sourceDb, otherDb]) await sql('postgres', `drop database if exists "${db}" with (force)`);
+});
+
+const api = (method: string, path: string, body?: unknown, query?: Record<string, string>) =>
+  call(server, method, path, { token, body, query });
+
+async function materializeAndWait(table: string) {
+  const started = await api('POST', `/api/mappings/${table}/materialize`, {});
+  expect(started.status, JSON.stringify(started.body)).toBe(200);
+  expect(started.body).toMatchObject({ run_id: expect.any(String), status: 'queued', created: true });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const mapping = await api('GET', `/api/mappings/${table}`);
+    const last = mapping.body.materialization.last_run;
+    expect(last.run_id).toBe(started.body.run_id);
+    if (['succeeded', 'failed', 'cancelled'].includes(last.status)) return { run: last, mapping: mapping.body };
+    if (Date.now() > deadline) throw new Error(`run still ${last.status} after 60 s`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function targetRows(db: string) {
+  const res = await sql(db, `select ${COLUMNS.join(', ')} from crm.customer_profiles order by customer_id`);
+  return res.rows.map((r) => COLUMNS.map((c) => r[c] as string | null));
+}
+
+describe('a mapping from two joined tables, end to end over HTTP', () => {
+  it('builds the mapping through the routes', async () => {
+    let res = await api('POST', '/api/mappings/customer_profiles/tables', {
+      source_table: 'customers',
+      relationship: 'primary',
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/customer_profiles/tables', {
+      source_table: 'shop.loyalty',
+      relationship: 'join',
+      join_type: 'left',
+      join_on: 'customers.id = loyalty.customer_id',
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({
+      primary_table: 'shop.customers',
+      tables: [
+        { source_table: 'shop.customers', relationship: 'primary' },
+        { source_table: 'shop.loyalty', relationship: 'join', join_type: 'left' },
+      ],
+    });
+    res = await api('POST', '/api/mappings/customer_profiles/connection', {
+      connection: { source_field: 'customers.id', target_field: 'customer_id' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    for (const [target_field, expression] of Object.entries(TRANSFORMATIONS)) {
+      res = await api('POST', '/api/mappings/customer_profiles/transformation', {
+        transformation: { target_field, expression, description: `${target_field} cleaned` },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    expect(res.body.version).toBe(9);
+    expect(res.body.committed_version).toBeNull();
+    const valid = await api('POST', '/api/mappings/customer_profiles/tables/validate', {});
+    expect(valid.body).toEqual({ table_name: 'customer_profiles', valid: true, problems: [] });
+  });
+
+  it('previews the whole table and one field on source rows', async () => {
+    const whole = await api('POST', '/api/mappings/customer_profiles/preview-transformation', { limit: 10 });
+    expect(whole.status, JSON.stringify(whole.body)).toBe(200);
+    expect(whole.body.columns.map((c: { name: string }) => c.name)).toEqual(COLUMNS);
+    expect(whole.body.row_count).toBe(4);
+    const one = await api('POST', '/api/mappings/customer_profiles/preview-transformation', {
+      target_field: 'email',
+      expression: 'upper(trim(customers.email))',
+      limit: 2,
+    });
+    expect(one.status, JSON.stringify(one.body)).toBe(200);
+    expect(one.body.rows.map((r: { email: string }) => r.email).sort()).toEqual(['JANE@EXAMPLE.COM', 'JOHN.DOE@EXAMPLE.COM']);
+    expect(one.body.truncated).toBe(true);
+  });
+
+  it('diffs against nothing, commits, and the workspace files reflect the commit', async () => {
+    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', { limit: 50 });
+    expect(diff.status, JSON.stringify(diff.body)).toBe(200);
+    expect(diff.body).toMatchObject({ committed_version: null, has_changes: true });
+    expect(diff.body.sql_diff).toContain('+SELECT');
+    expect(diff.body.data_diff).toMatchObject({ rows_before: null, rows_after: 4, added_rows: 4, key_columns: ['customer_id'] });
+
+    let gitDiff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    expect(gitDiff.body.files.map((f: { path: string }) => f.path)).toContain('mappings/customer_profiles.json');
+
+    const commit = await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'first cut' });
+    expect(commit.status, JSON.stringify(commit.body)).toBe(200);
+    expect(commit.body).toMatchObject({ version: 9, committed_version: 9, author: tenant.admin.username, message: 'first cut' });
+    expect(commit.body.vcs).toMatchObject({ pushed: false, reason: 'not_configured' });
+
+    gitDiff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    const paths = gitDiff.body.files.map((f: { path: string }) => f.path);
+    expect(paths).not.toContain('mappings/customer_profiles.json');
+    expect(paths).not.toContain('mappings/customer_profiles.sql');
+    expect(gitDiff.body.base_commit.message).toBe('customer_profiles v9: first cut');
+
+    const again = await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'same' });
+    expect(again.status).toBe(409);
+
+    const download = await fetch(`${server.url}/api/workspaces/${workspace}/download`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(download.status).toBe(200);
+    const zip = Buffer.from(await download.arrayBuffer()).toString('latin1');
+    expect(zip).toContain('mappings/customer_profiles.sql');
+    expect(zip).toContain('mappings/customer_profiles.json');
+  });
+
+  it('materializes inside the same database: exactly the expected rows', async () => {
+    const { run, mapping } = await materializeAndWait('customer_profiles');
+    expect(run.status, run.error).toBe('succeeded');
+    expect(run.result).toMatchObject({ rows_written: 4, mode: 'insert_select', target_table: 'crm.customer_profiles' });
+    expect(mapping.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
+    expect(await targetRows(sourceDb)).toEqual(EXPECTED);
+  });
+
+  it('gives the same rows with the generated Python script', async () => {
+    const code = await api('POST', '/api/mappings/customer_profiles/generate-code', {});
+    expect(code.status, JSON.stringify(code.body)).toBe(200);
+    writeFileSync(join(workDir, code.body.filename), code.body.code);
+    for (const table of ['customers', 'loyalty']) {
+      const res = await sql(sourceDb, `select * from shop.${table}`);
+      const cell = (v: string | null) => (v === null ? '\\N' : /[",\n\r]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v);
+      const names = res.fields.map((f) => f.name);
+      const lines = [names.join(','), ...res.rows.map((r) => names.map((n) => cell(r[n])).join(','))];
+      writeFileSync(join(workDir, `shop.${table}.csv`), lines.join('\n') + '\n');
+    }
+    const out = join(workDir, 'out.csv');
+    await run('python3', [join(workDir, code.body.filename), '--input-dir', workDir, '--null', '\\N', '--output', out]);
+    const [header, ...rows] = readFileSync(out, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((line) => line.split(',').map((v) => (v === '\\N' ? null : v.replace(/^"(.*)"$/, '$1'))));
+    expect(header).toEqual(COLUMNS);
+    rows.sort((a, b) => Number(a[0]) - Number(b[0]));
+    expect(rows).toEqual(await targetRows(sourceDb));
+  });
+
+  it('diffs a change on the data, and a failed run leaves the previous content', async () => {
+    let res = await api('POST', '/api/mappings/customer_profiles/transformation', {
+      transformation: { target_field: 'notes', expression: `'points: ' || loyalty.points` },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', {});
+    expect(diff.body.data_diff).toMatchObject({ rows_before: 4, rows_after: 4, changed_rows: 2, changed_columns: ['notes'] });
+    expect(diff.body.sql_diff).toMatch(/^-\s+CAST\(NULL AS text\) AS "notes"$/m);
+
+    // A cast the data refuses only fails when it runs: the run fails, the table stays as it was.
+    res = await api('POST', '/api/mappings/customer_profiles/transformation', {
+      transformation: { target_field: 'loyalty_points', expression: 'COALESCE(loyalty.tier::integer, 0)' },
+    });
+    expect(res.status).toBe(200);
+    expect((await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'bad cast' })).status).toBe(200);
+    const failed = await materializeAndWait('customer_profiles');
+    expect(failed.run.status).toBe('failed');
+    expect(failed.run.error).toMatch(/invalid input syntax for type integer/);
+    expect(await targetRows(sourceDb)).toEqual(EXPECTED);
+    const leftovers = await sql(sourceDb, `select tablename from pg_tables where schemaname = 'crm' and tablename <> 'customer_profiles'`);
+    expect(leftovers.rows).toEqual([]);
+  });
+
+  it('materializes across databases with a streamed copy', async () => {
+    let res = await api('POST', '/api/mappings/customer_profiles/transformation', {
+      transformation: { target_field: 'loyalty_points', expression: TRANSFORMATIONS.loyalty_points },
+    });
+    expect(res.status).toBe(200);
+    res = await api('DELETE', '/api/mappings/customer_profiles/transformation/notes');
+    expect(res.status).toBe(200);
+    expect((await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'fixed' })).status).toBe(200);
+    res = await api('POST', `/api/workspaces/${workspace}/config`, { target_config: config(otherDb, ['crm']) });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const { run } = await materializeAndWait('customer_profiles');
+    expect(run.status, run.error).toBe('succeeded');
+    expect(run.result).toMatchObject({ rows_written: 4, mode: 'streamed_copy' });
+    expect(await targetRows(otherDb)).toEqual(EXPECTED);
+  });
+});

@@ -1,0 +1,234 @@
+import pg from 'pg';
+import { parse as parseYaml } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+
+/*
+ * The transformation project: generated from committed mappings, its status, model SQL, drift and
+ * model tests on sampled source rows of a real PostgreSQL database; guards and other tenants too.
+ */
+const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const dbName = unique('dimas_pipe_').toLowerCase();
+const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
+
+async function exec(url: string, text: string) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(text);
+  } finally {
+    await client.end();
+  }
+}
+
+const config = (schemas: string[]) => ({
+  type: 'postgres',
+  host: '127.0.0.1',
+  port: 5432,
+  database: dbName,
+  user: 'postgres',
+  password: 'trust',
+  schemas,
+});
+
+const schema = (tierTests: Record<string, unknown>) => ({
+  name: 'crm',
+  tables: [
+    {
+      name: 'contacts',
+      description: 'People we can reach',
+      primary_key: ['id'],
+      columns: [
+        { name: 'id', type: 'integer', nullable: false },
+        { name: 'email', type: 'text', description: 'Lower-case e-mail', tests: { unique: true } },
+        { name: 'tier', type: 'text', tests: tierTests },
+        { name: 'segment_id', type: 'integer', tests: { relationships: { to: 'segments', field: 'id' } } },
+      ],
+    },
+  ],
+});
+
+let server: TestServer;
+let tenant: Tenant;
+let other: Tenant;
+let viewer: TestUser;
+let nobody: TestUser;
+let token: string;
+const workspace = unique('pipes');
+
+const api = (method: string, path: string, options: { body?: unknown; as?: string } = {}) =>
+  call(server, method, path, { token: options.as ?? token, body: options.body });
+
+async function saveSchema(tierTests: Record<string, unknown>) {
+  const res = await api('POST', `/api/workspaces/${workspace}/config`, { body: { target_schema: schema(tierTests) } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+}
+
+beforeAll(async () => {
+  await exec(ADMIN_URL, `create database "${dbName}"`);
+  await exec(
+    dbUrl,
+    `create schema app; create schema mart;
+     create table app.users (id integer primary key, email text, plan text, segment integer);
+     insert into app.users values (1, 'A@x.io', 'gold', 1), (2, 'a@X.io', 'silver', 2), (3, 'c@x.io', 'tin', 9), (4, null, null, null);
+     create table mart.segments (id integer primary key);
+     insert into mart.segments values (1), (2);`,
+  );
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  token = tenant.admin.token;
+  expect((await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status).toBe(200);
+  const res = await api('POST', `/api/workspaces/${workspace}/config`, {
+    body: { source_config: config(['app']), target_config: config(['mart']) },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  await saveSchema({ accepted_values: ['GOLD', 'SILVER'] });
+  viewer = await tenant.addUser(['viewer']);
+  const noRole = unique('role');
+  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(200);
+  nobody = await tenant.addUser([noRole]);
+  for (const user of [viewer, nobody])
+    await call(server, 'POST', '/api/workspaces/select', { token: user.token, body: { workspace_name: workspace } });
+  other = await createTenant(server);
+  const otherWs = unique('other');
+  await call(server, 'POST', '/api/workspaces/create', { token: other.admin.token, body: { name: otherWs, select: true } });
+
+  const steps: [string, unknown][] = [
+    ['tables', { source_table: 'users', relationship: 'primary' }],
+    ['connection', { connection: { source_field: 'users.id', target_field: 'id' } }],
+    ['connection', { connection: { source_field: 'users.segment', target_field: 'segment_id' } }],
+    ['transformation', { transformation: { target_field: 'email', expression: 'lower(users.email)' } }],
+    ['transformation', { transformation: { target_field: 'tier', expression: 'upper(users.plan)' } }],
+    ['commit-transformation', { message: 'contacts from users' }],
+  ];
+  for (const [route, body] of steps) {
+    const step = await api('POST', `/api/mappings/contacts/${route}`, { body });
+    expect(step.status, `${route}: ${JSON.stringify(step.body)}`).toBe(200);
+  }
+});
+
+afterAll(async () => {
+  await server?.close();
+  await exec(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+});
+
+const ROUTES: [string, string, 'read' | 'run'][] = [
+  ['POST', '/api/pipelines/generate-project', 'run'],
+  ['GET', '/api/pipelines/status', 'read'],
+  ['GET', '/api/pipelines/model/contacts', 'read'],
+  ['GET', '/api/pipelines/drift-status', 'read'],
+  ['POST', '/api/pipelines/test-model', 'run'],
+  ['DELETE', '/api/pipelines/project', 'run'],
+];
+
+describe('guards', () => {
+  it.each(ROUTES)('%s %s: 401 without a token, 403 without the permission', async (method, path, guard) => {
+    const body = method === 'POST' ? {} : undefined;
+    expect((await call(server, method, path, { body })).status).toBe(401);
+    const refused = await api(method, path, { body, as: guard === 'read' ? nobody.token : viewer.token });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(403);
+  });
+});
+
+describe('the transformation project', () => {
+  it('has nothing before generation', async () => {
+    expect((await api('GET', '/api/pipelines/status')).body).toMatchObject({ generated: false, in_sync: null, files: [] });
+    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ generated: false });
+    expect((await api('GET', '/api/pipelines/model/contacts')).status).toBe(404);
+    expect((await api('DELETE', '/api/pipelines/project')).status).toBe(404);
+    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } })).status).toBe(404);
+  });
+
+  it('generates the project from the committed mappings', async () => {
+    expect((await api('POST', '/api/pipelines/generate-project', { body: { table_names: 'contacts' } })).status).toBe(400);
+    const res = await api('POST', '/api/pipelines/generate-project', { body: {} });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.files.map((f: { path: string }) => f.path)).toEqual([
+      'dbt_project.yml',
+      'models/schema.yml',
+      'models/sources.yml',
+      'models/contacts.sql',
+    ]);
+    expect(res.body.models).toEqual([{ table_name: 'contacts', committed_version: 6 }]);
+
+    const status = await api('GET', '/api/pipelines/status');
+    expect(status.body).toMatchObject({ generated: true, in_sync: true, generated_by: tenant.admin.username });
+    const model = await api('GET', '/api/pipelines/model/contacts');
+    expect(model.status).toBe(200);
+    expect(model.body.sql).toContain(`FROM {{ source('app', 'users') }}`);
+    expect(model.body.sql).toContain('CAST((lower(users.email)) AS text) AS "email"');
+    expect((await api('GET', '/api/pipelines/model/nope')).status).toBe(404);
+    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ generated: true, in_sync: true, changes: [] });
+
+    const diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    const paths = diff.body.files.map((f: { path: string }) => f.path);
+    expect(paths).toContain('transformation/models/contacts.sql');
+    expect(paths).toContain('transformation/models/schema.yml');
+  });
+
+  it('runs the model on source rows and reports each test with its failing rows', async () => {
+    const res = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 50 } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ rows_tested: 4 });
+    const byName = Object.fromEntries(res.body.tests.map((t: { name: string }) => [t.name, t]));
+    expect(byName.unique_contacts_id).toMatchObject({ status: 'pass', failures: 0 });
+    expect(byName.not_null_contacts_id).toMatchObject({ status: 'pass' });
+    expect(byName.unique_contacts_email).toMatchObject({ status: 'fail', failures: 2 });
+    expect(byName.unique_contacts_email.failing_rows.map((r: { email: string }) => r.email)).toEqual(['a@x.io', 'a@x.io']);
+    expect(byName.accepted_values_contacts_tier).toMatchObject({ status: 'fail', failures: 1 });
+    expect(byName.accepted_values_contacts_tier.failing_rows).toEqual([{ id: 3, email: 'c@x.io', tier: 'TIN', segment_id: 9 }]);
+    expect(byName.relationships_contacts_segment_id).toMatchObject({ status: 'fail', failures: 1, failing_rows: [{ segment_id: '9' }] });
+    expect(res.body).toMatchObject({ passed: 2, failed: 3, errors: 0 });
+    const sample = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 1 } });
+    expect(sample.body.rows_tested).toBe(1);
+    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 0 } })).status).toBe(400);
+    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'nope' } })).status).toBe(404);
+  });
+
+  it('tells which tables drifted and why', async () => {
+    let res = await api('POST', '/api/mappings/contacts/transformation', {
+      body: { transformation: { target_field: 'tier', expression: `upper(coalesce(users.plan, 'none'))` } },
+    });
+    expect(res.status).toBe(200);
+    let drift = await api('GET', '/api/pipelines/drift-status');
+    // An uncommitted edit is reported but does not make the project out of date.
+    expect(drift.body).toMatchObject({ in_sync: true, changes: [{ table_name: 'contacts', reasons: ['uncommitted_changes'] }] });
+    res = await api('POST', '/api/mappings/contacts/commit-transformation', { body: { message: 'tier default' } });
+    expect(res.status).toBe(200);
+    await saveSchema({ accepted_values: ['GOLD', 'SILVER', 'TIN', 'NONE'] });
+    drift = await api('GET', '/api/pipelines/drift-status');
+    expect(drift.body.in_sync).toBe(false);
+    expect(drift.body.project_fingerprint).not.toBe(drift.body.current_fingerprint);
+    expect(drift.body.changes).toEqual([
+      { table_name: 'contacts', reasons: ['mapping_committed', 'schema_changed'], project_version: 6, committed_version: 7 },
+    ]);
+    expect((await api('GET', '/api/pipelines/status')).body.in_sync).toBe(false);
+    await api('POST', '/api/pipelines/generate-project', { body: {} });
+    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ in_sync: true, changes: [] });
+    const tests = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } });
+    const tier = tests.body.tests.find((t: { name: string }) => t.name === 'accepted_values_contacts_tier');
+    expect(tier).toMatchObject({ status: 'pass' });
+    const schemaYml = (await api('GET', `/api/workspaces/${workspace}/git-diff`)).body.diff as string;
+    expect(schemaYml).toContain('transformation/models/schema.yml');
+    expect(parseYaml).toBeTypeOf('function');
+  });
+
+  it('answers another organization as if nothing existed', async () => {
+    const as = other.admin.token;
+    expect((await api('GET', '/api/pipelines/status', { as })).body.generated).toBe(false);
+    expect((await api('GET', '/api/pipelines/model/contacts', { as })).status).toBe(404);
+    expect((await api('POST', '/api/pipelines/test-model', { as, body: { table_name: 'contacts' } })).status).toBe(404);
+    expect((await api('DELETE', '/api/pipelines/project', { as })).status).toBe(404);
+    const generated = await api('POST', '/api/pipelines/generate-project', { as, body: {} });
+    expect(generated.status).toBe(409);
+    expect(generated.body.reason).toBe('NOTHING_COMMITTED');
+  });
+
+  it('deletes the project', async () => {
+    const res = await api('DELETE', '/api/pipelines/project');
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ success: true, deleted_files: 4 });
+    expect((await api('GET', '/api/pipelines/status')).body.generated).toBe(false);
+  });
+});
