@@ -3,6 +3,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import express from 'express';
 import pino from 'pino';
 import type { EntityManager } from '@mikro-orm/postgresql';
@@ -126,3 +127,12 @@ export default async function apiOverhead(): Promise<void> {
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href)
+  apiOverhead().then(
+    () => process.exit(0),
+    (error) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );

@@ -73,10 +73,15 @@ async function compare(
   await hand();
   const oursMs: number[] = [];
   const handMs: number[] = [];
-  // Interleaved, so cache warmth and background noise hit both sides alike.
+  // Interleaved, in alternating order, so cache warmth and background noise hit both sides alike.
   for (let i = 0; i < runs; i++) {
-    oursMs.push(await time(ours));
-    handMs.push(await time(hand));
+    if (i % 2 === 0) {
+      oursMs.push(await time(ours));
+      handMs.push(await time(hand));
+    } else {
+      handMs.push(await time(hand));
+      oursMs.push(await time(ours));
+    }
   }
   const ratio = median(oursMs) / median(handMs);
   const sample = await ours();

@@ -1,11 +1,13 @@
+import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 
 /**
  * `npm run bench` runs every benchmark of this directory; `npm run bench -- api-overhead` runs one.
- * A benchmark is a module whose default export runs it and prints its figures (ratios against a
- * baseline measured in the same run, so that machines of different speed compare).
+ * A benchmark is a file that runs itself when executed and prints its figures (ratios against a
+ * baseline measured in the same run, so that machines of different speed compare). Each runs in its
+ * own process, so that one benchmark's servers and memory do not weigh on the next.
  */
 const here = dirname(fileURLToPath(import.meta.url));
 const NOT_BENCHMARKS = new Set(['run.ts', 'harness.ts']);
@@ -19,11 +21,13 @@ if (unknown.length) {
   console.error(`unknown benchmark ${unknown.join(', ')}; there are: ${all.join(', ')}`);
   process.exit(2);
 }
+const failed: string[] = [];
 for (const name of wanted.length ? wanted : all) {
   console.log(`\n== ${name} ==`);
-  const module = (await import(pathToFileURL(join(here, `${name}.ts`)).href)) as {
-    default: () => Promise<void>;
-  };
-  await module.default();
+  const run = spawnSync(process.execPath, ['--import', 'tsx', join(here, `${name}.ts`)], {
+    stdio: 'inherit',
+  });
+  if (run.status !== 0) failed.push(name);
 }
-process.exit(0);
+if (failed.length) console.error(`\nfailed: ${failed.join(', ')}`);
+process.exit(failed.length ? 1 : 0);

@@ -136,6 +136,63 @@ export function createApp(deps: AppDeps) {
     }
   });
 
+  app.get('/api/api/audiences/exports/:export_id/download', async (req, res) => {
+    try {
+      const file = await createCaller(restContext({ req })).audiences.exportFile({
+        export_id: String(req.params.export_id),
+      });
+      res.setHeader('content-type', 'text/csv; charset=utf-8');
+      res.setHeader('content-disposition', `attachment; filename="${file.filename}"`);
+      if (file.size != null) res.setHeader('content-length', String(file.size));
+      file.open().on('error', () => res.destroy()).pipe(res);
+    } catch (error) {
+      sendError(res, error);
+    }
+  });
+
+  /**
+   * Discovery as server-sent events. The abort signal goes to createCaller (a signal given to the call
+   * itself is ignored), so a client that disconnects stops the generator at its next step. Failures
+   * before the first event (guard, validation, no workspace, a run already going) answer as JSON.
+   */
+  app.post('/api/workspaces/discover', async (req, res) => {
+    const controller = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    let heartbeat: NodeJS.Timeout | undefined;
+    try {
+      const ctx = restContext({ req });
+      const events = await createCaller(ctx, { signal: controller.signal }).discovery.discover(
+        req.body ?? {},
+      );
+      const iterator = events[Symbol.asyncIterator]();
+      const first = await iterator.next();
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        connection: 'keep-alive',
+        'x-accel-buffering': 'no',
+      });
+      heartbeat = setInterval(() => res.write(': heartbeat\n\n'), 15_000);
+      for (let step = first; !step.done; step = await iterator.next()) {
+        if (controller.signal.aborted) {
+          await iterator.return?.(undefined);
+          break;
+        }
+        res.write(`id: ${step.value.seq}\ndata: ${JSON.stringify(step.value)}\n\n`);
+      }
+      res.end();
+    } catch (error) {
+      if (res.headersSent) {
+        deps.logger.error({ err: error }, 'discovery stream failed');
+        res.end();
+      } else sendError(res, error);
+    } finally {
+      clearInterval(heartbeat);
+    }
+  });
+
   app.use(
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),

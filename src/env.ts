@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
+import { LLM_MODES } from './llm/provider.ts';
 
 const booleanFlag = z.stringbool().default(true);
 
@@ -31,6 +32,7 @@ export const envSchema = z.object({
   WAREHOUSE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
   WAREHOUSE_ROW_CAP: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
   DEMO_WAREHOUSE_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  LLM_MODE: z.enum(LLM_MODES).default('offline'),
 });
 
 export type Env = z.infer<typeof envSchema> & { dataDir: string };

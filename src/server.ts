@@ -12,6 +12,8 @@ import { createApp } from './app.ts';
 import { closeWarehouses } from './warehouse/postgres.ts';
 import { connectDemoWorkspace, startDemoWarehouse } from './warehouse/demo.ts';
 import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
+import { llmManager } from './llm/provider.ts';
+import { registerJobHandlers, startSchedulers } from './jobs/register.ts';
 
 export interface RunningServer {
   url: string;
@@ -39,6 +41,8 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       dataDir: env.DATABASE_URL ? undefined : join(env.dataDir, 'pg'),
     }));
   await migrate(db.orm);
+  // The process-level LLM mode starts from the environment; set-llm-mode changes it later.
+  llmManager.setMode(env.LLM_MODE);
   const deps: AppDeps = {
     env,
     orm: db.orm,
@@ -62,7 +66,9 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
     });
     await connectDemoWorkspace(deps, deps.demoWarehouse);
   }
+  await registerJobHandlers(deps);
   await deps.jobs.start();
+  const stopSchedulers = startSchedulers(deps);
   const server = createApp(deps).listen(env.PORT, env.HOST);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
@@ -82,6 +88,7 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       const force = setTimeout(() => server.closeAllConnections(), 10_000);
       await closed;
       clearTimeout(force);
+      stopSchedulers();
       await deps.jobs.stop();
       await closeWarehouses(deps);
       await deps.demoWarehouse?.close();

@@ -1,3 +1,6 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EntityManager } from '@mikro-orm/postgresql';
 import pg from 'pg';
 import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,6 +9,9 @@ import { call, createTenant, unique, type Tenant, type TestUser } from './helper
 import { runStatTest } from '../src/stats/engine.ts';
 import type { StatsQuery } from '../src/stats/sql.ts';
 import { statSpecOf } from '../src/modules/analytics/analytics-spec.ts';
+import { generateHypotheses } from '../src/modules/analytics/analytics-generate.service.ts';
+import { LlmManager } from '../src/llm/provider.ts';
+import { DEFAULT_LLM_PARAMETERS } from '../src/llm/parameters.ts';
 
 const jStat = jStatModule.jStat ?? jStatModule;
 
@@ -98,7 +104,12 @@ async function setUpWorkspace(token: string, name: string) {
   expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }
 
-async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 45_000) {
+async function until<T>(
+  what: string,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs = 45_000,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();
@@ -183,7 +194,9 @@ afterAll(async () => {
 describe('POST /api/analytics/execute', () => {
   it('runs one read-only statement on the target warehouse: columns with types, rows, truncated', async () => {
     const res = await api('POST', '/execute', {
-      body: { sql: 'select plan, count(*)::int as n, avg(spend) as mean from mkt.customers group by plan order by plan' },
+      body: {
+        sql: 'select plan, count(*)::int as n, avg(spend) as mean from mkt.customers group by plan order by plan',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.columns).toEqual([
@@ -203,7 +216,10 @@ describe('POST /api/analytics/execute', () => {
   });
 
   it('refuses mutating statements, and they change nothing', async () => {
-    const before = await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers');
+    const before = await sql(
+      warehouseUrl,
+      'select count(*)::int as n, sum(spend)::text as s from mkt.customers',
+    );
     for (const statement of [
       'delete from mkt.customers',
       'update mkt.customers set spend = 0',
@@ -219,8 +235,13 @@ describe('POST /api/analytics/execute', () => {
     // Past the parser, the READ ONLY transaction is the second line: a volatile function cannot write either.
     const nextval = await api('POST', '/execute', { body: { sql: "select nextval('nope')" } });
     expect(nextval.status).toBe(400);
-    expect(await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers')).toEqual(before);
-    const tables = await sql(warehouseUrl, "select count(*)::int as n from pg_tables where schemaname = 'mkt'");
+    expect(
+      await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers'),
+    ).toEqual(before);
+    const tables = await sql(
+      warehouseUrl,
+      "select count(*)::int as n from pg_tables where schemaname = 'mkt'",
+    );
     expect(tables[0].n).toBe(1);
   });
 
@@ -228,9 +249,13 @@ describe('POST /api/analytics/execute', () => {
     expect((await api('POST', '/execute', { body: {} })).status).toBe(400);
     expect((await api('POST', '/execute', { body: { sql: 'selec 1' } })).status).toBe(400);
     expect((await api('POST', '/execute', { body: { sql: 'select * from mkt.nope' } })).status).toBe(400);
-    expect((await api('POST', '/execute', { body: { sql: 'select 1', limit: 10_000_000 } })).status).toBe(400);
+    expect((await api('POST', '/execute', { body: { sql: 'select 1', limit: 10_000_000 } })).status).toBe(
+      400,
+    );
     expect((await api('POST', '/execute', { token: null, body: { sql: 'select 1' } })).status).toBe(401);
-    expect((await api('POST', '/execute', { token: viewer.token, body: { sql: 'select 1' } })).status).toBe(403);
+    expect((await api('POST', '/execute', { token: viewer.token, body: { sql: 'select 1' } })).status).toBe(
+      403,
+    );
   });
 });
 
@@ -268,7 +293,7 @@ describe('hypotheses', () => {
     expect(boolean.alpha).toBe(0.05);
   });
 
-  it('gets a hypothesis; a viewer may read it; another tenant\'s id answers 404', async () => {
+  it("gets a hypothesis; a viewer may read it; another tenant's id answers 404", async () => {
     const res = await api('GET', `/hypotheses/${hypothesisId}`, { token: viewer.token });
     expect(res.status).toBe(200);
     expect(res.body.id).toBe(hypothesisId);
@@ -311,7 +336,12 @@ describe('hypotheses', () => {
   it('tests a hypothesis as a job; its p-value matches the engine and a first-principles Welch test', async () => {
     const { status } = await tested(hypothesisId);
     expect(status.run.status, JSON.stringify(status)).toBe('succeeded');
-    expect(status).toMatchObject({ hypothesis_id: hypothesisId, status: 'tested', significant: true, error: null });
+    expect(status).toMatchObject({
+      hypothesis_id: hypothesisId,
+      status: 'tested',
+      significant: true,
+      error: null,
+    });
     expect(status.result.test).toBe('welch_t');
     expect(status.result.effect_size.name).toBe('cohens_d');
     expect(status.result.sample_sizes).toEqual({
@@ -343,7 +373,10 @@ describe('hypotheses', () => {
     expect(status.result.statistic).toBeCloseTo(engine.statistic, 9);
 
     // From first principles: sample means and variances, Welch–Satterthwaite df, Student t tail (jStat).
-    const rows = await sql<{ plan: string; spend: string }>(warehouseUrl, 'select plan, spend from mkt.customers');
+    const rows = await sql<{ plan: string; spend: string }>(
+      warehouseUrl,
+      'select plan, spend from mkt.customers',
+    );
     const values = (plan: string) => rows.filter((r) => r.plan === plan).map((r) => Number(r.spend));
     const moments = (xs: number[]) => {
       const mean = xs.reduce((s, x) => s + x, 0) / xs.length;
@@ -377,16 +410,26 @@ describe('hypotheses', () => {
 
   it('refuses test requests that are bad (400), foreign (404), unauthenticated (401) or from a viewer (403)', async () => {
     expect((await api('POST', '/hypotheses/test', { body: {} })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, test: 'anova' } })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, alpha: 0 } })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: otherHypothesisId } })).status).toBe(404);
-    expect((await api('POST', '/hypotheses/test', { token: null, body: { hypothesis_id: hypothesisId } })).status).toBe(401);
     expect(
-      (await api('POST', '/hypotheses/test', { token: viewer.token, body: { hypothesis_id: hypothesisId } })).status,
+      (await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, test: 'anova' } }))
+        .status,
+    ).toBe(400);
+    expect(
+      (await api('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId, alpha: 0 } })).status,
+    ).toBe(400);
+    expect(
+      (await api('POST', '/hypotheses/test', { body: { hypothesis_id: otherHypothesisId } })).status,
+    ).toBe(404);
+    expect(
+      (await api('POST', '/hypotheses/test', { token: null, body: { hypothesis_id: hypothesisId } })).status,
+    ).toBe(401);
+    expect(
+      (await api('POST', '/hypotheses/test', { token: viewer.token, body: { hypothesis_id: hypothesisId } }))
+        .status,
     ).toBe(403);
   });
 
-  it('status: a viewer may follow it; another tenant\'s id answers 404', async () => {
+  it("status: a viewer may follow it; another tenant's id answers 404", async () => {
     const res = await api('GET', `/status/${hypothesisId}`, { token: viewer.token });
     expect(res.status).toBe(200);
     expect(res.body.run.status).toBe('succeeded');
@@ -396,9 +439,15 @@ describe('hypotheses', () => {
   });
 
   it('mines segments by lift and support with GROUPING SETS', async () => {
-    const res = await api('GET', `/results/mining/${hypothesisId}`, { token: viewer.token, query: { min_support: 0.1 } });
+    const res = await api('GET', `/results/mining/${hypothesisId}`, {
+      token: viewer.token,
+      query: { min_support: 0.1 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const [mean] = await sql<{ mean: number }>(warehouseUrl, 'select avg(spend)::float8 as mean from mkt.customers');
+    const [mean] = await sql<{ mean: number }>(
+      warehouseUrl,
+      'select avg(spend)::float8 as mean from mkt.customers',
+    );
     expect(res.body.total.n).toBe(600);
     expect(res.body.total.mean).toBeCloseTo(mean.mean, 9);
     const top = res.body.segments[0];
@@ -412,11 +461,15 @@ describe('hypotheses', () => {
     expect(top.lift).toBeCloseTo(pro.mean / mean.mean, 9);
     expect(res.body.segments.every((s: any) => s.support >= 0.1)).toBe(true);
 
-    const pairs = await api('GET', `/results/mining/${hypothesisId}`, { query: { depth: 2, min_support: 0.05 } });
+    const pairs = await api('GET', `/results/mining/${hypothesisId}`, {
+      query: { depth: 2, min_support: 0.05 },
+    });
     expect(pairs.status).toBe(200);
     expect(pairs.body.segments.some((s: any) => Object.keys(s.segment).length === 2)).toBe(true);
 
-    expect((await api('GET', `/results/mining/${hypothesisId}`, { query: { min_support: 2 } })).status).toBe(400);
+    expect((await api('GET', `/results/mining/${hypothesisId}`, { query: { min_support: 2 } })).status).toBe(
+      400,
+    );
     expect((await api('GET', `/results/mining/${hypothesisId}`, { query: { depth: 3 } })).status).toBe(400);
     expect((await api('GET', `/results/mining/${otherHypothesisId}`)).status).toBe(404);
     expect((await api('GET', `/results/mining/${hypothesisId}`, { token: null })).status).toBe(401);
@@ -448,7 +501,10 @@ describe('hypothesis generation (offline mode)', () => {
       test: 'welch_t',
     });
     // eta² = between-group / total sum of squares, here over all 600 rows (the sample holds them all).
-    const rows = await sql<{ plan: string; spend: string }>(warehouseUrl, 'select plan, spend from mkt.customers');
+    const rows = await sql<{ plan: string; spend: string }>(
+      warehouseUrl,
+      'select plan, spend from mkt.customers',
+    );
     const all = rows.map((r) => Number(r.spend));
     const grand = all.reduce((s, x) => s + x, 0) / all.length;
     const between = ['pro', 'basic']
@@ -472,10 +528,152 @@ describe('hypothesis generation (offline mode)', () => {
 
   it('answers 400, 401 and 403 (viewer)', async () => {
     expect((await api('POST', '/hypotheses/generate', { body: { business_context: '' } })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/generate', { body: { business_context: 'x', count: 0 } })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/generate', { body: { business_context: 'x', tables: ['nope'] } })).status).toBe(400);
-    expect((await api('POST', '/hypotheses/generate', { token: null, body: { business_context: 'x' } })).status).toBe(401);
-    expect((await api('POST', '/hypotheses/generate', { token: viewer.token, body: { business_context: 'x' } })).status).toBe(403);
+    expect(
+      (await api('POST', '/hypotheses/generate', { body: { business_context: 'x', count: 0 } })).status,
+    ).toBe(400);
+    expect(
+      (await api('POST', '/hypotheses/generate', { body: { business_context: 'x', tables: ['nope'] } }))
+        .status,
+    ).toBe(400);
+    expect(
+      (await api('POST', '/hypotheses/generate', { token: null, body: { business_context: 'x' } })).status,
+    ).toBe(401);
+    expect(
+      (await api('POST', '/hypotheses/generate', { token: viewer.token, body: { business_context: 'x' } }))
+        .status,
+    ).toBe(403);
+  });
+});
+
+describe('hypothesis generation (openai mode, against a local OpenAI-compatible endpoint)', () => {
+  let llm: Server;
+  let llmUrl: string;
+  let answer: unknown;
+  let requests = 0;
+
+  beforeAll(async () => {
+    llm = createServer((req, res) => {
+      requests++;
+      req.resume();
+      req.on('end', () => {
+        res.setHeader('content-type', 'application/json');
+        res.end(
+          JSON.stringify({
+            id: 'x',
+            object: 'chat.completion',
+            created: 0,
+            model: 'fake-model',
+            choices: [
+              {
+                index: 0,
+                finish_reason: 'stop',
+                message: { role: 'assistant', content: JSON.stringify(answer) },
+              },
+            ],
+            usage: { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 },
+          }),
+        );
+      });
+    });
+    await new Promise<void>((resolve) => llm.listen(0, '127.0.0.1', resolve));
+    llmUrl = `http://127.0.0.1:${(llm.address() as AddressInfo).port}/v1`;
+  });
+
+  afterAll(async () => {
+    await new Promise((resolve) => llm?.close(resolve));
+  });
+
+  async function scopeOf(token: string) {
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const principal = (await server.deps.authenticator.authenticate(em, token))!;
+    return { em, deps: server.deps, principal };
+  }
+
+  it('keeps the proposals that name real columns, rejects the others, and meters the call', async () => {
+    answer = {
+      hypotheses: [
+        {
+          statement: 'Mobile customers convert less',
+          table: 'mkt.customers',
+          metric: { expression: 'converted', kind: 'boolean' },
+          segment: { column: 'is_mobile' },
+          test: 'two_proportion_z',
+          rationale: 'mobile checkout friction',
+        },
+        {
+          statement: 'Revenue differs by plan',
+          table: 'mkt.customers',
+          metric: { expression: 'revenue' },
+          segment: { column: 'plan' },
+          test: 'welch_t',
+        },
+        {
+          statement: 'Orders differ by plan',
+          table: 'mkt.orders',
+          metric: { expression: 'amount' },
+          segment: { column: 'plan' },
+          test: 'welch_t',
+        },
+      ],
+    };
+    const scope = await scopeOf(tenant.admin.token);
+    const out = await generateHypotheses(
+      scope,
+      { business_context: 'Mobile conversion', count: 5, save: true },
+      {
+        manager: new LlmManager('openai'),
+        params: { ...DEFAULT_LLM_PARAMETERS, base_url: llmUrl, model: 'fake-model' },
+      },
+    );
+    expect(out.mode).toBe('openai');
+    expect(out.fallback).toBeNull();
+    expect(out.hypotheses).toHaveLength(1);
+    expect(out.hypotheses[0]).toMatchObject({
+      statement: 'Mobile customers convert less',
+      metric: { expression: 'converted', kind: 'boolean' },
+      columns: expect.arrayContaining(['converted', 'is_mobile']),
+      test: 'two_proportion_z',
+    });
+    expect(out.rejected.map((r) => r.statement)).toEqual([
+      'Revenue differs by plan',
+      'Orders differ by plan',
+    ]);
+    expect(out.rejected[0].reason).toMatch(/revenue/);
+    expect(out.usage).toMatchObject({ model: 'fake-model', prompt_tokens: 1200, completion_tokens: 300 });
+    const [usage] = await scope.em
+      .getConnection()
+      .execute(
+        `select count(*)::int as n, sum(total_tokens)::int as tokens from llm_usage where organization_id = ? and purpose = 'hypotheses'`,
+        [tenant.organization.id],
+      );
+    expect(usage).toMatchObject({ n: 1, tokens: 1500 });
+    const saved = await api('GET', `/hypotheses/${out.hypotheses[0].hypothesis_id}`);
+    expect(saved.body).toMatchObject({ origin: 'generated', test: 'two_proportion_z' });
+  });
+
+  it('falls back to the offline rules when the answer is unusable or the endpoint fails', async () => {
+    answer = { nothing: true };
+    const scope = await scopeOf(tenant.admin.token);
+    const params = { ...DEFAULT_LLM_PARAMETERS, base_url: llmUrl };
+    const unusable = await generateHypotheses(
+      scope,
+      { business_context: 'spend', count: 2, save: false },
+      { manager: new LlmManager('openai'), params },
+    );
+    expect(unusable.mode).toBe('offline');
+    expect(unusable.fallback?.reason).toBe('invalid_answer');
+    expect(unusable.hypotheses).toHaveLength(2);
+
+    const before = requests;
+    const failing = await generateHypotheses(
+      scope,
+      { business_context: 'spend', count: 1, save: false },
+      { manager: new LlmManager('openai'), params: { ...params, base_url: 'http://127.0.0.1:9/v1' } },
+    );
+    expect(failing.mode).toBe('offline');
+    expect(failing.fallback?.reason).toBe('llm_error');
+    expect(failing.hypotheses).toHaveLength(1);
+    expect(requests).toBe(before);
   });
 });
 
@@ -499,7 +697,11 @@ describe('insights', () => {
   });
 
   it('refuses an insight from a non-significant result (409, with the reason) and from an untested hypothesis', async () => {
-    const flat = await createHypothesis({ ...SPEND_BY_PLAN, statement: 'flat differs by plan', metric: { expression: 'flat' } });
+    const flat = await createHypothesis({
+      ...SPEND_BY_PLAN,
+      statement: 'flat differs by plan',
+      metric: { expression: 'flat' },
+    });
     const untested = await api('POST', '/insights', { body: { hypothesis_id: flat.id } });
     expect(untested.status).toBe(409);
     expect(untested.body.message).toMatch(/test it first/);
@@ -533,8 +735,13 @@ describe('insights', () => {
 
     expect((await api('POST', '/insights', { body: {} })).status).toBe(400);
     expect((await api('POST', '/insights', { body: { hypothesis_id: otherHypothesisId } })).status).toBe(404);
-    expect((await api('POST', '/insights', { token: null, body: { hypothesis_id: significantId } })).status).toBe(401);
-    expect((await api('POST', '/insights', { token: viewer.token, body: { hypothesis_id: significantId } })).status).toBe(403);
+    expect(
+      (await api('POST', '/insights', { token: null, body: { hypothesis_id: significantId } })).status,
+    ).toBe(401);
+    expect(
+      (await api('POST', '/insights', { token: viewer.token, body: { hypothesis_id: significantId } }))
+        .status,
+    ).toBe(403);
   });
 
   it('updates performance metrics from audience results', async () => {
@@ -546,16 +753,26 @@ describe('insights', () => {
     expect(typeof res.body.performance_updated_at).toBe('string');
 
     expect((await api('PUT', `/insights/${insightId}/performance`, { body: {} })).status).toBe(400);
-    expect((await api('PUT', `/insights/${insightId}/performance`, { body: { metrics: [1] } })).status).toBe(400);
-    expect((await api('PUT', `/insights/${otherInsightId}/performance`, { body: { metrics: {} } })).status).toBe(404);
-    expect((await api('PUT', `/insights/${insightId}/performance`, { token: null, body: { metrics: {} } })).status).toBe(401);
+    expect((await api('PUT', `/insights/${insightId}/performance`, { body: { metrics: [1] } })).status).toBe(
+      400,
+    );
     expect(
-      (await api('PUT', `/insights/${insightId}/performance`, { token: viewer.token, body: { metrics: {} } })).status,
+      (await api('PUT', `/insights/${otherInsightId}/performance`, { body: { metrics: {} } })).status,
+    ).toBe(404);
+    expect(
+      (await api('PUT', `/insights/${insightId}/performance`, { token: null, body: { metrics: {} } })).status,
+    ).toBe(401);
+    expect(
+      (await api('PUT', `/insights/${insightId}/performance`, { token: viewer.token, body: { metrics: {} } }))
+        .status,
     ).toBe(403);
   });
 
   it('lists high performers at or above min_confidence, within [0, 1]', async () => {
-    const res = await api('GET', '/insights/performance', { token: viewer.token, query: { min_confidence: 0.99 } });
+    const res = await api('GET', '/insights/performance', {
+      token: viewer.token,
+      query: { min_confidence: 0.99 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.min_confidence).toBe(0.99);
     expect(res.body.insights.map((i: any) => i.id)).toEqual([insightId]);
@@ -564,7 +781,10 @@ describe('insights', () => {
     expect(res.body.total).toBe(1);
 
     for (const bad of ['1.5', '-0.1', 'high'])
-      expect((await api('GET', '/insights/performance', { query: { min_confidence: bad } })).status, bad).toBe(400);
+      expect(
+        (await api('GET', '/insights/performance', { query: { min_confidence: bad } })).status,
+        bad,
+      ).toBe(400);
     expect((await api('GET', '/insights/performance', { token: null })).status).toBe(401);
   });
 });

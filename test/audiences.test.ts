@@ -6,10 +6,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
-import {
-  AUDIENCE_EXPORT_DOWNLOAD_PATH,
-  audienceExportDownload,
-} from '../src/modules/audiences/audiences-download.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 
 /*
@@ -340,13 +336,8 @@ describe('audience end to end', () => {
     const defaultPreview = await api('GET', `/${audienceId}/exports/${exportId}/preview`);
     expect(defaultPreview.body.row_count).toBe(Math.min(100, size));
 
-    // The download route, mounted as the server mounts it.
-    const app = express();
-    app.get(AUDIENCE_EXPORT_DOWNLOAD_PATH, audienceExportDownload(server.deps));
-    const http = app.listen(0, '127.0.0.1');
-    await new Promise((resolve) => http.once('listening', resolve));
-    const base = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
-    try {
+    const base = server.url;
+    {
       const url = `${base}/api/api/audiences/exports/${exportId}/download`;
       const download = await fetch(url, { headers: { authorization: `Bearer ${tenant.admin.token}` } });
       expect(download.status).toBe(200);
@@ -366,8 +357,6 @@ describe('audience end to end', () => {
         headers: { authorization: `Bearer ${other.admin.token}` },
       });
       expect(none.status).toBe(404);
-    } finally {
-      http.close();
     }
   });
 

@@ -118,7 +118,11 @@ beforeAll(async () => {
   expect(created.status, JSON.stringify(created.body)).toBe(200);
   const configured = await call(server, 'POST', `/api/workspaces/${workspace}/config`, {
     token,
-    body: { source_config: config(sourceDb, ['shop']), target_config: config(sourceDb, ['crm']), target_schema: schema },
+    body: {
+      source_config: config(sourceDb, ['shop']),
+      target_config: config(sourceDb, ['crm']),
+      target_schema: schema,
+    },
   });
   expect(configured.status, JSON.stringify(configured.body)).toBe(200);
 });
@@ -141,7 +145,8 @@ async function materializeAndWait(table: string) {
     const mapping = await api('GET', `/api/mappings/${table}`);
     const last = mapping.body.materialization.last_run;
     expect(last.run_id).toBe(started.body.run_id);
-    if (['succeeded', 'failed', 'cancelled'].includes(last.status)) return { run: last, mapping: mapping.body };
+    if (['succeeded', 'failed', 'cancelled'].includes(last.status))
+      return { run: last, mapping: mapping.body };
     if (Date.now() > deadline) throw new Error(`run still ${last.status} after 60 s`);
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -200,7 +205,10 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       limit: 2,
     });
     expect(one.status, JSON.stringify(one.body)).toBe(200);
-    expect(one.body.rows.map((r: { email: string }) => r.email).sort()).toEqual(['JANE@EXAMPLE.COM', 'JOHN.DOE@EXAMPLE.COM']);
+    expect(one.body.rows.map((r: { email: string }) => r.email).sort()).toEqual([
+      'JANE@EXAMPLE.COM',
+      'JOHN.DOE@EXAMPLE.COM',
+    ]);
     expect(one.body.truncated).toBe(true);
   });
 
@@ -209,14 +217,28 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(diff.status, JSON.stringify(diff.body)).toBe(200);
     expect(diff.body).toMatchObject({ committed_version: null, has_changes: true });
     expect(diff.body.sql_diff).toContain('+SELECT');
-    expect(diff.body.data_diff).toMatchObject({ rows_before: null, rows_after: 4, added_rows: 4, key_columns: ['customer_id'] });
+    expect(diff.body.data_diff).toMatchObject({
+      rows_before: null,
+      rows_after: 4,
+      added_rows: 4,
+      key_columns: ['customer_id'],
+    });
 
     let gitDiff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
-    expect(gitDiff.body.files.map((f: { path: string }) => f.path)).toContain('mappings/customer_profiles.json');
+    expect(gitDiff.body.files.map((f: { path: string }) => f.path)).toContain(
+      'mappings/customer_profiles.json',
+    );
 
-    const commit = await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'first cut' });
+    const commit = await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
+      message: 'first cut',
+    });
     expect(commit.status, JSON.stringify(commit.body)).toBe(200);
-    expect(commit.body).toMatchObject({ version: 9, committed_version: 9, author: tenant.admin.username, message: 'first cut' });
+    expect(commit.body).toMatchObject({
+      version: 9,
+      committed_version: 9,
+      author: tenant.admin.username,
+      message: 'first cut',
+    });
     expect(commit.body.vcs).toMatchObject({ pushed: false, reason: 'not_configured' });
 
     gitDiff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
@@ -225,7 +247,9 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(paths).not.toContain('mappings/customer_profiles.sql');
     expect(gitDiff.body.base_commit.message).toBe('customer_profiles v9: first cut');
 
-    const again = await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'same' });
+    const again = await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
+      message: 'same',
+    });
     expect(again.status).toBe(409);
 
     const download = await fetch(`${server.url}/api/workspaces/${workspace}/download`, {
@@ -240,7 +264,11 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
   it('materializes inside the same database: exactly the expected rows', async () => {
     const { run, mapping } = await materializeAndWait('customer_profiles');
     expect(run.status, run.error).toBe('succeeded');
-    expect(run.result).toMatchObject({ rows_written: 4, mode: 'insert_select', target_table: 'crm.customer_profiles' });
+    expect(run.result).toMatchObject({
+      rows_written: 4,
+      mode: 'insert_select',
+      target_table: 'crm.customer_profiles',
+    });
     expect(mapping.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
     expect(await targetRows(sourceDb)).toEqual(EXPECTED);
   });
@@ -251,13 +279,22 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     writeFileSync(join(workDir, code.body.filename), code.body.code);
     for (const table of ['customers', 'loyalty']) {
       const res = await sql(sourceDb, `select * from shop.${table}`);
-      const cell = (v: string | null) => (v === null ? '\\N' : /[",\n\r]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v);
+      const cell = (v: string | null) =>
+        v === null ? '\\N' : /[",\n\r]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v;
       const names = res.fields.map((f) => f.name);
       const lines = [names.join(','), ...res.rows.map((r) => names.map((n) => cell(r[n])).join(','))];
       writeFileSync(join(workDir, `shop.${table}.csv`), lines.join('\n') + '\n');
     }
     const out = join(workDir, 'out.csv');
-    await run('python3', [join(workDir, code.body.filename), '--input-dir', workDir, '--null', '\\N', '--output', out]);
+    await run('python3', [
+      join(workDir, code.body.filename),
+      '--input-dir',
+      workDir,
+      '--null',
+      '\\N',
+      '--output',
+      out,
+    ]);
     const [header, ...rows] = readFileSync(out, 'utf8')
       .trimEnd()
       .split('\n')
@@ -273,7 +310,12 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', {});
-    expect(diff.body.data_diff).toMatchObject({ rows_before: 4, rows_after: 4, changed_rows: 2, changed_columns: ['notes'] });
+    expect(diff.body.data_diff).toMatchObject({
+      rows_before: 4,
+      rows_after: 4,
+      changed_rows: 2,
+      changed_columns: ['notes'],
+    });
     expect(diff.body.sql_diff).toMatch(/^-\s+CAST\(NULL AS text\) AS "notes"$/m);
 
     // A cast the data refuses only fails when it runs: the run fails, the table stays as it was.
@@ -281,12 +323,18 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       transformation: { target_field: 'loyalty_points', expression: 'COALESCE(loyalty.tier::integer, 0)' },
     });
     expect(res.status).toBe(200);
-    expect((await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'bad cast' })).status).toBe(200);
+    expect(
+      (await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'bad cast' }))
+        .status,
+    ).toBe(200);
     const failed = await materializeAndWait('customer_profiles');
     expect(failed.run.status).toBe('failed');
     expect(failed.run.error).toMatch(/invalid input syntax for type integer/);
     expect(await targetRows(sourceDb)).toEqual(EXPECTED);
-    const leftovers = await sql(sourceDb, `select tablename from pg_tables where schemaname = 'crm' and tablename <> 'customer_profiles'`);
+    const leftovers = await sql(
+      sourceDb,
+      `select tablename from pg_tables where schemaname = 'crm' and tablename <> 'customer_profiles'`,
+    );
     expect(leftovers.rows).toEqual([]);
   });
 
@@ -297,8 +345,13 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(res.status).toBe(200);
     res = await api('DELETE', '/api/mappings/customer_profiles/transformation/notes');
     expect(res.status).toBe(200);
-    expect((await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'fixed' })).status).toBe(200);
-    res = await api('POST', `/api/workspaces/${workspace}/config`, { target_config: config(otherDb, ['crm']) });
+    expect(
+      (await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'fixed' }))
+        .status,
+    ).toBe(200);
+    res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      target_config: config(otherDb, ['crm']),
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const { run } = await materializeAndWait('customer_profiles');
     expect(run.status, run.error).toBe('succeeded');

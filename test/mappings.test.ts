@@ -71,8 +71,11 @@ const workspace = unique('maps');
 const problems = (body: { message?: string; issues?: { message: string }[] }) =>
   [body.message, ...(body.issues ?? []).map((i) => i.message)].join('\n');
 
-const api = (method: string, path: string, options: { body?: unknown; query?: Record<string, string>; as?: string } = {}) =>
-  call(server, method, path, { token: options.as ?? token, body: options.body, query: options.query });
+const api = (
+  method: string,
+  path: string,
+  options: { body?: unknown; query?: Record<string, string>; as?: string } = {},
+) => call(server, method, path, { token: options.as ?? token, body: options.body, query: options.query });
 
 async function setUpWorkspace(t: Tenant, name: string, tables = schema.tables) {
   const created = await call(server, 'POST', '/api/workspaces/create', {
@@ -108,10 +111,15 @@ beforeAll(async () => {
   await setUpWorkspace(tenant, workspace);
   viewer = await tenant.addUser(['viewer']);
   const noRole = unique('role');
-  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(200);
+  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(
+    200,
+  );
   nobody = await tenant.addUser([noRole]);
   for (const user of [viewer, nobody])
-    await call(server, 'POST', '/api/workspaces/select', { token: user.token, body: { workspace_name: workspace } });
+    await call(server, 'POST', '/api/workspaces/select', {
+      token: user.token,
+      body: { workspace_name: workspace },
+    });
   other = await createTenant(server);
   await setUpWorkspace(other, unique('elsewhere'), [{ ...schema.tables[1], name: 'other_people' }]);
 });
@@ -165,18 +173,29 @@ describe('mapping writes and reads', () => {
       mappings: [],
       workspace: { schema_name: 'people', unmapped_tables: ['people', 'accounts'] },
     });
-    expect((await api('GET', '/api/mappings', { query: { include_workspace: 'false' } })).body.workspace).toBeUndefined();
+    expect(
+      (await api('GET', '/api/mappings', { query: { include_workspace: 'false' } })).body.workspace,
+    ).toBeUndefined();
     const empty = await api('GET', '/api/mappings/people');
-    expect(empty.body).toMatchObject({ table_name: 'people', version: 0, tables: {}, committed_version: null });
+    expect(empty.body).toMatchObject({
+      table_name: 'people',
+      version: 0,
+      tables: {},
+      committed_version: null,
+    });
     expect((await api('GET', '/api/mappings/nope')).status).toBe(404);
   });
 
   it('adds tables, refusing unknown tables, bad ON expressions and missing columns', async () => {
-    let res = await api('POST', '/api/mappings/people/tables', { body: { source_table: 'customers', relationship: 'primary' } });
+    let res = await api('POST', '/api/mappings/people/tables', {
+      body: { source_table: 'customers', relationship: 'primary' },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.primary_table).toBe('shop.customers');
 
-    res = await api('POST', '/api/mappings/people/tables', { body: { source_table: 'nowhere', relationship: 'primary' } });
+    res = await api('POST', '/api/mappings/people/tables', {
+      body: { source_table: 'nowhere', relationship: 'primary' },
+    });
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/nowhere does not exist/);
 
@@ -192,7 +211,9 @@ describe('mapping writes and reads', () => {
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/shop\.orders has no column buyer/);
 
-    res = await api('POST', '/api/mappings/people/tables', { body: { source_table: 'orders', relationship: 'join' } });
+    res = await api('POST', '/api/mappings/people/tables', {
+      body: { source_table: 'orders', relationship: 'join' },
+    });
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/needs join_on/);
 
@@ -200,24 +221,41 @@ describe('mapping writes and reads', () => {
     expect(res.status).toBe(400);
 
     res = await api('POST', '/api/mappings/people/tables', {
-      body: { source_table: 'orders', relationship: 'join', join_type: 'left', join_on: 'customers.id = orders.customer_id' },
+      body: {
+        source_table: 'orders',
+        relationship: 'join',
+        join_type: 'left',
+        join_on: 'customers.id = orders.customer_id',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body.tables.map((t: { source_table: string }) => t.source_table)).toEqual(['shop.customers', 'shop.orders']);
+    expect(res.body.tables.map((t: { source_table: string }) => t.source_table)).toEqual([
+      'shop.customers',
+      'shop.orders',
+    ]);
     expect((await api('GET', '/api/mappings/people/tables')).body).toEqual(res.body);
   });
 
   it('validates relationships and reports every problem', async () => {
-    expect((await api('POST', '/api/mappings/people/tables/validate')).body).toMatchObject({ valid: true, problems: [] });
+    expect((await api('POST', '/api/mappings/people/tables/validate')).body).toMatchObject({
+      valid: true,
+      problems: [],
+    });
     let res = await api('POST', '/api/mappings/people/tables', {
       body: { source_table: 'shop.odd', relationship: 'join', join_on: 'customers.id = odd.customer_ref' },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     // A second primary on top of the type mismatch: both are reported.
-    res = await api('POST', '/api/mappings/people/tables', { body: { source_table: 'shop.odd', relationship: 'primary' } });
+    res = await api('POST', '/api/mappings/people/tables', {
+      body: { source_table: 'shop.odd', relationship: 'primary' },
+    });
     expect(res.status).toBe(200);
     res = await api('POST', '/api/mappings/people/tables', {
-      body: { source_table: 'shop.orders', relationship: 'join', join_on: 'customers.id = orders.customer_id::text' },
+      body: {
+        source_table: 'shop.orders',
+        relationship: 'join',
+        join_on: 'customers.id = orders.customer_id::text',
+      },
     });
     const validation = await api('POST', '/api/mappings/people/tables/validate');
     expect(validation.status).toBe(200);
@@ -242,7 +280,14 @@ describe('mapping writes and reads', () => {
 
   it('creates, updates and deletes connections, naming unknown fields', async () => {
     let res = await api('POST', '/api/mappings/people/connection', {
-      body: { connection: { source_field: 'customers.email', target_field: 'email', status: 'suggested', confidence: 0.6 } },
+      body: {
+        connection: {
+          source_field: 'customers.email',
+          target_field: 'email',
+          status: 'suggested',
+          confidence: 0.6,
+        },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     res = await api('POST', '/api/mappings/people/connection', {
@@ -266,25 +311,50 @@ describe('mapping writes and reads', () => {
     });
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/not part of the mapping/);
-    expect((await api('POST', '/api/mappings/people/connection', { body: { source_field: 'x.y' } })).status).toBe(400);
-    expect((await api('POST', '/api/mappings/nope/connection', { body: { connection: { source_field: 'customers.id', target_field: 'id' } } })).status).toBe(404);
+    expect(
+      (await api('POST', '/api/mappings/people/connection', { body: { source_field: 'x.y' } })).status,
+    ).toBe(400);
+    expect(
+      (
+        await api('POST', '/api/mappings/nope/connection', {
+          body: { connection: { source_field: 'customers.id', target_field: 'id' } },
+        })
+      ).status,
+    ).toBe(404);
 
-    res = await api('POST', '/api/mappings/people/connection', { body: { connection: { source_field: 'customers.name', target_field: 'name' } } });
+    res = await api('POST', '/api/mappings/people/connection', {
+      body: { connection: { source_field: 'customers.name', target_field: 'name' } },
+    });
     expect(res.status).toBe(200);
-    res = await api('DELETE', '/api/mappings/people/connection', { query: { source_field: 'customers.name', target_field: 'name' } });
+    res = await api('DELETE', '/api/mappings/people/connection', {
+      query: { source_field: 'customers.name', target_field: 'name' },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.connections.map((c: { target_field: string }) => c.target_field)).toEqual(['email']);
-    res = await api('DELETE', '/api/mappings/people/connection', { query: { source_field: 'customers.name', target_field: 'name' } });
+    res = await api('DELETE', '/api/mappings/people/connection', {
+      query: { source_field: 'customers.name', target_field: 'name' },
+    });
     expect(res.status).toBe(404);
-    expect((await api('DELETE', '/api/mappings/people/connection', { query: { source_field: 'bad' } })).status).toBe(400);
+    expect(
+      (await api('DELETE', '/api/mappings/people/connection', { query: { source_field: 'bad' } })).status,
+    ).toBe(400);
   });
 
   it('sets and deletes transformations, with the parser message for bad SQL', async () => {
     let res = await api('POST', '/api/mappings/people/transformation', {
-      body: { transformation: { target_field: 'name', expression: 'initcap(customers.name)', description: 'capitalized' } },
+      body: {
+        transformation: {
+          target_field: 'name',
+          expression: 'initcap(customers.name)',
+          description: 'capitalized',
+        },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body.transformations.name).toEqual({ expression: 'initcap(customers.name)', description: 'capitalized' });
+    expect(res.body.transformations.name).toEqual({
+      expression: 'initcap(customers.name)',
+      description: 'capitalized',
+    });
     res = await api('POST', '/api/mappings/people/transformation', {
       body: { transformation: { target_field: 'spent', expression: 'sum(orders.total' } },
     });
@@ -294,7 +364,9 @@ describe('mapping writes and reads', () => {
       body: { transformation: { target_field: 'spent', expression: 'payments.amount * 2' } },
     });
     expect(res.status).toBe(400);
-    expect(res.body.message).toMatch(/payments\.amount names table payments, which is not a table of this mapping/);
+    expect(res.body.message).toMatch(
+      /payments\.amount names table payments, which is not a table of this mapping/,
+    );
     res = await api('POST', '/api/mappings/people/transformation', {
       body: { transformation: { target_field: 'spent', expression: 'orders.amount' } },
     });
@@ -321,12 +393,19 @@ describe('mapping writes and reads', () => {
     let res = await api('GET', '/api/mappings/people/transform-code');
     expect(res.status).toBe(400);
     expect(problems(res.body)).toMatch(/Unmapped NOT NULL fields of people: id/);
-    res = await api('POST', '/api/mappings/people/connection', { body: { connection: { source_field: 'customers.id', target_field: 'id' } } });
+    res = await api('POST', '/api/mappings/people/connection', {
+      body: { connection: { source_field: 'customers.id', target_field: 'id' } },
+    });
     expect(res.status).toBe(200);
     res = await api('GET', '/api/mappings/people/transform-code');
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.sql).toContain('LEFT JOIN "shop"."orders" ON (customers.id = orders.customer_id)');
-    expect(res.body.columns.map((c: { source: string }) => c.source)).toEqual(['column', 'column', 'expression', 'null']);
+    expect(res.body.columns.map((c: { source: string }) => c.source)).toEqual([
+      'column',
+      'column',
+      'expression',
+      'null',
+    ]);
     expect(res.body).toMatchObject({ committed_sql: null, matches_committed: false });
 
     res = await api('GET', '/api/mappings/people/field-transform/name');
@@ -335,13 +414,17 @@ describe('mapping writes and reads', () => {
     expect(res.body).toMatchObject({ source: 'column', source_field: 'shop.customers.email' });
     expect((await api('GET', '/api/mappings/people/field-transform/nope')).status).toBe(404);
 
-    res = await api('POST', '/api/mappings/batch/transform-code', { body: { table_names: ['people', 'accounts'] } });
+    res = await api('POST', '/api/mappings/batch/transform-code', {
+      body: { table_names: ['people', 'accounts'] },
+    });
     expect(res.status).toBe(200);
     expect(res.body.results.map((r: { table_name: string; ok: boolean }) => [r.table_name, r.ok])).toEqual([
       ['accounts', false],
       ['people', true],
     ]);
-    expect((await api('POST', '/api/mappings/batch/transform-code', { body: { table_names: 'people' } })).status).toBe(400);
+    expect(
+      (await api('POST', '/api/mappings/batch/transform-code', { body: { table_names: 'people' } })).status,
+    ).toBe(400);
   });
 
   it('maps a table by name from a wildcard, explicit connections winning', async () => {
@@ -352,14 +435,38 @@ describe('mapping writes and reads', () => {
     res = await api('POST', '/api/mappings/accounts/connection', {
       body: { connection: { source_field: 'customers.email', target_field: 'name' } },
     });
-    expect((await api('POST', '/api/mappings/accounts/connection', { body: { connection: { source_field: 'customers.*', target_field: 'name' } } })).status).toBe(400);
+    expect(
+      (
+        await api('POST', '/api/mappings/accounts/connection', {
+          body: { connection: { source_field: 'customers.*', target_field: 'name' } },
+        })
+      ).status,
+    ).toBe(400);
     res = await api('GET', '/api/mappings/accounts/wildcard/effective');
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ wildcard_tables: ['shop.customers'] });
     expect(res.body.fields).toEqual([
-      { target_field: 'id', source_field: 'shop.customers.id', expression: null, origin: 'wildcard', status: 'confirmed' },
-      { target_field: 'EMAIL', source_field: 'shop.customers.email', expression: null, origin: 'wildcard', status: 'confirmed' },
-      { target_field: 'name', source_field: 'shop.customers.email', expression: null, origin: 'connection', status: 'confirmed' },
+      {
+        target_field: 'id',
+        source_field: 'shop.customers.id',
+        expression: null,
+        origin: 'wildcard',
+        status: 'confirmed',
+      },
+      {
+        target_field: 'EMAIL',
+        source_field: 'shop.customers.email',
+        expression: null,
+        origin: 'wildcard',
+        status: 'confirmed',
+      },
+      {
+        target_field: 'name',
+        source_field: 'shop.customers.email',
+        expression: null,
+        origin: 'connection',
+        status: 'confirmed',
+      },
       { target_field: 'extra', source_field: null, expression: null, origin: 'unmapped', status: null },
     ]);
     const sql = await api('GET', '/api/mappings/accounts/transform-code');
@@ -394,7 +501,9 @@ describe('mapping writes and reads', () => {
     let res = await api('GET', '/api/mappings/people');
     expect(res.body.ambiguities).toHaveLength(1);
     res = await api('POST', '/api/mappings/resolve-ambiguity', {
-      body: { resolve_input: { table_name: 'people', target_field: 'spent', source_field: 'customers.name' } },
+      body: {
+        resolve_input: { table_name: 'people', target_field: 'spent', source_field: 'customers.name' },
+      },
     });
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/not a candidate/);
@@ -410,15 +519,24 @@ describe('mapping writes and reads', () => {
       body: { resolve_input: { table_name: 'people', target_field: 'spent', source_field: null } },
     });
     expect(res.status).toBe(404);
-    expect((await api('POST', '/api/mappings/resolve-ambiguity', { body: { table_name: 'people' } })).status).toBe(400);
+    expect(
+      (await api('POST', '/api/mappings/resolve-ambiguity', { body: { table_name: 'people' } })).status,
+    ).toBe(400);
   });
 
   it('previews, diffs, commits and materializes', async () => {
-    let res = await api('POST', '/api/mappings/people/preview-transformation', { body: { target_field: 'name', limit: 5 } });
+    let res = await api('POST', '/api/mappings/people/preview-transformation', {
+      body: { target_field: 'name', limit: 5 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.rows.map((r: { name: string }) => r.name).sort()).toEqual(['Ann', 'Ann', 'Bob', 'Cy']);
-    expect((await api('POST', '/api/mappings/people/preview-transformation', { body: { limit: 0 } })).status).toBe(400);
-    expect((await api('POST', '/api/mappings/people/preview-transformation', { body: { expression: '1' } })).status).toBe(400);
+    expect(
+      (await api('POST', '/api/mappings/people/preview-transformation', { body: { limit: 0 } })).status,
+    ).toBe(400);
+    expect(
+      (await api('POST', '/api/mappings/people/preview-transformation', { body: { expression: '1' } }))
+        .status,
+    ).toBe(400);
 
     res = await api('POST', '/api/mappings/people/materialize');
     expect(res.status).toBe(409);
@@ -427,7 +545,9 @@ describe('mapping writes and reads', () => {
     res = await api('POST', '/api/mappings/people/transformation-diff', { body: { limit: 10 } });
     expect(res.status).toBe(200);
     expect(res.body.data_diff).toMatchObject({ rows_after: 4, added_rows: 4 });
-    expect((await api('POST', '/api/mappings/people/transformation-diff', { body: { limit: 'all' } })).status).toBe(400);
+    expect(
+      (await api('POST', '/api/mappings/people/transformation-diff', { body: { limit: 'all' } })).status,
+    ).toBe(400);
 
     expect((await api('POST', '/api/mappings/people/commit-transformation', { body: {} })).status).toBe(400);
     res = await api('POST', '/api/mappings/people/commit-transformation', { body: { message: 'people v1' } });
@@ -454,16 +574,41 @@ describe('mapping writes and reads', () => {
       ['GET', '/api/mappings/people/transform-code', undefined, undefined],
       ['GET', '/api/mappings/people/field-transform/email', undefined, undefined],
       ['GET', '/api/mappings/people/tables', undefined, undefined],
-      ['POST', '/api/mappings/people/tables', { source_table: 'customers', relationship: 'primary' }, undefined],
+      [
+        'POST',
+        '/api/mappings/people/tables',
+        { source_table: 'customers', relationship: 'primary' },
+        undefined,
+      ],
       ['POST', '/api/mappings/people/tables/validate', {}, undefined],
       ['DELETE', '/api/mappings/people/tables/shop.customers', undefined, undefined],
       ['GET', '/api/mappings/people/wildcard/effective', undefined, undefined],
       ['POST', '/api/mappings/people/generate-code', {}, undefined],
-      ['POST', '/api/mappings/people/connection', { connection: { source_field: 'customers.id', target_field: 'id' } }, undefined],
-      ['DELETE', '/api/mappings/people/connection', undefined, { source_field: 'customers.id', target_field: 'id' }],
-      ['POST', '/api/mappings/people/transformation', { transformation: { target_field: 'name', expression: '1' } }, undefined],
+      [
+        'POST',
+        '/api/mappings/people/connection',
+        { connection: { source_field: 'customers.id', target_field: 'id' } },
+        undefined,
+      ],
+      [
+        'DELETE',
+        '/api/mappings/people/connection',
+        undefined,
+        { source_field: 'customers.id', target_field: 'id' },
+      ],
+      [
+        'POST',
+        '/api/mappings/people/transformation',
+        { transformation: { target_field: 'name', expression: '1' } },
+        undefined,
+      ],
       ['DELETE', '/api/mappings/people/transformation/name', undefined, undefined],
-      ['POST', '/api/mappings/resolve-ambiguity', { resolve_input: { table_name: 'people', target_field: 'spent', source_field: null } }, undefined],
+      [
+        'POST',
+        '/api/mappings/resolve-ambiguity',
+        { resolve_input: { table_name: 'people', target_field: 'spent', source_field: null } },
+        undefined,
+      ],
       ['POST', '/api/mappings/people/preview-transformation', {}, undefined],
       ['POST', '/api/mappings/people/transformation-diff', {}, undefined],
       ['POST', '/api/mappings/people/commit-transformation', { message: 'x' }, undefined],
@@ -472,7 +617,10 @@ describe('mapping writes and reads', () => {
       const res = await api(method, path, { as, body, query: query as Record<string, string> | undefined });
       expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(404);
     }
-    const batch = await api('POST', '/api/mappings/batch/transform-code', { as, body: { table_names: ['people'] } });
+    const batch = await api('POST', '/api/mappings/batch/transform-code', {
+      as,
+      body: { table_names: ['people'] },
+    });
     expect(batch.body.results).toEqual([expect.objectContaining({ table_name: 'people', ok: false })]);
   });
 
@@ -483,7 +631,10 @@ describe('mapping writes and reads', () => {
     res = await api('DELETE', '/api/mappings/clear-all', { query: { confirm_workspace_name: 'wrong' } });
     expect(res.status).toBe(400);
     // Another organization's clear-all never reaches this workspace.
-    res = await api('DELETE', '/api/mappings/clear-all', { as: other.admin.token, query: { confirm_workspace_name: workspace } });
+    res = await api('DELETE', '/api/mappings/clear-all', {
+      as: other.admin.token,
+      query: { confirm_workspace_name: workspace },
+    });
     expect(res.status).toBe(400);
     res = await api('DELETE', '/api/mappings/clear-all', { query: { confirm_workspace_name: workspace } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);

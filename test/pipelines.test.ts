@@ -61,7 +61,9 @@ const api = (method: string, path: string, options: { body?: unknown; as?: strin
   call(server, method, path, { token: options.as ?? token, body: options.body });
 
 async function saveSchema(tierTests: Record<string, unknown>) {
-  const res = await api('POST', `/api/workspaces/${workspace}/config`, { body: { target_schema: schema(tierTests) } });
+  const res = await api('POST', `/api/workspaces/${workspace}/config`, {
+    body: { target_schema: schema(tierTests) },
+  });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 }
 
@@ -78,7 +80,9 @@ beforeAll(async () => {
   server = await startTestServer();
   tenant = await createTenant(server);
   token = tenant.admin.token;
-  expect((await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status).toBe(200);
+  expect(
+    (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
+  ).toBe(200);
   const res = await api('POST', `/api/workspaces/${workspace}/config`, {
     body: { source_config: config(['app']), target_config: config(['mart']) },
   });
@@ -86,13 +90,21 @@ beforeAll(async () => {
   await saveSchema({ accepted_values: ['GOLD', 'SILVER'] });
   viewer = await tenant.addUser(['viewer']);
   const noRole = unique('role');
-  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(200);
+  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(
+    200,
+  );
   nobody = await tenant.addUser([noRole]);
   for (const user of [viewer, nobody])
-    await call(server, 'POST', '/api/workspaces/select', { token: user.token, body: { workspace_name: workspace } });
+    await call(server, 'POST', '/api/workspaces/select', {
+      token: user.token,
+      body: { workspace_name: workspace },
+    });
   other = await createTenant(server);
   const otherWs = unique('other');
-  await call(server, 'POST', '/api/workspaces/create', { token: other.admin.token, body: { name: otherWs, select: true } });
+  await call(server, 'POST', '/api/workspaces/create', {
+    token: other.admin.token,
+    body: { name: otherWs, select: true },
+  });
 
   const steps: [string, unknown][] = [
     ['tables', { source_table: 'users', relationship: 'primary' }],
@@ -133,15 +145,23 @@ describe('guards', () => {
 
 describe('the transformation project', () => {
   it('has nothing before generation', async () => {
-    expect((await api('GET', '/api/pipelines/status')).body).toMatchObject({ generated: false, in_sync: null, files: [] });
+    expect((await api('GET', '/api/pipelines/status')).body).toMatchObject({
+      generated: false,
+      in_sync: null,
+      files: [],
+    });
     expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ generated: false });
     expect((await api('GET', '/api/pipelines/model/contacts')).status).toBe(404);
     expect((await api('DELETE', '/api/pipelines/project')).status).toBe(404);
-    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } })).status).toBe(404);
+    expect(
+      (await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } })).status,
+    ).toBe(404);
   });
 
   it('generates the project from the committed mappings', async () => {
-    expect((await api('POST', '/api/pipelines/generate-project', { body: { table_names: 'contacts' } })).status).toBe(400);
+    expect(
+      (await api('POST', '/api/pipelines/generate-project', { body: { table_names: 'contacts' } })).status,
+    ).toBe(400);
     const res = await api('POST', '/api/pipelines/generate-project', { body: {} });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.files.map((f: { path: string }) => f.path)).toEqual([
@@ -150,16 +170,24 @@ describe('the transformation project', () => {
       'models/sources.yml',
       'models/contacts.sql',
     ]);
-    expect(res.body.models).toEqual([{ table_name: 'contacts', committed_version: 6 }]);
+    expect(res.body.models).toEqual([{ table_name: 'contacts', committed_version: 5 }]);
 
     const status = await api('GET', '/api/pipelines/status');
-    expect(status.body).toMatchObject({ generated: true, in_sync: true, generated_by: tenant.admin.username });
+    expect(status.body).toMatchObject({
+      generated: true,
+      in_sync: true,
+      generated_by: tenant.admin.username,
+    });
     const model = await api('GET', '/api/pipelines/model/contacts');
     expect(model.status).toBe(200);
     expect(model.body.sql).toContain(`FROM {{ source('app', 'users') }}`);
     expect(model.body.sql).toContain('CAST((lower(users.email)) AS text) AS "email"');
     expect((await api('GET', '/api/pipelines/model/nope')).status).toBe(404);
-    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ generated: true, in_sync: true, changes: [] });
+    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({
+      generated: true,
+      in_sync: true,
+      changes: [],
+    });
 
     const diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
     const paths = diff.body.files.map((f: { path: string }) => f.path);
@@ -168,22 +196,40 @@ describe('the transformation project', () => {
   });
 
   it('runs the model on source rows and reports each test with its failing rows', async () => {
-    const res = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 50 } });
+    const res = await api('POST', '/api/pipelines/test-model', {
+      body: { table_name: 'contacts', sample_size: 50 },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toMatchObject({ rows_tested: 4 });
     const byName = Object.fromEntries(res.body.tests.map((t: { name: string }) => [t.name, t]));
     expect(byName.unique_contacts_id).toMatchObject({ status: 'pass', failures: 0 });
     expect(byName.not_null_contacts_id).toMatchObject({ status: 'pass' });
     expect(byName.unique_contacts_email).toMatchObject({ status: 'fail', failures: 2 });
-    expect(byName.unique_contacts_email.failing_rows.map((r: { email: string }) => r.email)).toEqual(['a@x.io', 'a@x.io']);
+    expect(byName.unique_contacts_email.failing_rows.map((r: { email: string }) => r.email)).toEqual([
+      'a@x.io',
+      'a@x.io',
+    ]);
     expect(byName.accepted_values_contacts_tier).toMatchObject({ status: 'fail', failures: 1 });
-    expect(byName.accepted_values_contacts_tier.failing_rows).toEqual([{ id: 3, email: 'c@x.io', tier: 'TIN', segment_id: 9 }]);
-    expect(byName.relationships_contacts_segment_id).toMatchObject({ status: 'fail', failures: 1, failing_rows: [{ segment_id: '9' }] });
+    expect(byName.accepted_values_contacts_tier.failing_rows).toEqual([
+      { id: 3, email: 'c@x.io', tier: 'TIN', segment_id: 9 },
+    ]);
+    expect(byName.relationships_contacts_segment_id).toMatchObject({
+      status: 'fail',
+      failures: 1,
+      failing_rows: [{ segment_id: '9' }],
+    });
     expect(res.body).toMatchObject({ passed: 2, failed: 3, errors: 0 });
-    const sample = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 1 } });
+    const sample = await api('POST', '/api/pipelines/test-model', {
+      body: { table_name: 'contacts', sample_size: 1 },
+    });
     expect(sample.body.rows_tested).toBe(1);
-    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 0 } })).status).toBe(400);
-    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'nope' } })).status).toBe(404);
+    expect(
+      (await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts', sample_size: 0 } }))
+        .status,
+    ).toBe(400);
+    expect((await api('POST', '/api/pipelines/test-model', { body: { table_name: 'nope' } })).status).toBe(
+      404,
+    );
   });
 
   it('tells which tables drifted and why', async () => {
@@ -193,19 +239,32 @@ describe('the transformation project', () => {
     expect(res.status).toBe(200);
     let drift = await api('GET', '/api/pipelines/drift-status');
     // An uncommitted edit is reported but does not make the project out of date.
-    expect(drift.body).toMatchObject({ in_sync: true, changes: [{ table_name: 'contacts', reasons: ['uncommitted_changes'] }] });
-    res = await api('POST', '/api/mappings/contacts/commit-transformation', { body: { message: 'tier default' } });
+    expect(drift.body).toMatchObject({
+      in_sync: true,
+      changes: [{ table_name: 'contacts', reasons: ['uncommitted_changes'] }],
+    });
+    res = await api('POST', '/api/mappings/contacts/commit-transformation', {
+      body: { message: 'tier default' },
+    });
     expect(res.status).toBe(200);
     await saveSchema({ accepted_values: ['GOLD', 'SILVER', 'TIN', 'NONE'] });
     drift = await api('GET', '/api/pipelines/drift-status');
     expect(drift.body.in_sync).toBe(false);
     expect(drift.body.project_fingerprint).not.toBe(drift.body.current_fingerprint);
     expect(drift.body.changes).toEqual([
-      { table_name: 'contacts', reasons: ['mapping_committed', 'schema_changed'], project_version: 6, committed_version: 7 },
+      {
+        table_name: 'contacts',
+        reasons: ['mapping_committed', 'schema_changed'],
+        project_version: 5,
+        committed_version: 6,
+      },
     ]);
     expect((await api('GET', '/api/pipelines/status')).body.in_sync).toBe(false);
     await api('POST', '/api/pipelines/generate-project', { body: {} });
-    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({ in_sync: true, changes: [] });
+    expect((await api('GET', '/api/pipelines/drift-status')).body).toMatchObject({
+      in_sync: true,
+      changes: [],
+    });
     const tests = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } });
     const tier = tests.body.tests.find((t: { name: string }) => t.name === 'accepted_values_contacts_tier');
     expect(tier).toMatchObject({ status: 'pass' });
@@ -218,7 +277,9 @@ describe('the transformation project', () => {
     const as = other.admin.token;
     expect((await api('GET', '/api/pipelines/status', { as })).body.generated).toBe(false);
     expect((await api('GET', '/api/pipelines/model/contacts', { as })).status).toBe(404);
-    expect((await api('POST', '/api/pipelines/test-model', { as, body: { table_name: 'contacts' } })).status).toBe(404);
+    expect(
+      (await api('POST', '/api/pipelines/test-model', { as, body: { table_name: 'contacts' } })).status,
+    ).toBe(404);
     expect((await api('DELETE', '/api/pipelines/project', { as })).status).toBe(404);
     const generated = await api('POST', '/api/pipelines/generate-project', { as, body: {} });
     expect(generated.status).toBe(409);

@@ -13,8 +13,13 @@ let owner: TestUser;
 let colleague: TestUser;
 let viewer: TestUser;
 
-const api = (method: string, path: string, token: string | undefined, body?: unknown, query?: Record<string, any>) =>
-  call(server, method, `/api/queries${path}`, { token, body, query });
+const api = (
+  method: string,
+  path: string,
+  token: string | undefined,
+  body?: unknown,
+  query?: Record<string, any>,
+) => call(server, method, `/api/queries${path}`, { token, body, query });
 
 beforeAll(async () => {
   server = await startTestServer();
@@ -82,7 +87,9 @@ describe('saved queries', () => {
       expect(res.body.message).toBeTruthy();
     }
     expect((await api('POST', '', owner.token, { sql: 'select 1' })).status).toBe(400);
-    expect((await api('POST', '', owner.token, { name: 'x', sql: 'select 1', visibility: 'public' })).status).toBe(400);
+    expect(
+      (await api('POST', '', owner.token, { name: 'x', sql: 'select 1', visibility: 'public' })).status,
+    ).toBe(400);
     const update = await api('PUT', `/${privateId}`, owner.token, { sql: 'drop table crm.customers' });
     expect(update.status).toBe(400);
     expect((await api('GET', `/${privateId}`, owner.token)).body.sql).toContain('order by lifetime_value');
@@ -100,7 +107,11 @@ describe('saved queries', () => {
   it('lists own and shared queries of the organization, filtered by schema_identifier', async () => {
     const mine = await api('GET', '', owner.token);
     expect(mine.status).toBe(200);
-    expect(mine.body.queries.map((q: any) => q.name).sort()).toEqual(['Countries', 'Orders', 'Top customers']);
+    expect(mine.body.queries.map((q: any) => q.name).sort()).toEqual([
+      'Countries',
+      'Orders',
+      'Top customers',
+    ]);
 
     const theirs = await api('GET', '', colleague.token);
     expect(theirs.body.queries.map((q: any) => q.name).sort()).toEqual(['Countries', 'Orders']);
@@ -124,7 +135,7 @@ describe('saved queries', () => {
     expect((await api('GET', '', owner.token, undefined, { limit: 0 })).status).toBe(400);
   });
 
-  it('gets a visible query; another owner\'s private query and another tenant answer 404', async () => {
+  it("gets a visible query; another owner's private query and another tenant answer 404", async () => {
     expect((await api('GET', `/${privateId}`, owner.token)).status).toBe(200);
     expect((await api('GET', `/${sharedId}`, colleague.token)).status).toBe(200);
     expect((await api('GET', `/${privateId}`, colleague.token)).status).toBe(404);

@@ -16,13 +16,21 @@ import { mappingEntities } from '../modules/mappings/mappings.entity.ts';
 import { pipelineEntities } from '../modules/pipelines/pipelines.entity.ts';
 import { analyticsEntities } from '../modules/analytics/analytics.entity.ts';
 import { SavedQuery } from '../modules/queries/queries.entity.ts';
+import { schemaEntities } from '../modules/schemas/schemas.entity.ts';
+import { discoveryEntities } from '../modules/discovery/discovery.entity.ts';
+import { LlmSettings } from '../modules/admin/llm-settings.entity.ts';
+import { monitoringEntities } from '../modules/monitoring/monitoring.entity.ts';
+import { alertEntities } from '../modules/alerts/alerts.entity.ts';
 
 export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace, OrganizationSettings, WorkspaceCommit,
   CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig, JobRun,
   LlmUsage,
   ...audienceEntities,
   ...mappingEntities, ...pipelineEntities,
-  ...analyticsEntities, SavedQuery];
+  ...analyticsEntities, SavedQuery,
+  ...schemaEntities,
+  LlmSettings, ...discoveryEntities,
+  ...monitoringEntities, ...alertEntities];
 
 const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
 

@@ -19,7 +19,9 @@ const TEST_STATEMENT_TIMEOUT_MS = 30 * 60_000;
 
 /** JSON has no Infinity (|r| = 1 gives t = ±∞): such figures are stored as null rather than lost as a string. */
 function jsonSafe(result: StatTestResult): StatTestResult {
-  return JSON.parse(JSON.stringify(result, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v)));
+  return JSON.parse(
+    JSON.stringify(result, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v)),
+  );
 }
 
 /**
@@ -57,7 +59,10 @@ export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPa
     const warehouse = await warehouses(deps).open(config, `${hypothesis.workspace.id}:target`);
     await context.progress({ step: 'aggregating', test: hypothesis.test });
     const result = jsonSafe(
-      await runStatTest(warehouseStatsQuery(warehouse, { timeoutMs: TEST_STATEMENT_TIMEOUT_MS }), statSpecOf(hypothesis)),
+      await runStatTest(
+        warehouseStatsQuery(warehouse, { timeoutMs: TEST_STATEMENT_TIMEOUT_MS }),
+        statSpecOf(hypothesis),
+      ),
     );
     const significant = result.p_value < Number(hypothesis.alpha);
     await record(deps, context, hypothesis.id, (h) => {

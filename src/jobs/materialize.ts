@@ -21,7 +21,7 @@ export interface MaterializeMappingPayload extends Record<string, unknown> {
 }
 
 /** Rows per batch of the cross-database copy: one statement of a few MB, whatever the table size. */
-const COPY_BATCH_ROWS = 5000;
+const COPY_BATCH_ROWS = 2000;
 const PROGRESS_EVERY_MS = 500;
 
 /** Same server, database and login: the SELECT can run inside the target database itself. */
@@ -30,21 +30,30 @@ export function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean 
   return host(a.host) === host(b.host) && a.port === b.port && a.database === b.database && a.user === b.user;
 }
 
-async function ensureTargetTable(warehouse: Warehouse, target: TableRef, table: SchemaDocument['tables'][number]) {
+async function ensureTargetTable(
+  warehouse: Warehouse,
+  target: TableRef,
+  table: SchemaDocument['tables'][number],
+) {
   await warehouse.transaction(async (tx) => {
-    const { rows } = await tx.query<{ t: string | null }>('select to_regclass($1)::text as t', [qualified(target)]);
+    const { rows } = await tx.query<{ t: string | null }>('select to_regclass($1)::text as t', [
+      qualified(target),
+    ]);
     if (rows[0].t) return;
     // Not synced yet: create it from the schema.json definition the SQL was committed against.
-    for (const statement of generateDdl({ name: target.name, tables: [table] }, { targetSchema: target.schema }))
+    for (const statement of generateDdl(
+      { name: target.name, tables: [table] },
+      { targetSchema: target.schema },
+    ))
       await tx.query(statement);
   });
 }
 
 /**
  * The whole result streamed from the source into the staging table: a cursor reads a batch, one
- * INSERT … SELECT FROM unnest(text arrays) writes it, then the next batch is read. Every value
- * travels as text and is cast back to the column type, so nothing is lost in JavaScript; memory
- * holds one batch at a time.
+ * INSERT … SELECT FROM json_to_recordset($1) writes it, then the next batch is read. Every value
+ * travels as text (one JSON document per batch, serialized natively) and is cast back to its column
+ * type in the target, so nothing is lost in JavaScript; memory holds one batch at a time.
  */
 async function streamedCopy(
   source: Warehouse,
@@ -55,19 +64,17 @@ async function streamedCopy(
   context: JobContext,
 ): Promise<number> {
   const names = columns.map((c) => quoteIdent(c.name));
-  const read = `SELECT ${columns.map((c) => `${quoteIdent(c.name)}::text AS ${quoteIdent(c.name)}`).join(', ')}\nFROM (\n${selectSql}\n) AS source_rows`;
+  // Short positional keys keep each batch's JSON small.
+  const read = `SELECT ${columns.map((c, i) => `${quoteIdent(c.name)}::text AS c${i}`).join(', ')}\nFROM (\n${selectSql}\n) AS source_rows`;
   const write = `INSERT INTO ${qualified(staging)} (${names.join(', ')})
-SELECT ${columns.map((c, i) => `u.c${i}::${POSTGRES_TYPES[c.type as PortableType] ?? 'text'}`).join(', ')}
-FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(', ')}) AS u(${columns.map((_, i) => `c${i}`).join(', ')})`;
+SELECT ${columns.map((c, i) => `r.c${i}::${POSTGRES_TYPES[c.type as PortableType] ?? 'text'}`).join(', ')}
+FROM json_to_recordset($1::json) AS r(${columns.map((_, i) => `c${i} text`).join(', ')})`;
   let written = 0;
   let reported = performance.now();
   await target.transaction(async (tx) => {
     for await (const batch of source.stream(read, { batchSize: COPY_BATCH_ROWS })) {
       if (context.signal.aborted) throw new Error('The run was cancelled');
-      await tx.query(
-        write,
-        columns.map((c) => batch.map((row) => row[c.name] as string | null)),
-      );
+      await tx.query(write, [JSON.stringify(batch)]);
       written += batch.length;
       if (performance.now() - reported > PROGRESS_EVERY_MS) {
         reported = performance.now();
@@ -83,13 +90,21 @@ FROM unnest(${columns.map((_, i) => `$${i + 1}::text[]`).join(', ')}) AS u(${col
  * table shaped like the target, which then replaces it in one short transaction: readers see the old
  * rows or the new ones, and a run that fails leaves the previous content as it was.
  */
-export async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayload, context: JobContext) {
+export async function materializeMapping(
+  deps: AppDeps,
+  payload: MaterializeMappingPayload,
+  context: JobContext,
+) {
   const started = performance.now();
   const em = deps.orm.em.fork() as EntityManager;
   const organization = context.organizationId;
   const workspace = await em.findOne(Workspace, { id: payload.workspace_id, organization });
   if (!workspace) return { skipped: 'the workspace was deleted' };
-  const commit = await em.findOne(MappingCommit, { id: payload.commit_id, organization, workspace: workspace.id });
+  const commit = await em.findOne(MappingCommit, {
+    id: payload.commit_id,
+    organization,
+    workspace: workspace.id,
+  });
   if (!commit) return { skipped: 'the mappings were cleared' };
   const scope = { em, deps };
   const sourceConfig = connectionConfig(scope, workspace, 'source');
@@ -99,7 +114,11 @@ export async function materializeMapping(deps: AppDeps, payload: MaterializeMapp
 
   const target: TableRef = { schema: targetConfig.schemas[0], name: commit.tableName };
   const targetWarehouse = await warehouses(deps).open(targetConfig, `${workspace.id}:target`);
-  await ensureTargetTable(targetWarehouse, target, commit.targetTable as unknown as SchemaDocument['tables'][number]);
+  await ensureTargetTable(
+    targetWarehouse,
+    target,
+    commit.targetTable as unknown as SchemaDocument['tables'][number],
+  );
   const mode = sameDatabase(sourceConfig, targetConfig) ? 'insert_select' : 'streamed_copy';
   const plan = materializeSql({
     target,
@@ -120,7 +139,14 @@ export async function materializeMapping(deps: AppDeps, payload: MaterializeMapp
       rows = await targetWarehouse.transaction(async (tx) => (await tx.query(plan.load)).rowCount);
     } else {
       const sourceWarehouse = await warehouses(deps).open(sourceConfig, `${workspace.id}:source`);
-      rows = await streamedCopy(sourceWarehouse, targetWarehouse, plan.staging, commit.sql, commit.columns, context);
+      rows = await streamedCopy(
+        sourceWarehouse,
+        targetWarehouse,
+        plan.staging,
+        commit.sql,
+        commit.columns,
+        context,
+      );
     }
     await context.progress({ phase: 'swapping', mode, rows_written: rows });
     try {

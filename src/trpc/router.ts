@@ -10,6 +10,9 @@ import { mappingsRouter } from '../modules/mappings/mappings.router.ts';
 import { pipelinesRouter } from '../modules/pipelines/pipelines.router.ts';
 import { analyticsRouter } from '../modules/analytics/analytics.router.ts';
 import { queriesRouter } from '../modules/queries/queries.router.ts';
+import { discoveryRouter } from '../modules/discovery/discovery.router.ts';
+import { monitoringRouter } from '../modules/monitoring/monitoring.router.ts';
+import { alertsRouter } from '../modules/alerts/alerts.router.ts';
 
 export const appRouter = router({
   auth: authRouter,
@@ -23,6 +26,8 @@ export const appRouter = router({
   pipelines: pipelinesRouter,
   analytics: analyticsRouter,
   queries: queriesRouter,
+  discovery: discoveryRouter,
+  monitoring: monitoringRouter, alerts: alertsRouter,
 });
 
 export type AppRouter = typeof appRouter;

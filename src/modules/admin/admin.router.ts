@@ -7,6 +7,8 @@ import { createdUserOutput, userIdInput, userListOutput, userOutput } from '../a
 import * as s from './admin.schemas.ts';
 import * as admin from './admin.service.ts';
 import * as settings from './admin-settings.service.ts';
+import * as llmSettings from './llm-settings.service.ts';
+import * as setup from './setup-environment.service.ts';
 
 const tag = 'admin';
 const orgAdmin = permissionProcedure('org.admin');
@@ -222,4 +224,61 @@ export const adminRouter = router({
     .input(s.vcsConfigInput)
     .output(s.vcsTestOutput)
     .mutation(({ ctx, input }) => settings.testVcsConnection(ctx, input)),
+
+  // ---- LLM parameters and mode (issue 6) ----
+
+  getLlmParameters: authedProcedure
+    .meta(
+      rest('GET', '/api/admin/llm-parameters', 'LLM parameters of the organization (API key masked)', tag),
+    )
+    .input(z.object({}))
+    .output(s.llmParametersOutput)
+    .query(({ ctx }) => llmSettings.getLlmParameters(ctx)),
+
+  saveLlmParameters: manageSettings
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/llm-parameters',
+        'Save the LLM parameters (keys left out keep their value; the API key is stored encrypted)',
+        tag,
+      ),
+    )
+    .input(s.llmParametersInput)
+    .output(s.llmParametersOutput)
+    .mutation(({ ctx, input }) => llmSettings.saveLlmParameters(ctx, input)),
+
+  getLlmMode: authedProcedure
+    .meta(rest('GET', '/api/admin/get-llm-mode', 'Current LLM mode (a process-level setting)', tag))
+    .input(z.object({}))
+    .output(s.llmModeOutput)
+    .query(() => llmSettings.getLlmMode()),
+
+  setLlmMode: superAdminProcedure
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/set-llm-mode',
+        'Set the LLM mode and reset the LLM manager (super admin)',
+        tag,
+      ),
+    )
+    .input(s.setLlmModeInput)
+    .output(s.setLlmModeOutput)
+    .mutation(({ input }) => llmSettings.setLlmMode(input.mode)),
+
+  // ---- setup-environment (issue 10) ----
+
+  setupEnvironment: superAdminProcedure
+    .meta(
+      rest(
+        'POST',
+        '/api/admin/setup-environment',
+        'Set up a complete environment in one step, all or nothing: organization, admin user, workspace, data source, schema and initial mappings',
+        tag,
+      ),
+    )
+    .input(s.setupEnvironmentInput)
+    .output(s.setupEnvironmentOutput)
+    .mutation(({ ctx, input }) => setup.setupEnvironment(ctx, input)),
 });

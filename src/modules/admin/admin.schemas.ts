@@ -1,8 +1,19 @@
 import { z } from 'zod';
 import { pageInput, timestamp } from '../../trpc/common-schemas.ts';
-import { newUserFields } from '../auth/auth.schemas.ts';
+import {
+  createOrganizationInput,
+  newUserFields,
+  organizationOutput,
+  userOutput,
+} from '../auth/auth.schemas.ts';
+import { mappingOutput } from '../mappings/mappings.schemas.ts';
+import { templateSummary } from '../schemas/schemas.schemas.ts';
+import { workspaceDetailOutput, workspaceName } from '../workspaces/workspaces.schemas.ts';
+import { connectionConfigSchema } from '../../warehouse/config.ts';
 import { CACHE_NAMES, MAX_CACHE_ENTRIES, MAX_TTL_SECONDS, isCacheName } from '../../cache.ts';
 import { isFeatureName } from '../../features.ts';
+import { llmParametersSchema } from '../../llm/parameters.ts';
+import { LLM_MODES } from '../../llm/provider.ts';
 
 const roleName = z
   .string()
@@ -255,4 +266,102 @@ export const vcsTestOutput = z.object({
   refs: z.number().int(),
   push_access: z.boolean(),
   token_used: z.enum(['given', 'stored', 'none']),
+});
+
+// ---- LLM parameters and mode (issue 6) ----
+
+const llmFields = llmParametersSchema.shape;
+const httpUrl = llmFields.base_url
+  .unwrap()
+  .refine((url) => /^https?:\/\//i.test(url), 'must be an http(s) URL');
+
+/** Keys left out keep their stored value (or the default); the whole result is validated again. */
+export const llmParametersInput = z.object({
+  base_url: httpUrl.optional(),
+  model: llmFields.model.unwrap().optional(),
+  temperature: llmFields.temperature.unwrap().optional(),
+  max_tokens: llmFields.max_tokens.unwrap().optional(),
+  timeout_seconds: llmFields.timeout_seconds.unwrap().optional(),
+  monthly_budget_usd: llmFields.monthly_budget_usd.unwrap().optional(),
+  price_per_1k_tokens: llmFields.price_per_1k_tokens.unwrap().optional(),
+  api_key: z
+    .string()
+    .min(1)
+    .max(4096)
+    .nullable()
+    .optional()
+    .describe('API key; omitted = keep the stored one, null = remove it. Never returned.'),
+});
+
+export const llmParametersOutput = z.object({
+  base_url: z.string(),
+  model: z.string(),
+  temperature: z.number(),
+  max_tokens: z.number().int(),
+  timeout_seconds: z.number(),
+  monthly_budget_usd: z.number(),
+  price_per_1k_tokens: z.number(),
+  api_key_set: z.boolean(),
+  api_key_hint: z.string().nullable().describe('The last characters of the key, e.g. "…x9Qa"'),
+  is_default: z.boolean().describe('Nothing saved yet: the defaults apply'),
+  updated_at: timestamp.nullable(),
+});
+
+export const llmModeOutput = z.object({
+  mode: z.enum(LLM_MODES),
+  available_modes: z.array(z.enum(LLM_MODES)),
+  description: z.string(),
+});
+
+export const setLlmModeInput = z.object({ mode: z.enum(LLM_MODES) });
+
+export const setLlmModeOutput = llmModeOutput.extend({ previous_mode: z.enum(LLM_MODES) });
+
+// ---- setup-environment (issue 10) ----
+
+export const setupEnvironmentInput = z.object({
+  organization: createOrganizationInput.pick({ name: true, domain: true }),
+  admin: z
+    .object({ username: newUserFields.username, email: newUserFields.email })
+    .describe('The organization admin; a temporary password is generated and returned once'),
+  workspace: z.object({ name: workspaceName, description: z.string().max(2000).optional() }),
+  source: connectionConfigSchema.describe('The source database of the workspace (password stored encrypted)'),
+  template: z.string().min(1).max(100).describe('Library schema template for the target schema'),
+  discover: z
+    .boolean()
+    .default(true)
+    .describe('Run an offline discovery on the source and store its suggestions as the initial mappings'),
+});
+
+export const setupEnvironmentOutput = z.object({
+  organization: organizationOutput,
+  admin: z.object({
+    user: userOutput,
+    temporary_password: z.string().describe('Shown only in this answer; must be changed at first login'),
+  }),
+  workspace: workspaceDetailOutput,
+  schema: templateSummary.extend({ template_name: z.string() }),
+  discovery: z.object({
+    ran: z.boolean(),
+    run_id: z.string().nullable(),
+    mode: z.literal('offline'),
+    source_tables: z.number().int(),
+    source_columns: z.number().int(),
+    unprofiled_tables: z
+      .array(z.string())
+      .describe('Source tables that could not be profiled; matched on names and types only'),
+    fields_suggested: z.number().int(),
+    ambiguities: z.number().int(),
+    mappings: z.array(
+      mappingOutput.pick({
+        table_name: true,
+        tables: true,
+        connections: true,
+        transformations: true,
+        ambiguities: true,
+        version: true,
+        committed_version: true,
+      }),
+    ),
+  }),
 });

@@ -69,7 +69,6 @@ interface ScreenPair {
 }
 
 const ident = (name: string) => (/^[a-z_][a-z0-9_]*$/.test(name) ? name : quoteIdent(name));
-const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
 const fmt = (v: number) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(4)).toString());
 
 function contextWords(text: string): Set<string> {
@@ -84,21 +83,39 @@ function contextWords(text: string): Set<string> {
   return words;
 }
 
-const nameWords = (name: string) => name.toLowerCase().split(/[^a-z0-9]+/).filter((w) => w.length >= 3);
+const nameWords = (name: string) =>
+  name
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter((w) => w.length >= 3);
 
 /** The variance screen of one table: one GROUPING SETS query over a sample, eta² per (metric, segment). */
-async function screenTable(warehouse: Warehouse, table: IntrospectedTable, context: Set<string>): Promise<ScreenPair[]> {
+async function screenTable(
+  warehouse: Warehouse,
+  table: IntrospectedTable,
+  context: Set<string>,
+): Promise<ScreenPair[]> {
   const keys = new Set([...table.primary_key, ...table.foreign_keys.flatMap((fk) => fk.columns)]);
   const metrics = table.columns
-    .filter((c) => (isNumericType(c.type) || c.type === 'boolean') && !keys.has(c.name) && !/(^id$|_id$)/i.test(c.name))
+    .filter(
+      (c) =>
+        (isNumericType(c.type) || c.type === 'boolean') && !keys.has(c.name) && !/(^id$|_id$)/i.test(c.name),
+    )
     .slice(0, MAX_METRICS)
-    .map((c) => ({ name: c.name, kind: (c.type === 'boolean' ? 'boolean' : 'numeric') as 'numeric' | 'boolean' }));
+    .map((c) => ({
+      name: c.name,
+      kind: (c.type === 'boolean' ? 'boolean' : 'numeric') as 'numeric' | 'boolean',
+    }));
   if (!metrics.length) return [];
-  const segments = (await lowCardinalityColumns(warehouse, table, segmentCandidates(table))).slice(0, MAX_SEGMENTS);
+  const segments = (await lowCardinalityColumns(warehouse, table, segmentCandidates(table))).slice(
+    0,
+    MAX_SEGMENTS,
+  );
   if (!segments.length) return [];
   const k = segments.length;
   const metricSql = metrics.map(
-    (m, i) => `${m.kind === 'boolean' ? `${quoteIdent(m.name)}::int::float8` : `${quoteIdent(m.name)}::float8`} AS m${i}`,
+    (m, i) =>
+      `${m.kind === 'boolean' ? `${quoteIdent(m.name)}::int::float8` : `${quoteIdent(m.name)}::float8`} AS m${i}`,
   );
   const segmentSql = segments.map((s, j) => `${quoteIdent(s.name)} AS s${j}`);
   const aliases = segments.map((_, j) => `s${j}`);
@@ -134,7 +151,9 @@ async function screenTable(warehouse: Warehouse, table: IntrospectedTable, conte
       const total = groups.reduce((sum, g) => sum + g.n * (g.variance + (g.mean - mean) ** 2), 0);
       if (!(total > 0)) return;
       const eta2 = between / total;
-      const named = [...new Set([...nameWords(metric.name), ...nameWords(segment.name), ...nameWords(table.name)])];
+      const named = [
+        ...new Set([...nameWords(metric.name), ...nameWords(segment.name), ...nameWords(table.name)]),
+      ];
       const contextMatches = named.filter((w) => context.has(w));
       pairs.push({
         table,
@@ -201,7 +220,10 @@ const llmAnswerSchema = z.object({
       z.object({
         statement: z.string().min(1).max(2000),
         table: z.string().min(1).max(127),
-        metric: z.object({ expression: z.string().min(1).max(2000), kind: z.enum(['numeric', 'boolean']).optional() }),
+        metric: z.object({
+          expression: z.string().min(1).max(2000),
+          kind: z.enum(['numeric', 'boolean']).optional(),
+        }),
         segment: z.object({
           column: z.string().min(1).max(63).optional(),
           condition: z.string().min(1).max(2000).optional(),
@@ -232,7 +254,13 @@ interface LlmOutcome {
 async function proposeWithLlm(
   scope: CallerScope,
   llm: { manager: LlmManager; params: LlmParameters },
-  input: { context: string; count: number; tables: IntrospectedTable[]; screened: Proposal[]; workspaceId: string },
+  input: {
+    context: string;
+    count: number;
+    tables: IntrospectedTable[];
+    screened: Proposal[];
+    workspaceId: string;
+  },
 ): Promise<LlmOutcome> {
   const meter = createBudgetMeter(scope.em, organizationOf(scope.principal), llm.params, {
     purpose: 'hypotheses',
@@ -267,7 +295,10 @@ async function proposeWithLlm(
   let parsed: z.infer<typeof llmAnswerSchema> | undefined;
   let reason: string | undefined;
   try {
-    const text = (completion.content ?? '').trim().replace(/^```(?:json)?\s*/i, '').replace(/\s*```$/, '');
+    const text = (completion.content ?? '')
+      .trim()
+      .replace(/^```(?:json)?\s*/i, '')
+      .replace(/\s*```$/, '');
     const result = llmAnswerSchema.safeParse(JSON.parse(text));
     if (result.success) parsed = result.data;
     else reason = `the answer did not have the expected shape (${result.error.issues[0]?.message})`;
@@ -312,7 +343,10 @@ export interface GenerateInput {
 export async function generateHypotheses(
   scope: CallerScope,
   input: GenerateInput,
-  llm: { manager: LlmManager; params: LlmParameters } = { manager: llmManager, params: DEFAULT_LLM_PARAMETERS },
+  llm: { manager: LlmManager; params: LlmParameters } = {
+    manager: llmManager,
+    params: DEFAULT_LLM_PARAMETERS,
+  },
 ) {
   const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'target');
   let tables: IntrospectedTable[];
@@ -328,9 +362,13 @@ export async function generateHypotheses(
   }
   tables = tables.slice(0, MAX_TABLES);
   if (!tables.length)
-    throw new AppError('CONFLICT', `The target warehouse has no tables in ${config.schemas.join(', ')} to form hypotheses on`, {
-      reason: 'NO_TARGET_TABLES',
-    });
+    throw new AppError(
+      'CONFLICT',
+      `The target warehouse has no tables in ${config.schemas.join(', ')} to form hypotheses on`,
+      {
+        reason: 'NO_TARGET_TABLES',
+      },
+    );
 
   const context = contextWords(input.business_context);
   const pairs: ScreenPair[] = [];
@@ -355,7 +393,10 @@ export async function generateHypotheses(
 
   if (llm.manager.mode === 'openai') {
     if (!(await isFeatureEnabled(scope, 'llm_hypotheses')))
-      fallback = { reason: 'feature_disabled', message: 'The llm_hypotheses feature is off; the offline rules answered' };
+      fallback = {
+        reason: 'feature_disabled',
+        message: 'The llm_hypotheses feature is off; the offline rules answered',
+      };
     else {
       try {
         const outcome = await proposeWithLlm(scope, llm, {
@@ -378,7 +419,9 @@ export async function generateHypotheses(
               test: raw.test,
               rationale: raw.rationale ?? '',
               screen_score: null,
-              segmentColumns: pairs.filter((p) => p.table === table || p.table.name === table.name)[0]?.segmentColumns ?? [],
+              segmentColumns:
+                pairs.filter((p) => p.table === table || p.table.name === table.name)[0]?.segmentColumns ??
+                [],
             });
           } catch (error) {
             if (!(error instanceof AppError) || error.code !== 'BAD_REQUEST') throw error;

@@ -37,20 +37,29 @@ export async function resolveTargetTable(
   const schema = await warehouse.introspect({ tables: [schemaName ? name : tableName] });
   const found = schemaName
     ? schema.tables.find((t) => t.schema === schemaName && t.name === tableName)
-    : config.schemas.map((s) => schema.tables.find((t) => t.schema === s && t.name === tableName)).find(Boolean);
+    : config.schemas
+        .map((s) => schema.tables.find((t) => t.schema === s && t.name === tableName))
+        .find(Boolean);
   if (!found) throw notThere();
   return found;
 }
 
 /** The columns an expression reads, each of which must be a column of `table`. */
-export async function columnsOf(expression: string, table: IntrospectedTable, what: string): Promise<string[]> {
+export async function columnsOf(
+  expression: string,
+  table: IntrospectedTable,
+  what: string,
+): Promise<string[]> {
   await assertExpression(expression, what);
   const { columns } = await parseSqlExpression(expression);
   const known = new Set(table.columns.map((c) => c.name));
   for (const ref of columns) {
     const qualifier = ref.table;
     if (qualifier && qualifier !== table.name && qualifier !== `${table.schema}.${table.name}`)
-      throw new AppError('BAD_REQUEST', `${what} reads ${ref.ref}, which is not a column of ${table.schema}.${table.name}`);
+      throw new AppError(
+        'BAD_REQUEST',
+        `${what} reads ${ref.ref}, which is not a column of ${table.schema}.${table.name}`,
+      );
     if (!known.has(ref.column))
       throw new AppError(
         'BAD_REQUEST',
@@ -115,7 +124,10 @@ export async function validateHypothesis(
   switch (input.test) {
     case 'two_proportion_z':
       if (metricKind !== 'boolean')
-        throw new AppError('BAD_REQUEST', `two_proportion_z needs a boolean metric; the metric is ${metricType}`);
+        throw new AppError(
+          'BAD_REQUEST',
+          `two_proportion_z needs a boolean metric; the metric is ${metricType}`,
+        );
       break;
     case 'chi_square':
       break;
@@ -129,7 +141,10 @@ export async function validateHypothesis(
     // falls through: the metric must be a number too
     default:
       if (metricKind === 'numeric' && !isNumericType(metricType))
-        throw new AppError('BAD_REQUEST', `${input.test} needs a numeric or boolean metric; the metric is ${metricType}`);
+        throw new AppError(
+          'BAD_REQUEST',
+          `${input.test} needs a numeric or boolean metric; the metric is ${metricType}`,
+        );
   }
   return { metricKind, columns: [...read] };
 }

@@ -13,7 +13,14 @@ const base = '/api/analytics';
 // the REST adapter takes the first match.
 export const analyticsRouter = router({
   execute: permissionProcedure('sql.execute')
-    .meta(rest('POST', `${base}/execute`, "Execute a read-only SQL query on the workspace's target warehouse", tag))
+    .meta(
+      rest(
+        'POST',
+        `${base}/execute`,
+        "Execute a read-only SQL query on the workspace's target warehouse",
+        tag,
+      ),
+    )
     .input(s.executeQueryInput)
     .output(s.executeQueryOutput)
     .mutation(({ ctx, input }) => analytics.execute(ctx, input)),
@@ -57,7 +64,7 @@ export const analyticsRouter = router({
       rest(
         'GET',
         `${base}/results/mining/{hypothesis_id}`,
-        "Mining results of a hypothesis: segments ranked by lift and support of its metric",
+        'Mining results of a hypothesis: segments ranked by lift and support of its metric',
         tag,
       ),
     )

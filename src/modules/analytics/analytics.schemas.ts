@@ -15,11 +15,13 @@ const alpha = z.number().gt(0).lt(1).describe('Significance level, e.g. 0.05');
 const columnName = z.string().min(1).max(63);
 
 export const metricInput = z.object({
-  expression: expression.describe('A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"'),
+  expression: expression.describe(
+    'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"',
+  ),
   kind: z
     .enum(['numeric', 'boolean'])
     .optional()
-    .describe('Read from the expression\'s type when omitted (boolean expressions count as 1/0)'),
+    .describe("Read from the expression's type when omitted (boolean expressions count as 1/0)"),
 });
 
 export const segmentInput = z
@@ -72,9 +74,7 @@ const statResult = z.object({
     total: z.number(),
     groups: z.array(z.object({ group: z.string(), n: z.number() })).optional(),
   }),
-  ci: z
-    .object({ of: z.string(), level: z.number(), lower: z.number(), upper: z.number() })
-    .optional(),
+  ci: z.object({ of: z.string(), level: z.number(), lower: z.number(), upper: z.number() }).optional(),
   details: jsonObject,
 });
 
@@ -106,7 +106,12 @@ export const hypothesisOutput = z.object({
 });
 
 export const generateInput = z.object({
-  business_context: z.string().trim().min(1).max(20_000).describe('Free text: the business, its goals, what to learn'),
+  business_context: z
+    .string()
+    .trim()
+    .min(1)
+    .max(20_000)
+    .describe('Free text: the business, its goals, what to learn'),
   tables: z
     .array(z.string().min(1).max(127))
     .max(50)
@@ -131,7 +136,9 @@ export const proposalOutput = z.object({
   screen_score: z
     .number()
     .nullable()
-    .describe('Share of the metric\'s variance explained by the segment in the screening sample (eta squared)'),
+    .describe(
+      "Share of the metric's variance explained by the segment in the screening sample (eta squared)",
+    ),
   columns: z.array(z.string()).describe('The real columns the proposal reads (validated)'),
 });
 
@@ -146,12 +153,17 @@ export const generateOutput = z.object({
     .nullable()
     .describe('Set when openai mode was asked for and the offline rules answered instead'),
   usage: z
-    .object({ model: z.string(), prompt_tokens: z.number(), completion_tokens: z.number(), cost_usd: z.number() })
+    .object({
+      model: z.string(),
+      prompt_tokens: z.number(),
+      completion_tokens: z.number(),
+      cost_usd: z.number(),
+    })
     .nullable(),
 });
 
 export const testInput = hypothesisIdInput.extend({
-  test: testName.optional().describe('Use (and store) this algorithm instead of the hypothesis\' test'),
+  test: testName.optional().describe("Use (and store) this algorithm instead of the hypothesis' test"),
   alpha: alpha.optional(),
 });
 
@@ -184,7 +196,12 @@ export const statusOutput = z.object({
 });
 
 export const miningInput = hypothesisIdInput.extend({
-  min_support: z.coerce.number().min(0).max(1).default(0.01).describe('Smallest share of the population a segment must hold'),
+  min_support: z.coerce
+    .number()
+    .min(0)
+    .max(1)
+    .default(0.01)
+    .describe('Smallest share of the population a segment must hold'),
   depth: z.coerce.number().int().min(1).max(2).default(1).describe('1: single columns; 2: also pairs'),
   direction: z.enum(['high', 'low']).default('high'),
   limit: z.coerce.number().int().min(1).max(1000).default(50),

@@ -5,7 +5,13 @@ import { HYPOTHESIS_TEST_KIND, ensureHypothesisTestJob } from '../../jobs/hypoth
 import { runMining } from '../../stats/mining.ts';
 import { workspaceWarehouse } from '../sources/sources.service.ts';
 import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
-import { Hypothesis, Insight, type HypothesisEntity, type InsightEntity, type StoredSegment } from './analytics.entity.ts';
+import {
+  Hypothesis,
+  Insight,
+  type HypothesisEntity,
+  type InsightEntity,
+  type StoredSegment,
+} from './analytics.entity.ts';
 import { miningSpecOf, warehouseStatsQuery } from './analytics-spec.ts';
 import {
   lowCardinalityColumns,
@@ -98,7 +104,9 @@ export async function createHypothesis(scope: CallerScope, input: CreateHypothes
     const found = await lowCardinalityColumns(
       warehouse,
       table,
-      segmentCandidates(table).filter((c) => !checked.columns.includes(c.name) || c.name === input.segment.column),
+      segmentCandidates(table).filter(
+        (c) => !checked.columns.includes(c.name) || c.name === input.segment.column,
+      ),
     );
     miningColumns = [
       ...new Set([...(input.segment.column ? [input.segment.column] : []), ...found.map((c) => c.name)]),
@@ -143,7 +151,11 @@ export async function testHypothesis(
     if (test !== hypothesis.test) {
       // Another algorithm may need another metric type (two_proportion_z: boolean; correlations: a numeric segment).
       const { config, warehouse } = await workspaceWarehouse(scope, 'target');
-      const table = await resolveTargetTable(warehouse, config, `${hypothesis.targetSchema}.${hypothesis.targetTable}`);
+      const table = await resolveTargetTable(
+        warehouse,
+        config,
+        `${hypothesis.targetSchema}.${hypothesis.targetTable}`,
+      );
       await validateHypothesis(warehouse, table, {
         metric: hypothesis.metric,
         segment: hypothesis.segment,
@@ -183,9 +195,12 @@ export async function hypothesisStatus(scope: CallerScope, id: string) {
     ? await scope.deps.jobs.getRun(hypothesis.lastRunId, organizationOf(scope.principal))
     : null;
   const view = hypothesisView(hypothesis);
+  // A run can end without its handler recording it (cancelled, expired by the queue): the run decides then.
+  const ended = run && (run.status === 'failed' || run.status === 'cancelled');
+  const orphaned = ended && (view.status === 'queued' || view.status === 'running');
   return {
     hypothesis_id: view.id,
-    status: view.status,
+    status: orphaned ? ('failed' as const) : view.status,
     run: run
       ? {
           id: run.id,
@@ -201,14 +216,20 @@ export async function hypothesisStatus(scope: CallerScope, id: string) {
     result: view.result,
     p_value: view.p_value,
     significant: view.significant,
-    error: view.error,
+    error: orphaned ? (run.error ?? `The run was ${run.status}`) : view.error,
   };
 }
 
 /** Segments ranked by lift of the hypothesis' metric (GROUPING SETS over its mining columns, in the warehouse). */
 export async function miningResults(
   scope: CallerScope,
-  input: { hypothesis_id: string; min_support: number; depth: number; direction: 'high' | 'low'; limit: number },
+  input: {
+    hypothesis_id: string;
+    min_support: number;
+    depth: number;
+    direction: 'high' | 'low';
+    limit: number;
+  },
 ) {
   const hypothesis = await findHypothesis(scope, input.hypothesis_id);
   if (!hypothesis.miningColumns.length)
@@ -335,7 +356,11 @@ export async function highPerformers(
       workspace: workspace.id,
       confidence: { $gte: input.min_confidence },
     },
-    { orderBy: { confidence: 'desc', createdAt: 'desc', id: 'asc' }, limit: input.limit, offset: input.offset },
+    {
+      orderBy: { confidence: 'desc', createdAt: 'desc', id: 'asc' },
+      limit: input.limit,
+      offset: input.offset,
+    },
   );
   return { min_confidence: input.min_confidence, insights: insights.map(insightView), total };
 }

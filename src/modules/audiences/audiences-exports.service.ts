@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { createReadStream, existsSync } from 'node:fs';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
@@ -349,7 +349,9 @@ export async function exportFile(scope: CallerScope, exportId: string) {
     throw new AppError('NOT_FOUND', 'This export has no file yet: it has not completed a run');
   const safeName = exp.name.replace(/[^\w.-]+/g, '_').slice(0, 80) || 'audience';
   const config = exp.destinationConfig as { filename?: string };
-  return { path: exp.filePath, filename: config.filename ?? `${safeName}.csv`, size: exp.fileSize ?? null };
+  const path = exp.filePath;
+  // An opener rather than the path: the file location never leaves the server.
+  return { filename: config.filename ?? `${safeName}.csv`, size: exp.fileSize ?? null, open: () => createReadStream(path) };
 }
 
 // ---- schedules ----

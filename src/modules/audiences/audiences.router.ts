@@ -13,6 +13,11 @@ const base = '/api/api/audiences';
 
 /* Static paths (dashboard, performance-metrics, exports, conversions) come before /{audience_id}. */
 export const audiencesRouter = router({
+  /** Internal: the plain CSV download route in app.ts calls this for the guard and the file. */
+  exportFile: read
+    .input(z.object({ export_id: z.string() }))
+    .query(({ ctx, input }) => exportsService.exportFile(ctx, input.export_id)),
+
   list: read
     .meta(rest('GET', base, 'List audiences filtered by the current target database/schema', tag))
     .input(s.audienceListInput)

@@ -11,7 +11,11 @@ import { generatePythonScript } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
 import { ensureMaterializeJob } from '../../jobs/materialize.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
-import { connectionConfig, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import {
+  connectionConfig,
+  currentWorkspace,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
@@ -45,8 +49,10 @@ async function newestCommit(scope: Scope, workspace: WorkspaceEntity, tableName:
 export async function transformCode(scope: CallerScope, tableName: string) {
   const { workspace, mapping } = await requireMapping(scope, tableName);
   const cacheKey = `${workspace.id}:sql:${tableName}:${mapping.version}:${mapping.updatedAt.getTime()}`;
-  const generated = (await mappingCache.getOrLoad({ em: scope.em, organizationId: workspace.organization.id }, cacheKey, () =>
-    workingSql(scope, workspace, mapping),
+  const generated = (await mappingCache.getOrLoad(
+    { em: scope.em, organizationId: workspace.organization.id },
+    cacheKey,
+    () => workingSql(scope, workspace, mapping),
   )) as Awaited<ReturnType<typeof workingSql>>;
   const commit = await newestCommit(scope, workspace, tableName);
   return {
@@ -88,7 +94,8 @@ export async function batchTransformCode(scope: CallerScope, input: { table_name
       const { sql, columns } = await workingSql(scope, workspace, mapping);
       results.push({ table_name: mapping.tableName, ok: true, sql, columns, error: null, issues: [] });
     } catch (error) {
-      if (!(error instanceof AppError) || !['BAD_REQUEST', 'NOT_FOUND', 'CONFLICT'].includes(error.code)) throw error;
+      if (!(error instanceof AppError) || !['BAD_REQUEST', 'NOT_FOUND', 'CONFLICT'].includes(error.code))
+        throw error;
       results.push({
         table_name: mapping.tableName,
         ok: false,
@@ -104,7 +111,13 @@ export async function batchTransformCode(scope: CallerScope, input: { table_name
 }
 
 /** A plan of one target column (the others left out), so a field shows even while others are unmapped. */
-async function fieldPlan(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity, field: string, expression?: string) {
+async function fieldPlan(
+  scope: Scope,
+  workspace: WorkspaceEntity,
+  mapping: TableMappingEntity,
+  field: string,
+  expression?: string,
+) {
   const { mapping: input, target } = await generationInput(scope, workspace, mapping);
   const column = target.columns.find((c) => c.name === field);
   if (!column) throw notFound(`Column ${field} of target table ${target.name}`);
@@ -122,7 +135,10 @@ async function fieldPlan(scope: Scope, workspace: WorkspaceEntity, mapping: Tabl
   return { plan, column: plan.columns[0], target };
 }
 
-export async function fieldTransform(scope: CallerScope, input: { table_name: string; target_field: string }) {
+export async function fieldTransform(
+  scope: CallerScope,
+  input: { table_name: string; target_field: string },
+) {
   const { workspace, mapping } = await requireMapping(scope, input.table_name);
   const { plan, column, target } = await fieldPlan(scope, workspace, mapping, input.target_field);
   const source = column.source;
@@ -231,7 +247,9 @@ const same = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
 
 async function countRows(warehouse: Warehouse, sql: string): Promise<number | null> {
   try {
-    const { rows } = await warehouse.readOnlyQuery(`SELECT count(*) AS n FROM (\n${sql}\n) AS counted`, { limit: 1 });
+    const { rows } = await warehouse.readOnlyQuery(`SELECT count(*) AS n FROM (\n${sql}\n) AS counted`, {
+      limit: 1,
+    });
     return Number(rows[0].n);
   } catch (error) {
     // Too slow to count within the statement timeout: the sample still tells what changes.
@@ -255,7 +273,9 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
   );
   const newColumns = now.columns.map((c) => c.name);
   const oldColumns = commit?.columns.map((c) => c.name) ?? [];
-  const pk = (now.target.primary_key ?? []).filter((k) => newColumns.includes(k) && (!commit || oldColumns.includes(k)));
+  const pk = (now.target.primary_key ?? []).filter(
+    (k) => newColumns.includes(k) && (!commit || oldColumns.includes(k)),
+  );
   const order = pk.length ? `\nORDER BY ${pk.map(quoteIdent).join(', ')}` : '';
   const sampled = (sql: string) => `SELECT * FROM (\n${sql}\n) AS sampled${order}`;
   const warehouse = await sourceWarehouse(scope, workspace);
@@ -278,7 +298,8 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
   }[] = [];
   const changedColumns = new Set<string>();
   const keyColumns = pk.length ? pk : shared;
-  const keyObject = (row: Record<string, unknown>) => Object.fromEntries(keyColumns.map((k) => [k, row[k] ?? null]));
+  const keyObject = (row: Record<string, unknown>) =>
+    Object.fromEntries(keyColumns.map((k) => [k, row[k] ?? null]));
   if (previous) {
     // Rows matched by key (the primary key, else the whole row over the shared columns).
     const old = new Map<string, Record<string, unknown>[]>();
@@ -293,12 +314,24 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
       const differing = shared.filter((c) => !same(match[c], row[c]));
       if (differing.length) {
         differing.forEach((c) => changedColumns.add(c));
-        changes.push({ change: 'changed', key: keyObject(row), before: match, after: row, columns: differing });
+        changes.push({
+          change: 'changed',
+          key: keyObject(row),
+          before: match,
+          after: row,
+          columns: differing,
+        });
       }
     }
     for (const rest of old.values())
       for (const row of rest)
-        changes.push({ change: 'removed', key: keyObject(row), before: row, after: null, columns: oldColumns });
+        changes.push({
+          change: 'removed',
+          key: keyObject(row),
+          before: row,
+          after: null,
+          columns: oldColumns,
+        });
   } else {
     for (const row of after.rows)
       changes.push({ change: 'added', key: keyObject(row), before: null, after: row, columns: newColumns });
@@ -334,10 +367,16 @@ function vcsView(push: PushResult) {
     : { pushed: false, reason: push.reason, message: push.message, commit: push.commit ?? null };
 }
 
-export async function commitTransformation(scope: CallerScope, input: { table_name: string; message: string }) {
+export async function commitTransformation(
+  scope: CallerScope,
+  input: { table_name: string; message: string },
+) {
   const { workspace, mapping } = await requireMapping(scope, input.table_name);
   const effective = await generationInput(scope, workspace, mapping);
-  const generated = { ...(await generateSelectSql(effective.mapping, effective.target)), target: effective.target };
+  const generated = {
+    ...(await generateSelectSql(effective.mapping, effective.target)),
+    target: effective.target,
+  };
   const previous = await newestCommit(scope, workspace, input.table_name);
   const document = {
     table_name: mapping.tableName,
@@ -346,7 +385,12 @@ export async function commitTransformation(scope: CallerScope, input: { table_na
     transformations: mapping.transformations,
     ambiguities: mapping.ambiguities,
   };
-  const { version: _v, committed_version: _c, effective: _e, ...previousDocument } = (previous?.mapping ?? {}) as Record<string, unknown>;
+  const {
+    version: _v,
+    committed_version: _c,
+    effective: _e,
+    ...previousDocument
+  } = (previous?.mapping ?? {}) as Record<string, unknown>;
   if (previous && previous.sql === generated.sql && same(previousDocument, document))
     throw new AppError(
       'CONFLICT',
@@ -393,7 +437,9 @@ export async function commitTransformation(scope: CallerScope, input: { table_na
     return { commit, snapshot };
   });
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
-  const push = await pushWorkspaceFiles(scope, snapshot.files, snapshot.message, { workspace: workspace.name });
+  const push = await pushWorkspaceFiles(scope, snapshot.files, snapshot.message, {
+    workspace: workspace.name,
+  });
   return {
     table_name: input.table_name,
     version,
@@ -431,7 +477,11 @@ export async function materialize(scope: CallerScope, tableName: string) {
   const { run, created } = await scope.deps.jobs.enqueue(
     MATERIALIZE_MAPPING_KIND,
     { workspace_id: workspace.id, table_name: tableName, commit_id: commit.id, version: commit.version },
-    { organizationId: workspace.organization.id, workspaceId: workspace.id, singletonKey: materializeKey(workspace, tableName) },
+    {
+      organizationId: workspace.organization.id,
+      workspaceId: workspace.id,
+      singletonKey: materializeKey(workspace, tableName),
+    },
   );
   if (created) {
     mapping.lastRunId = run.id;

@@ -20,7 +20,12 @@ export const mappingsRouter = router({
 
   batchTransformCode: write
     .meta(
-      rest('POST', `${base}/batch/transform-code`, 'Generated transformation SQL for several tables in one call', tag),
+      rest(
+        'POST',
+        `${base}/batch/transform-code`,
+        'Generated transformation SQL for several tables in one call',
+        tag,
+      ),
     )
     .input(s.batchInput)
     .output(s.batchOutput)
@@ -54,14 +59,21 @@ export const mappingsRouter = router({
 
   get: read
     .meta(
-      rest('GET', `${base}/{table_name}`, 'Complete mapping file of a table with transformations and metadata', tag),
+      rest(
+        'GET',
+        `${base}/{table_name}`,
+        'Complete mapping file of a table with transformations and metadata',
+        tag,
+      ),
     )
     .input(s.tableNameParam)
     .output(s.mappingOutput)
     .query(({ ctx, input }) => mappings.getMapping(ctx, input.table_name)),
 
   transformCode: read
-    .meta(rest('GET', `${base}/{table_name}/transform-code`, 'Generated transformation SQL for the table', tag))
+    .meta(
+      rest('GET', `${base}/{table_name}/transform-code`, 'Generated transformation SQL for the table', tag),
+    )
     .input(s.tableNameParam)
     .output(s.transformCodeOutput)
     .query(({ ctx, input }) => code.transformCode(ctx, input.table_name)),

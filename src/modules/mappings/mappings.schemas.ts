@@ -32,7 +32,10 @@ export const tableNameParam = z.object({ table_name: tableName });
 
 const tableRelation = z.object({
   relationship: z.enum(['primary', 'join']),
-  join_type: z.enum(JOIN_TYPES as [string, ...string[]]).nullable().optional(),
+  join_type: z
+    .enum(JOIN_TYPES as [string, ...string[]])
+    .nullable()
+    .optional(),
   join_on: z.string().nullable().optional(),
 });
 
@@ -53,7 +56,11 @@ const transformationOutput = z.object({
 const ambiguityOutput = z.object({
   target_field: z.string(),
   candidates: z.array(
-    z.object({ source_field: z.string(), confidence: z.number().nullable(), reason: z.string().nullable().optional() }),
+    z.object({
+      source_field: z.string(),
+      confidence: z.number().nullable(),
+      reason: z.string().nullable().optional(),
+    }),
   ),
   reason: z.string().nullable().optional(),
 });
@@ -133,7 +140,9 @@ export const tableInput = tableNameParam.extend({
     .enum(JOIN_TYPES as [string, ...string[]])
     .optional()
     .describe('For a join; default left'),
-  join_on: expression.optional().describe('For a join: a boolean SQL expression, e.g. customers.id = orders.customer_id'),
+  join_on: expression
+    .optional()
+    .describe('For a join: a boolean SQL expression, e.g. customers.id = orders.customer_id'),
 });
 
 export const problem = z.object({ path: z.array(z.union([z.string(), z.number()])), message: z.string() });
@@ -167,7 +176,9 @@ export const wildcardOutput = z.object({
 
 export const connectionInput = tableNameParam.extend({
   connection: z.object({
-    source_field: sourceField.describe('"table.column" ("schema.table.column"); "table.*" with target_field "*" maps by name'),
+    source_field: sourceField.describe(
+      '"table.column" ("schema.table.column"); "table.*" with target_field "*" maps by name',
+    ),
     target_field: z.union([fieldName, z.literal('*')]),
     status: z.enum(['suggested', 'confirmed']).default('confirmed'),
     confidence: z.number().min(0).max(1).nullable().optional(),
@@ -283,7 +294,10 @@ export const diffOutput = z.object({
   data_diff: z.object({
     sample_size: z.number().int(),
     key_columns: z.array(z.string()).describe('How rows are matched: the primary key, or whole rows'),
-    rows_before: z.number().nullable().describe('Rows the committed SQL produces (null before the first commit)'),
+    rows_before: z
+      .number()
+      .nullable()
+      .describe('Rows the committed SQL produces (null before the first commit)'),
     rows_after: z.number().nullable(),
     added_rows: z.number().int(),
     removed_rows: z.number().int(),

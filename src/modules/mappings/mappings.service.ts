@@ -81,9 +81,10 @@ export async function sourceCatalog(
 ): Promise<SourceCatalog> {
   const org = workspace.organization.id;
   if (!options.refresh) {
-    const hit = (await mappingCache.get({ em: scope.em, organizationId: org }, `${workspace.id}:${CATALOG_KEY}`)) as
-      | SourceCatalog
-      | undefined;
+    const hit = (await mappingCache.get(
+      { em: scope.em, organizationId: org },
+      `${workspace.id}:${CATALOG_KEY}`,
+    )) as SourceCatalog | undefined;
     if (hit) return hit;
   }
   const config = connectionConfig(scope, workspace, 'source');
@@ -131,7 +132,8 @@ async function resolveSourceTable(
         .map((t) => t.key)
         .join(', ')}); write it as schema.table`,
     );
-  if (!found) throw new AppError('BAD_REQUEST', `Source table ${written} does not exist in the source database`);
+  if (!found)
+    throw new AppError('BAD_REQUEST', `Source table ${written} does not exist in the source database`);
   return { table: found, catalog };
 }
 
@@ -180,7 +182,11 @@ export async function requireMapping(scope: CallerScope, tableName: string) {
   return { workspace, mapping };
 }
 
-async function latestRun(scope: Scope, workspace: WorkspaceEntity, tableName: string): Promise<JobRunView | null> {
+async function latestRun(
+  scope: Scope,
+  workspace: WorkspaceEntity,
+  tableName: string,
+): Promise<JobRunView | null> {
   const [row] = await scope.em
     .getConnection()
     .execute(
@@ -190,7 +196,8 @@ async function latestRun(scope: Scope, workspace: WorkspaceEntity, tableName: st
   return row ? scope.deps.jobs.getRun(row.id, workspace.organization.id) : null;
 }
 
-export const materializeKey = (workspace: WorkspaceEntity, tableName: string) => `${workspace.id}:${tableName}`;
+export const materializeKey = (workspace: WorkspaceEntity, tableName: string) =>
+  `${workspace.id}:${tableName}`;
 
 export function runView(run: JobRunView) {
   return {
@@ -353,7 +360,8 @@ async function checkExpression(
   try {
     parsed = await parseExpression(expression);
   } catch (error) {
-    if (error instanceof AppError) throw new AppError('BAD_REQUEST', `${what}: ${error.message}`, error.details);
+    if (error instanceof AppError)
+      throw new AppError('BAD_REQUEST', `${what}: ${error.message}`, error.details);
     throw error;
   }
   const resolve = mappingTableResolver(tableKeys);
@@ -386,8 +394,7 @@ async function checkExpression(
     const table = catalog.byKey.get(key);
     if (table && !table.columns.has(column)) problems.push(`source table ${key} has no column ${column}`);
   }
-  if (problems.length)
-    throw new AppError('BAD_REQUEST', `${what}: ${problems.join('; ')}`);
+  if (problems.length) throw new AppError('BAD_REQUEST', `${what}: ${problems.join('; ')}`);
   return { ast: parsed.ast, tables: used };
 }
 
@@ -404,50 +411,54 @@ export async function addConnection(
   },
 ) {
   const { connection } = input;
-  const { mapping, workspace } = await editMapping(scope, input.table_name, async ({ workspace, target, mapping }) => {
-    const split = splitSourceField(connection.source_field)!;
-    const wildcard = split.column === WILDCARD_FIELD;
-    if (wildcard !== (connection.target_field === WILDCARD_FIELD))
-      throw new AppError(
-        'BAD_REQUEST',
-        'A wildcard connection maps "table.*" to target_field "*"; neither side may be a wildcard alone',
-      );
-    if (!wildcard && !targetColumn(target, connection.target_field))
-      throw new AppError(
-        'BAD_REQUEST',
-        `Target table ${target.name} has no column ${connection.target_field}`,
-      );
-    let catalog = await sourceCatalog(scope, workspace);
-    const resolved = await resolveSourceTable(scope, workspace, split.table, catalog);
-    catalog = resolved.catalog;
-    const table = resolved.table;
-    if (!wildcard && !table.columns.has(split.column)) {
-      const fresh = await sourceCatalog(scope, workspace, { refresh: true });
-      if (!fresh.byKey.get(table.key)?.columns.has(split.column))
-        throw new AppError('BAD_REQUEST', `Source table ${table.key} has no column ${split.column}`);
-    }
-    if (!mapping.tables[table.key]) {
-      if (Object.keys(mapping.tables).length > 0)
+  const { mapping, workspace } = await editMapping(
+    scope,
+    input.table_name,
+    async ({ workspace, target, mapping }) => {
+      const split = splitSourceField(connection.source_field)!;
+      const wildcard = split.column === WILDCARD_FIELD;
+      if (wildcard !== (connection.target_field === WILDCARD_FIELD))
         throw new AppError(
           'BAD_REQUEST',
-          `Source table ${table.key} is not part of the mapping of ${target.name}: add it first with POST /api/mappings/${target.name}/tables (relationship "join" with join_on)`,
+          'A wildcard connection maps "table.*" to target_field "*"; neither side may be a wildcard alone',
         );
-      mapping.tables = { [table.key]: { relationship: 'primary' } };
-    }
-    const sourceField = `${table.key}.${split.column}`;
-    const stored: StoredConnection = {
-      source_field: sourceField,
-      target_field: connection.target_field,
-      status: connection.status,
-      confidence: connection.confidence ?? null,
-    };
-    const others = mapping.connections.filter(
-      (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
-    );
-    mapping.connections = [...others, stored];
-    if (connection.status === 'confirmed')
-      mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
-  });
+      if (!wildcard && !targetColumn(target, connection.target_field))
+        throw new AppError(
+          'BAD_REQUEST',
+          `Target table ${target.name} has no column ${connection.target_field}`,
+        );
+      let catalog = await sourceCatalog(scope, workspace);
+      const resolved = await resolveSourceTable(scope, workspace, split.table, catalog);
+      catalog = resolved.catalog;
+      const table = resolved.table;
+      if (!wildcard && !table.columns.has(split.column)) {
+        const fresh = await sourceCatalog(scope, workspace, { refresh: true });
+        if (!fresh.byKey.get(table.key)?.columns.has(split.column))
+          throw new AppError('BAD_REQUEST', `Source table ${table.key} has no column ${split.column}`);
+      }
+      if (!mapping.tables[table.key]) {
+        if (Object.keys(mapping.tables).length > 0)
+          throw new AppError(
+            'BAD_REQUEST',
+            `Source table ${table.key} is not part of the mapping of ${target.name}: add it first with POST /api/mappings/${target.name}/tables (relationship "join" with join_on)`,
+          );
+        mapping.tables = { [table.key]: { relationship: 'primary' } };
+      }
+      const sourceField = `${table.key}.${split.column}`;
+      const stored: StoredConnection = {
+        source_field: sourceField,
+        target_field: connection.target_field,
+        status: connection.status,
+        confidence: connection.confidence ?? null,
+      };
+      const others = mapping.connections.filter(
+        (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
+      );
+      mapping.connections = [...others, stored];
+      if (connection.status === 'confirmed')
+        mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
+    },
+  );
   return mappingView(scope, workspace, mapping);
 }
 
@@ -482,32 +493,55 @@ export async function deleteConnection(
 
 export async function setTransformation(
   scope: CallerScope,
-  input: { table_name: string; transformation: { target_field: string; expression: string; description?: string | null } },
+  input: {
+    table_name: string;
+    transformation: { target_field: string; expression: string; description?: string | null };
+  },
 ) {
   const { transformation } = input;
-  const { mapping, workspace } = await editMapping(scope, input.table_name, async ({ workspace, target, mapping }) => {
-    if (!targetColumn(target, transformation.target_field))
-      throw new AppError('BAD_REQUEST', `Target table ${target.name} has no column ${transformation.target_field}`);
-    const tableKeys = Object.keys(mapping.tables);
-    let catalog = await sourceCatalog(scope, workspace);
-    try {
-      await checkExpression(transformation.expression, tableKeys, catalog, `Transformation for ${transformation.target_field}`);
-    } catch (error) {
-      // A column created since the catalog was read: look again before refusing.
-      if (!(error instanceof AppError) || !/has no column/.test(error.message)) throw error;
-      catalog = await sourceCatalog(scope, workspace, { refresh: true });
-      await checkExpression(transformation.expression, tableKeys, catalog, `Transformation for ${transformation.target_field}`);
-    }
-    const stored: StoredTransformation = {
-      expression: transformation.expression,
-      description: transformation.description ?? null,
-    };
-    mapping.transformations = { ...mapping.transformations, [transformation.target_field]: stored };
-  });
+  const { mapping, workspace } = await editMapping(
+    scope,
+    input.table_name,
+    async ({ workspace, target, mapping }) => {
+      if (!targetColumn(target, transformation.target_field))
+        throw new AppError(
+          'BAD_REQUEST',
+          `Target table ${target.name} has no column ${transformation.target_field}`,
+        );
+      const tableKeys = Object.keys(mapping.tables);
+      let catalog = await sourceCatalog(scope, workspace);
+      try {
+        await checkExpression(
+          transformation.expression,
+          tableKeys,
+          catalog,
+          `Transformation for ${transformation.target_field}`,
+        );
+      } catch (error) {
+        // A column created since the catalog was read: look again before refusing.
+        if (!(error instanceof AppError) || !/has no column/.test(error.message)) throw error;
+        catalog = await sourceCatalog(scope, workspace, { refresh: true });
+        await checkExpression(
+          transformation.expression,
+          tableKeys,
+          catalog,
+          `Transformation for ${transformation.target_field}`,
+        );
+      }
+      const stored: StoredTransformation = {
+        expression: transformation.expression,
+        description: transformation.description ?? null,
+      };
+      mapping.transformations = { ...mapping.transformations, [transformation.target_field]: stored };
+    },
+  );
   return mappingView(scope, workspace, mapping);
 }
 
-export async function deleteTransformation(scope: CallerScope, input: { table_name: string; target_field: string }) {
+export async function deleteTransformation(
+  scope: CallerScope,
+  input: { table_name: string; target_field: string },
+) {
   const { mapping, workspace } = await editMapping(
     scope,
     input.table_name,
@@ -532,7 +566,9 @@ function tablesList(mapping: TableMappingEntity | null) {
     join_on: t.relationship === 'join' ? (t.join_on ?? null) : null,
   }));
   return entries.sort(
-    (a, b) => Number(a.relationship === 'join') - Number(b.relationship === 'join') || a.source_table.localeCompare(b.source_table),
+    (a, b) =>
+      Number(a.relationship === 'join') - Number(b.relationship === 'join') ||
+      a.source_table.localeCompare(b.source_table),
   );
 }
 
@@ -550,14 +586,28 @@ export async function getTables(scope: CallerScope, tableName: string) {
 
 export async function setTable(
   scope: CallerScope,
-  input: { table_name: string; source_table: string; relationship: 'primary' | 'join'; join_type?: string; join_on?: string },
+  input: {
+    table_name: string;
+    source_table: string;
+    relationship: 'primary' | 'join';
+    join_type?: string;
+    join_on?: string;
+  },
 ) {
   await editMapping(scope, input.table_name, async ({ workspace, mapping }) => {
-    const { table, catalog } = await resolveSourceTable(scope, workspace, input.source_table, await sourceCatalog(scope, workspace));
+    const { table, catalog } = await resolveSourceTable(
+      scope,
+      workspace,
+      input.source_table,
+      await sourceCatalog(scope, workspace),
+    );
     const entry: MappingTable = { relationship: input.relationship };
     if (input.relationship === 'join') {
       if (!input.join_on)
-        throw new AppError('BAD_REQUEST', `A join needs join_on: a condition such as customers.id = orders.customer_id`);
+        throw new AppError(
+          'BAD_REQUEST',
+          `A join needs join_on: a condition such as customers.id = orders.customer_id`,
+        );
       const keys = [...new Set([...Object.keys(mapping.tables), table.key])];
       const { tables } = await checkExpression(input.join_on, keys, catalog, `Join ON of ${table.key}`);
       if (!tables.has(table.key))
@@ -624,11 +674,15 @@ export async function validateTables(scope: CallerScope, tableName: string) {
   const mapping = await findMapping(scope.em, workspace, tableName);
   const problems: AppErrorIssue[] = [];
   const tables = mapping?.tables ?? {};
-  if (Object.keys(tables).length === 0) problems.push({ path: ['tables'], message: 'The mapping has no tables' });
+  if (Object.keys(tables).length === 0)
+    problems.push({ path: ['tables'], message: 'The mapping has no tables' });
   const catalog = await sourceCatalog(scope, workspace, { refresh: true });
   for (const key of Object.keys(tables))
     if (!catalog.byKey.has(key))
-      problems.push({ path: ['tables', key], message: `Source table ${key} does not exist in the source database` });
+      problems.push({
+        path: ['tables', key],
+        message: `Source table ${key} does not exist in the source database`,
+      });
   // The relationship rules of the generator, on the tables alone.
   try {
     await planMapping({ table_name: tableName, tables, connections: [] }, { name: tableName, columns: [] });
@@ -640,13 +694,20 @@ export async function validateTables(scope: CallerScope, tableName: string) {
   const columnType = (fields: string[]): { name: string; type: string | null; problem?: string } => {
     const column = fields.at(-1)!;
     const written = fields.slice(0, -1).join('.');
-    const key = fields.length === 1 ? (Object.keys(tables).length === 1 ? Object.keys(tables)[0] : undefined) : resolve(written);
+    const key =
+      fields.length === 1
+        ? Object.keys(tables).length === 1
+          ? Object.keys(tables)[0]
+          : undefined
+        : resolve(written);
     const name = fields.join('.');
     if (!key) return { name, type: null };
     const table = catalog.byKey.get(key);
     if (!table) return { name, type: null };
     const type = table.columns.get(column);
-    return type ? { name, type } : { name, type: null, problem: `Source table ${key} has no column ${column}` };
+    return type
+      ? { name, type }
+      : { name, type: null, problem: `Source table ${key} has no column ${column}` };
   };
   for (const [key, relation] of Object.entries(tables)) {
     if (relation.relationship !== 'join' || !relation.join_on) continue;
@@ -658,17 +719,22 @@ export async function validateTables(scope: CallerScope, tableName: string) {
     }
     const columnRefs: string[][] = [];
     walkNodes(ast, (kind, value) => {
-      if (kind === 'ColumnRef') columnRefs.push((value.fields as any[]).filter((f) => f.String).map((f) => f.String.sval));
+      if (kind === 'ColumnRef')
+        columnRefs.push((value.fields as any[]).filter((f) => f.String).map((f) => f.String.sval));
     });
     for (const fields of columnRefs) {
       const { problem } = columnType(fields);
-      if (problem) problems.push({ path: ['tables', key, 'join_on'], message: `Join ON of ${key}: ${problem}` });
+      if (problem)
+        problems.push({ path: ['tables', key, 'join_on'], message: `Join ON of ${key}: ${problem}` });
     }
     walkNodes(ast, (kind, value) => {
       if (kind !== 'A_Expr' || value.kind !== 'AEXPR_OP') return;
       const op = value.name?.[0]?.String?.sval;
       if (!['=', '<>', '!=', '<', '>', '<=', '>='].includes(op)) return;
-      const side = (n: any) => (n?.ColumnRef ? columnType(n.ColumnRef.fields.filter((f: any) => f.String).map((f: any) => f.String.sval)) : null);
+      const side = (n: any) =>
+        n?.ColumnRef
+          ? columnType(n.ColumnRef.fields.filter((f: any) => f.String).map((f: any) => f.String.sval))
+          : null;
       const left = side(value.lexpr);
       const right = side(value.rexpr);
       if (left?.type && right?.type && !comparable(left.type, right.type))
@@ -684,7 +750,11 @@ export async function validateTables(scope: CallerScope, tableName: string) {
 // ---- wildcard ----
 
 /** Target columns filled by name from the wildcard tables; explicit connections and transformations win. */
-export function wildcardFields(mapping: TableMappingEntity, target: TargetTable, catalog: SourceCatalog | null) {
+export function wildcardFields(
+  mapping: TableMappingEntity,
+  target: TargetTable,
+  catalog: SourceCatalog | null,
+) {
   const wildcards = mapping.connections
     .filter((c) => c.target_field === WILDCARD_FIELD && !c.stale)
     .map((c) => splitSourceField(c.source_field)!.table);
@@ -722,7 +792,13 @@ export function wildcardFields(mapping: TableMappingEntity, target: TargetTable,
           status: 'confirmed' as const,
         };
     }
-    return { target_field: column.name, source_field: null, expression: null, origin: 'unmapped' as const, status: null };
+    return {
+      target_field: column.name,
+      source_field: null,
+      expression: null,
+      origin: 'unmapped' as const,
+      status: null,
+    };
   });
 }
 
@@ -733,7 +809,11 @@ export async function effectiveWildcard(scope: CallerScope, tableName: string) {
     .filter((c) => c.target_field === WILDCARD_FIELD)
     .map((c) => splitSourceField(c.source_field)!.table);
   const catalog = wildcardTables.length ? await sourceCatalog(scope, workspace) : null;
-  return { table_name: tableName, wildcard_tables: wildcardTables, fields: wildcardFields(mapping, target, catalog) };
+  return {
+    table_name: tableName,
+    wildcard_tables: wildcardTables,
+    fields: wildcardFields(mapping, target, catalog),
+  };
 }
 
 /**
@@ -749,12 +829,22 @@ export async function generationInput(
   const hasWildcard = mapping.connections.some((c) => c.target_field === WILDCARD_FIELD);
   const connections = mapping.connections
     .filter((c) => !c.stale && c.target_field !== WILDCARD_FIELD)
-    .map(({ source_field, target_field, status, confidence }) => ({ source_field, target_field, status, confidence }));
+    .map(({ source_field, target_field, status, confidence }) => ({
+      source_field,
+      target_field,
+      status,
+      confidence,
+    }));
   if (hasWildcard) {
     const catalog = await sourceCatalog(scope, workspace);
     for (const field of wildcardFields(mapping, target, catalog))
       if (field.origin === 'wildcard')
-        connections.push({ source_field: field.source_field!, target_field: field.target_field, status: 'confirmed', confidence: 1 });
+        connections.push({
+          source_field: field.source_field!,
+          target_field: field.target_field,
+          status: 'confirmed',
+          confidence: 1,
+        });
   }
   const transformations = Object.fromEntries(
     Object.entries(mapping.transformations)
@@ -789,7 +879,11 @@ export async function resolveAmbiguity(
         );
       // The candidates that lost are suggestions no longer; the choice becomes a confirmed connection.
       mapping.connections = mapping.connections.filter(
-        (c) => !(c.target_field === target_field && (candidates.includes(c.source_field) || c.source_field === chosen)),
+        (c) =>
+          !(
+            c.target_field === target_field &&
+            (candidates.includes(c.source_field) || c.source_field === chosen)
+          ),
       );
       if (chosen) {
         const candidate = ambiguity.candidates[candidates.indexOf(chosen)];
@@ -800,7 +894,8 @@ export async function resolveAmbiguity(
           confidence: candidate.confidence ?? null,
         });
         const table = splitSourceField(chosen)?.table;
-        if (table && Object.keys(mapping.tables).length === 0) mapping.tables = { [table]: { relationship: 'primary' } };
+        if (table && Object.keys(mapping.tables).length === 0)
+          mapping.tables = { [table]: { relationship: 'primary' } };
       }
       mapping.ambiguities = mapping.ambiguities.filter((a) => a !== ambiguity);
     },
@@ -845,7 +940,11 @@ export async function writeSuggestions(
   const tables = { ...mapping.tables };
   for (const [key, relation] of Object.entries(found.tables ?? {})) {
     if (tables[key]) continue;
-    if (relation.relationship === 'primary' && Object.values(tables).some((t) => t.relationship === 'primary')) continue;
+    if (
+      relation.relationship === 'primary' &&
+      Object.values(tables).some((t) => t.relationship === 'primary')
+    )
+      continue;
     tables[key] = relation;
   }
   mapping.tables = tables;
@@ -976,15 +1075,23 @@ registerWorkspaceExtension({
             : `column ${m.tableName}.${field} is no longer in the schema`;
       let changed = false;
       const connections = m.connections.map((c) => {
-        const reason = c.target_field === WILDCARD_FIELD ? (table ? null : why(c.target_field)) : why(c.target_field);
-        if (reason) stale.push({ target_table: m.tableName, target_field: c.target_field, source_field: c.source_field, reason });
+        const reason =
+          c.target_field === WILDCARD_FIELD ? (table ? null : why(c.target_field)) : why(c.target_field);
+        if (reason)
+          stale.push({
+            target_table: m.tableName,
+            target_field: c.target_field,
+            source_field: c.source_field,
+            reason,
+          });
         if ((c.stale ?? null) !== reason) changed = true;
         return reason ? { ...c, stale: reason } : (({ stale: _s, ...rest }) => rest)(c);
       });
       const transformations = Object.fromEntries(
         Object.entries(m.transformations).map(([field, t]) => {
           const reason = why(field);
-          if (reason) stale.push({ target_table: m.tableName, target_field: field, source_field: null, reason });
+          if (reason)
+            stale.push({ target_table: m.tableName, target_field: field, source_field: null, reason });
           if ((t.stale ?? null) !== reason) changed = true;
           return [field, reason ? { ...t, stale: reason } : (({ stale: _s, ...rest }) => rest)(t)];
         }),

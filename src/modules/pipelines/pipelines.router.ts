@@ -53,7 +53,7 @@ export const pipelinesRouter = router({
       rest(
         'POST',
         `${base}/test-model`,
-        "Run a model on sampled source rows into a temporary table and run its tests",
+        'Run a model on sampled source rows into a temporary table and run its tests',
         tag,
       ),
     )
@@ -62,7 +62,9 @@ export const pipelinesRouter = router({
     .mutation(({ ctx, input }) => pipelines.testModel(ctx, input)),
 
   deleteProject: run
-    .meta(rest('DELETE', `${base}/project`, 'Delete the transformation project of the current workspace', tag))
+    .meta(
+      rest('DELETE', `${base}/project`, 'Delete the transformation project of the current workspace', tag),
+    )
     .input(z.object({}))
     .output(s.deleteOutput)
     .mutation(({ ctx }) => pipelines.deleteProject(ctx)),

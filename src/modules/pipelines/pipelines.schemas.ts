@@ -53,7 +53,13 @@ export const driftOutput = z.object({
     z.object({
       table_name: z.string(),
       reasons: z.array(
-        z.enum(['mapping_committed', 'schema_changed', 'table_added', 'table_removed', 'uncommitted_changes']),
+        z.enum([
+          'mapping_committed',
+          'schema_changed',
+          'table_added',
+          'table_removed',
+          'uncommitted_changes',
+        ]),
       ),
       project_version: z.number().int().nullable(),
       committed_version: z.number().int().nullable(),
@@ -63,7 +69,13 @@ export const driftOutput = z.object({
 
 export const testModelInput = z.object({
   table_name: tableName,
-  sample_size: z.coerce.number().int().min(1).max(10_000).default(100).describe('Model rows to test (at most 10000)'),
+  sample_size: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(10_000)
+    .default(100)
+    .describe('Model rows to test (at most 10000)'),
 });
 
 export const testModelOutput = z.object({

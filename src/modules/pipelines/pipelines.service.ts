@@ -4,7 +4,12 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
-import { generateDbtProject, projectFingerprint, type DbtModelInput, type DbtProjectOptions } from '../../transform/dbt.ts';
+import {
+  generateDbtProject,
+  projectFingerprint,
+  type DbtModelInput,
+  type DbtProjectOptions,
+} from '../../transform/dbt.ts';
 import type { Mapping, TargetTable } from '../../transform/mapping.ts';
 import { registerWorkspaceExtension } from '../workspaces/workspace-extensions.ts';
 import {
@@ -66,7 +71,11 @@ async function projectInputs(scope: Scope, workspace: WorkspaceEntity, only?: st
     });
   }
   const sourceSchema = connectionConfig(scope, workspace, 'source')?.schemas[0] ?? 'public';
-  const options: DbtProjectOptions = { projectName: workspace.name, models, defaultSourceSchema: sourceSchema };
+  const options: DbtProjectOptions = {
+    projectName: workspace.name,
+    models,
+    defaultSourceSchema: sourceSchema,
+  };
   return { options, inputs, skipped };
 }
 
@@ -114,7 +123,13 @@ export async function generateProject(scope: CallerScope, input: { table_names?:
       generatedAt,
     });
   else
-    Object.assign(project, { files, fingerprint, models: inputs, generatedBy: scope.principal.username ?? null, generatedAt });
+    Object.assign(project, {
+      files,
+      fingerprint,
+      models: inputs,
+      generatedBy: scope.principal.username ?? null,
+      generatedAt,
+    });
   await scope.em.flush();
   return {
     workspace_name: workspace.name,
@@ -147,7 +162,10 @@ async function drift(scope: Scope, workspace: WorkspaceEntity) {
     const reasons: ('mapping_committed' | 'schema_changed' | 'table_removed' | 'uncommitted_changes')[] = [];
     if (!after) reasons.push('table_removed');
     else {
-      if (after.committed_version !== before.committed_version || after.mapping_fingerprint !== before.mapping_fingerprint)
+      if (
+        after.committed_version !== before.committed_version ||
+        after.mapping_fingerprint !== before.mapping_fingerprint
+      )
         reasons.push('mapping_committed');
       if (after.schema_fingerprint !== before.schema_fingerprint) reasons.push('schema_changed');
     }
@@ -172,7 +190,8 @@ async function drift(scope: Scope, workspace: WorkspaceEntity) {
   changes.sort((a, b) => a.table_name.localeCompare(b.table_name));
   // Uncommitted edits alone do not put the project out of date: it is built from commits.
   const inSync =
-    current === project.fingerprint && changes.every((c) => c.reasons.every((r) => r === 'uncommitted_changes'));
+    current === project.fingerprint &&
+    changes.every((c) => c.reasons.every((r) => r === 'uncommitted_changes'));
   return { project, current, changes, inSync };
 }
 
@@ -245,7 +264,11 @@ export async function deleteProject(scope: CallerScope) {
   const { workspace, project } = await requireProject(scope);
   const count = project.files.length;
   await scope.em.remove(project).flush();
-  return { success: true as const, message: `Transformation project of ${workspace.name} deleted`, deleted_files: count };
+  return {
+    success: true as const,
+    message: `Transformation project of ${workspace.name} deleted`,
+    deleted_files: count,
+  };
 }
 
 // ---- test-model ----
@@ -257,7 +280,8 @@ export function renderModel(sql: string): string {
   return sql
     .replace(
       /\{\{\s*source\('((?:[^'\\]|\\.)*)',\s*'((?:[^'\\]|\\.)*)'\)\s*\}\}/g,
-      (_, schema: string, table: string) => `${quoteIdent(unescapeJinja(schema))}.${quoteIdent(unescapeJinja(table))}`,
+      (_, schema: string, table: string) =>
+        `${quoteIdent(unescapeJinja(schema))}.${quoteIdent(unescapeJinja(table))}`,
     )
     .replace(/^--.*$/gm, '')
     .trim();
@@ -311,7 +335,9 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     const results: TestResult[] = [];
     const failing = async (where: string, column: string) => {
       const count = await tx.query<{ n: string }>(`select count(*) as n from ${temp} where ${where}`);
-      const rows = await tx.query(`select * from ${temp} where ${where} order by ${quoteIdent(column)} limit ${FAILING_ROWS}`);
+      const rows = await tx.query(
+        `select * from ${temp} where ${where} order by ${quoteIdent(column)} limit ${FAILING_ROWS}`,
+      );
       return { failures: Number(count.rows[0].n), failing_rows: rows.rows };
     };
     for (const column of columns) {
@@ -329,22 +355,47 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
         else if (kind === 'accepted_values') {
           const values = ((test as Record<string, any>).accepted_values?.values ?? []) as unknown[];
           outcome = values.length
-            ? await failing(`${col} is not null and ${col}::text not in (${values.map(literal).join(', ')})`, column.name)
+            ? await failing(
+                `${col} is not null and ${col}::text not in (${values.map(literal).join(', ')})`,
+                column.name,
+              )
             : await failing('false', column.name);
         } else if (kind === 'relationships') {
           const config = (test as Record<string, any>).relationships ?? {};
           const to = /ref\('((?:[^'\\]|\\.)*)'\)/.exec(String(config.to ?? ''))?.[1];
-          const result: TestResult = { ...base, status: 'pass', failures: 0, failing_rows: [], message: null };
+          const result: TestResult = {
+            ...base,
+            status: 'pass',
+            failures: 0,
+            failing_rows: [],
+            message: null,
+          };
           results.push(result);
           if (!to || !config.field) {
-            Object.assign(result, { status: 'error', message: `relationships test needs to: ref('table') and field` });
+            Object.assign(result, {
+              status: 'error',
+              message: `relationships test needs to: ref('table') and field`,
+            });
             continue;
           }
-          const values = await tx.query<{ v: string }>(`select distinct ${col}::text as v from ${temp} where ${col} is not null`);
-          relationshipChecks.push({ result, values: values.rows.map((r) => r.v), to: unescapeJinja(to), field: config.field });
+          const values = await tx.query<{ v: string }>(
+            `select distinct ${col}::text as v from ${temp} where ${col} is not null`,
+          );
+          relationshipChecks.push({
+            result,
+            values: values.rows.map((r) => r.v),
+            to: unescapeJinja(to),
+            field: config.field,
+          });
           continue;
         } else {
-          results.push({ ...base, status: 'error', failures: 0, failing_rows: [], message: `unknown test ${kind}` });
+          results.push({
+            ...base,
+            status: 'error',
+            failures: 0,
+            failing_rows: [],
+            message: `unknown test ${kind}`,
+          });
           continue;
         }
         results.push({
@@ -352,7 +403,9 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
           status: outcome.failures ? 'fail' : 'pass',
           failures: outcome.failures,
           failing_rows: outcome.failing_rows,
-          message: outcome.failures ? `${outcome.failures} of ${rowsTested} rows fail ${kind} on ${column.name}` : null,
+          message: outcome.failures
+            ? `${outcome.failures} of ${rowsTested} rows fail ${kind} on ${column.name}`
+            : null,
         });
       }
     }
@@ -364,7 +417,10 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     if (targetConfig) target = await warehouses(scope.deps).open(targetConfig, `${workspace.id}:target`);
     for (const check of relationshipChecks) {
       if (!target || !targetConfig) {
-        Object.assign(check.result, { status: 'error', message: 'No target warehouse configured to check relationships' });
+        Object.assign(check.result, {
+          status: 'error',
+          message: 'No target warehouse configured to check relationships',
+        });
         continue;
       }
       const table = { schema: targetConfig.schemas[0], name: check.to };

@@ -4,7 +4,11 @@ import { QUERY_VISIBILITIES } from './queries.entity.ts';
 
 const name = z.string().trim().min(1).max(200);
 const description = z.string().max(5000);
-const sql = z.string().min(1).max(100_000).describe('One read-only statement (SELECT / WITH / VALUES / EXPLAIN), checked on save');
+const sql = z
+  .string()
+  .min(1)
+  .max(100_000)
+  .describe('One read-only statement (SELECT / WITH / VALUES / EXPLAIN), checked on save');
 const schemaIdentifier = z
   .string()
   .trim()

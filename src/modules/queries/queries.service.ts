@@ -45,7 +45,10 @@ async function findVisible(scope: CallerScope, id: string): Promise<SavedQueryEn
 async function findEditable(scope: CallerScope, id: string): Promise<SavedQueryEntity> {
   const query = await findVisible(scope, id);
   if (query.ownerId !== scope.principal.id && !isAdmin(scope))
-    throw new AppError('FORBIDDEN', 'Only the owner of a saved query (or an organization admin) may change it');
+    throw new AppError(
+      'FORBIDDEN',
+      'Only the owner of a saved query (or an organization admin) may change it',
+    );
   return query;
 }
 
@@ -73,7 +76,12 @@ export async function listQueries(
     limit: input.limit,
     offset: input.offset,
   });
-  return { queries: queries.map((q) => queryView(scope, q)), total, limit: input.limit, offset: input.offset };
+  return {
+    queries: queries.map((q) => queryView(scope, q)),
+    total,
+    limit: input.limit,
+    offset: input.offset,
+  };
 }
 
 export async function getQuery(scope: CallerScope, id: string) {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { identifierName, jsonObject, timestamp } from '../../trpc/common-schemas.ts';
+import { columnTestConfigSchema } from '../../quality/rules.ts';
 
 /** The portable column types of schema.json (DESIGN §5); the warehouse layer maps them to its dialect. */
 export const PORTABLE_TYPES = [
@@ -62,6 +63,18 @@ function checkTargetSchema(
       if (columnNames.has(columnLower))
         issue([...at, 'name'], `Duplicate column ${table.name}.${column.name}`);
       columnNames.add(columnLower);
+      // Column tests (PUT …/columns/{table}/{column}/test) are stored here; a hand-written schema.json
+      // must hold the same shape, since the quality runner and the dbt project read it as is.
+      const tests = (column as { tests?: unknown }).tests;
+      if (tests !== undefined) {
+        const parsed = columnTestConfigSchema.strict().safeParse(tests);
+        if (!parsed.success)
+          for (const i of parsed.error.issues)
+            issue(
+              [...at, 'tests', ...(i.path as (string | number)[])],
+              `Column tests of ${table.name}.${column.name}: ${i.message}`,
+            );
+      }
       if (!(PORTABLE_TYPES as readonly string[]).includes(column.type))
         issue(
           [...at, 'type'],

@@ -14,6 +14,7 @@ import {
   workspaceByName,
 } from './workspaces.service.ts';
 import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
+import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
 export const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
@@ -38,7 +39,7 @@ export function configView(workspace: WorkspaceEntity) {
     target_config: maskedConfig(workspace, 'target'),
     target_schema: targetSchemaOf(workspace),
     schema_template: workspace.schemaTemplate ?? null,
-    settings: workspace.settings,
+    settings: maskSettingsSecrets(workspace.settings),
     system_prompt: workspace.systemPrompt ?? null,
     success_criteria_prompt: workspace.successCriteriaPrompt ?? null,
     workflow_state: workflowStateOf(workspace),
@@ -79,8 +80,10 @@ export async function saveConfig(
         })),
       });
     const { workspace_name: _ignored, ...settings } = parsed.data;
-    workspace.settings = Object.fromEntries(
-      Object.entries(settings).filter(([, v]) => v !== undefined && v !== null),
+    workspace.settings = sealSettingsSecrets(
+      scope,
+      Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined && v !== null)),
+      workspace.settings,
     );
   }
   if (input.schema_template != null && !(await libraryTemplates()).has(input.schema_template))

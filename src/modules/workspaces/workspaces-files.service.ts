@@ -3,6 +3,7 @@ import type { CallerScope, Scope } from '../../deps.ts';
 import { extensionFiles, type WorkspaceFile } from './workspace-extensions.ts';
 import { WorkspaceCommit, type WorkspaceEntity } from './workspaces.entity.ts';
 import { maskedConfig, targetSchemaOf, workspaceByName } from './workspaces.service.ts';
+import { maskSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 
 const json = (value: unknown) => JSON.stringify(value, null, 2) + '\n';
 
@@ -26,7 +27,7 @@ export async function workspaceFiles(scope: Scope, workspace: WorkspaceEntity): 
       schema_template: workspace.schemaTemplate ?? null,
       source_config: maskedConfig(workspace, 'source'),
       target_config: maskedConfig(workspace, 'target'),
-      settings: workspace.settings,
+      settings: maskSettingsSecrets(workspace.settings),
     }),
   });
   files.push(...(await extensionFiles(scope, workspace)));

@@ -14,6 +14,7 @@ import {
   type UserPreferences,
 } from './workspaces.schemas.ts';
 import { UUID, workspaceByName } from './workspaces.service.ts';
+import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 
 /*
  * One rule for every settings resource: POST replaces what is stored (missing keys fall back to the
@@ -63,8 +64,8 @@ async function adminView(scope: CallerScope, workspaceName: string | undefined) 
     return {
       workspace_name: null,
       scope: 'global' as const,
-      settings: global,
-      effective: { ...ADMIN_SETTINGS_DEFAULTS, ...global } as AdminSettings,
+      settings: maskSettingsSecrets(global),
+      effective: maskSettingsSecrets({ ...ADMIN_SETTINGS_DEFAULTS, ...global }) as AdminSettings,
       is_default: Object.keys(global).length === 0,
     };
   const workspace = await workspaceByName(scope, workspaceName);
@@ -72,8 +73,8 @@ async function adminView(scope: CallerScope, workspaceName: string | undefined) 
   return {
     workspace_name: workspace.name,
     scope: 'workspace' as const,
-    settings: own,
-    effective: { ...ADMIN_SETTINGS_DEFAULTS, ...global, ...own } as AdminSettings,
+    settings: maskSettingsSecrets(own),
+    effective: maskSettingsSecrets({ ...ADMIN_SETTINGS_DEFAULTS, ...global, ...own }) as AdminSettings,
     is_default: Object.keys(own).length === 0,
   };
 }
@@ -94,13 +95,16 @@ export async function writeAdminSettings(
   input: { workspace_name?: string } & Stored,
   mode: 'replace' | 'merge' | 'reset',
 ) {
-  const { workspace_name: workspaceName, ...values } = input;
-  const next = (stored: Stored) =>
-    mode === 'reset'
+  const { workspace_name: workspaceName, ...plain } = input;
+  const next = (stored: Stored) => {
+    // Reverse-ETL destination secrets are sealed before they are stored (masked ones keep the stored).
+    const values = sealSettingsSecrets(scope, plain, stored);
+    return mode === 'reset'
       ? {}
       : mode === 'replace'
         ? pick(values, adminSettingsFields)
         : merge(stored, values, adminSettingsFields);
+  };
   if (workspaceName) {
     const workspace = await workspaceByName(scope, workspaceName);
     workspace.settings = next(workspace.settings);

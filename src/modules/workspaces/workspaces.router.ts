@@ -8,6 +8,8 @@ import * as settings from './workspaces-settings.service.ts';
 import * as config from './workspaces-config.service.ts';
 import * as files from './workspaces-files.service.ts';
 import * as ops from './workspaces-ops.service.ts';
+import * as db from './workspaces-database.schemas.ts';
+import * as database from '../sources/sources.service.ts';
 
 const tag = 'workspaces';
 const read = permissionProcedure('workspace.read');
@@ -346,6 +348,58 @@ export const workspacesRouter = router({
     .input(none)
     .output(s.benchmarkOutput)
     .mutation(({ ctx }) => ops.runBenchmark(ctx)),
+
+  testStoredPassword: read
+    .meta(
+      rest(
+        'POST',
+        `${base}/test-stored-password`,
+        "Test the stored password of the current workspace's data source (422 with the driver's reason)",
+        tag,
+      ),
+    )
+    .input(none)
+    .output(db.testStoredPasswordOutput)
+    .mutation(({ ctx }) => database.testStoredPassword(ctx)),
+
+  databaseCheck: read
+    .meta(
+      rest(
+        'GET',
+        `${base}/{workspace}/database/check`,
+        'Whether the source and target databases of the workspace are configured and reachable',
+        tag,
+      ),
+    )
+    .input(db.databaseCheckInput)
+    .output(db.databaseCheckOutput)
+    .query(({ ctx, input }) => database.databaseCheck(ctx, input.workspace)),
+
+  databaseTest: write
+    .meta(
+      rest(
+        'POST',
+        `${base}/{workspace}/database/test`,
+        'Test the target database connection (stored, or the config sent, without saving it); 422 with the reason',
+        tag,
+      ),
+    )
+    .input(db.databaseTestInput)
+    .output(db.databaseTestOutput)
+    .mutation(({ ctx, input }) => database.databaseTest(ctx, input.workspace, input.config)),
+
+  databaseCatalogs: write
+    .meta(
+      rest(
+        'POST',
+        `${base}/{workspace}/database/catalogs`,
+        'Databases and schemas the target credentials (stored, or sent) can see',
+        tag,
+      ),
+    )
+    .input(db.databaseTestInput)
+    .output(db.databaseCatalogsOutput)
+    .mutation(({ ctx, input }) => database.databaseCatalogs(ctx, input.workspace, input.config)),
 
   workflowState: read
     .meta(

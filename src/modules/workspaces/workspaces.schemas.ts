@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { connectionConfigSchema } from '../../warehouse/config.ts';
 import { jsonObject, pageInput, timestamp } from '../../trpc/common-schemas.ts';
 import { staleConnection, targetSchemaSchema } from '../schemas/schemas.schemas.ts';
+import { reverseEtlDestinations } from '../schemas/reverse-etl.schemas.ts';
 
 /**
  * Single path segments that share /api/workspaces/ with /{workspace_name}; a workspace may not be
@@ -343,6 +344,7 @@ export const adminSettingsFields = {
   mask_pii_in_samples: z
     .boolean()
     .describe('Mask values of PII columns in samples and previews (default true)'),
+  reverse_etl_connections: reverseEtlDestinations,
 };
 export const ADMIN_SETTINGS_DEFAULTS = {
   discovery_confidence_threshold: 0.5,
@@ -353,6 +355,7 @@ export const ADMIN_SETTINGS_DEFAULTS = {
   query_timeout_seconds: 30,
   materialize_batch_size: 10_000,
   mask_pii_in_samples: true,
+  reverse_etl_connections: [],
 };
 export const adminSettings = z.object(adminSettingsFields);
 export type AdminSettings = z.infer<typeof adminSettings>;

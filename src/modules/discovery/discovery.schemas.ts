@@ -1,0 +1,139 @@
+import { z } from 'zod';
+import { timestamp } from '../../trpc/common-schemas.ts';
+import { LLM_MODES } from '../../llm/provider.ts';
+
+const tableList = z.array(z.string().trim().min(1).max(127)).min(1).max(5000);
+
+export const discoverInput = z.object({
+  tables: tableList
+    .optional()
+    .describe(
+      'Source tables to profile (`table` or `schema.table`); default the source config selection, else all',
+    ),
+  target_tables: tableList
+    .optional()
+    .describe('Tables of the target schema to match; default every table of the schema'),
+});
+
+export type DiscoverInput = z.infer<typeof discoverInput>;
+
+const seq = z.number().int().positive().describe('1, 2, 3… within a run; also the SSE `id:`');
+const candidate = z.object({ source_field: z.string(), confidence: z.number() });
+
+export const PROGRESS_STEPS = [
+  'introspected',
+  'profiling',
+  'profiled',
+  'matching',
+  'llm_disabled',
+  'llm_fallback',
+  'written',
+] as const;
+
+export const discoveryEvent = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('started'),
+    seq,
+    run_id: z.string(),
+    workspace_name: z.string(),
+    mode: z
+      .enum(LLM_MODES)
+      .describe('offline, or openai when the process mode and the llm_matching feature allow it'),
+    target_tables: z.array(z.string()),
+  }),
+  z.object({
+    type: z.literal('progress'),
+    seq,
+    step: z.enum(PROGRESS_STEPS),
+    message: z.string(),
+    done: z.number().int().nullable(),
+    total: z.number().int().nullable(),
+    table: z.string().nullable(),
+    reason: z.string().nullable().describe('llm_fallback: budget_exceeded, llm_error or invalid_answer'),
+  }),
+  z.object({
+    type: z.literal('table_profiled'),
+    seq,
+    table: z.string().describe('schema.table'),
+    rows_profiled: z.number().int(),
+    columns: z.array(
+      z.object({
+        name: z.string(),
+        type: z.string(),
+        null_rate: z.number(),
+        distinct_ratio: z.number(),
+        min_length: z.number().int().nullable(),
+        max_length: z.number().int().nullable(),
+        patterns: z.array(z.object({ pattern: z.string(), share: z.number() })),
+      }),
+    ),
+  }),
+  z.object({
+    type: z.literal('suggestion'),
+    seq,
+    target_table: z.string(),
+    target_field: z.string(),
+    source_field: z.string().describe('schema.table.column'),
+    confidence: z.number(),
+    status: z.enum(['suggested', 'confirmed']).describe('confirmed when at or above auto_confirm_threshold'),
+    matched_by: z.enum(['offline', 'openai']),
+  }),
+  z.object({
+    type: z.literal('ambiguity'),
+    seq,
+    target_table: z.string(),
+    target_field: z.string(),
+    candidates: z.array(candidate),
+    reason: z.string(),
+  }),
+  z.object({
+    type: z.literal('completed'),
+    seq,
+    run_id: z.string(),
+    summary: z.object({
+      tables: z.number().int().describe('Source tables profiled'),
+      columns: z.number().int(),
+      target_tables: z.number().int().describe('Mappings written'),
+      fields_suggested: z.number().int(),
+      ambiguities: z.number().int(),
+      llm_calls: z.number().int(),
+      llm_fallbacks: z.number().int(),
+      duration_ms: z.number().int(),
+    }),
+  }),
+  z.object({
+    type: z.literal('cancelled'),
+    seq,
+    run_id: z.string(),
+    message: z.string(),
+  }),
+  z.object({
+    type: z.literal('error'),
+    seq,
+    message: z.string(),
+    code: z.string(),
+    fatal: z.boolean().describe('false: one table was skipped and the run goes on'),
+    table: z.string().nullable(),
+  }),
+]);
+
+export type DiscoveryEvent = z.infer<typeof discoveryEvent>;
+
+export const cancelOutput = z.object({
+  cancelled: z.boolean().describe('A running discovery of the caller was found and marked'),
+  run_ids: z.array(z.string()),
+  message: z.string(),
+});
+
+export const budgetStatusOutput = z.object({
+  period_start: timestamp,
+  period_end: timestamp,
+  monthly_budget_usd: z.number(),
+  spent_usd: z.number(),
+  remaining_usd: z.number(),
+  exceeded: z.boolean(),
+  calls: z.number().int(),
+  total_tokens: z.number().int(),
+  price_per_1k_tokens: z.number(),
+  llm_mode: z.enum(LLM_MODES),
+});

@@ -1,0 +1,541 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError } from '../../app-error.ts';
+import type { AppDeps, CallerScope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import { isFeatureEnabled } from '../../features.ts';
+import { createBudgetMeter } from '../../llm/budget.ts';
+import {
+  matchTable,
+  type SourceTable,
+  type TableMatch,
+  type TargetTable,
+} from '../../llm/offline-matcher.ts';
+import { DEFAULT_LLM_PARAMETERS, type LlmParameters } from '../../llm/parameters.ts';
+import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profile.ts';
+import { llmManager, matchTableWithProvider, type LlmMode, type MatchOutcome } from '../../llm/provider.ts';
+import { warehouses } from '../../warehouse/postgres.ts';
+import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
+import { toAppError } from '../../trpc/errors.ts';
+import { findMapping, writeSuggestions } from '../mappings/mappings.service.ts';
+import { loadLlmParameters } from '../admin/llm-settings.service.ts';
+import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
+import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
+import {
+  connectionConfig,
+  currentWorkspace,
+  targetSchemaOf,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
+import { planMapping, tableKey } from './discovery-plan.ts';
+import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
+
+/** How often a running discovery proves it is alive (and learns of a cancel from another process). */
+export const HEARTBEAT_MS = 15_000;
+/** A running row without a heartbeat for this long belongs to a process that died: it is taken over. */
+export const STALE_AFTER_SECONDS = 60;
+/** Source tables offered to the model per target table: those the offline candidates come from. */
+const PROMPT_TABLES = 8;
+
+type Event = DiscoveryEvent;
+/** An event before it is numbered. */
+type Draft = Event extends infer E ? (E extends Event ? Omit<E, 'seq'> : never) : never;
+
+// ---- the run row: lock, heartbeat, cancel ----
+
+async function acquireRun(scope: CallerScope, workspace: WorkspaceEntity, mode: LlmMode): Promise<string> {
+  const conn = scope.em.getConnection();
+  await conn.execute(
+    `update discovery_runs
+        set status = case when cancel_requested_at is null then 'failed' else 'cancelled' end,
+            reason = 'the process running it stopped responding', finished_at = now()
+      where workspace_id = ? and status = 'running' and heartbeat_at < now() - make_interval(secs => ?)`,
+    [workspace.id, STALE_AFTER_SECONDS],
+  );
+  const [row] = await conn.execute(
+    `insert into discovery_runs (id, organization_id, workspace_id, started_by, status, mode, started_at, heartbeat_at)
+     values (gen_random_uuid(), ?, ?, ?, 'running', ?, now(), now())
+     on conflict (workspace_id) where status = 'running' do nothing
+     returning id`,
+    [workspace.organization.id, workspace.id, scope.principal.id, mode],
+  );
+  if (row) return row.id as string;
+  const [running] = await conn.execute(
+    `select id, started_at from discovery_runs where workspace_id = ? and status = 'running'`,
+    [workspace.id],
+  );
+  throw new AppError(
+    'CONFLICT',
+    `A discovery is already running for workspace ${workspace.name}` +
+      (running ? ` (run ${running.id}, started ${new Date(running.started_at).toISOString()})` : '') +
+      '; wait for it to finish or cancel it (POST /api/workspaces/discover/cancel)',
+    { reason: 'DISCOVERY_RUNNING' },
+  );
+}
+
+/**
+ * The run's liveness and stop conditions: a heartbeat timer (its own unit of work, so it never waits on
+ * the generator's), the client's signal, and a cancel requested from any process.
+ */
+class RunControl {
+  readonly #cancel = new AbortController();
+  readonly #timer: NodeJS.Timeout;
+  readonly signal: AbortSignal;
+
+  constructor(
+    private readonly deps: AppDeps,
+    private readonly runId: string,
+    private readonly clientSignal?: AbortSignal,
+  ) {
+    this.signal = clientSignal ? AbortSignal.any([clientSignal, this.#cancel.signal]) : this.#cancel.signal;
+    this.#timer = setInterval(() => void this.#beat().catch(() => {}), HEARTBEAT_MS).unref();
+  }
+
+  async #beat(em: EntityManager = this.deps.orm.em.fork() as EntityManager): Promise<void> {
+    const [row] = await em
+      .getConnection()
+      .execute(`update discovery_runs set heartbeat_at = now() where id = ? returning cancel_requested_at`, [
+        this.runId,
+      ]);
+    if (row?.cancel_requested_at) this.#cancel.abort();
+  }
+
+  /** At each step: null to go on, or why to stop. */
+  async halt(em: EntityManager): Promise<'disconnected' | 'cancelled' | null> {
+    if (this.clientSignal?.aborted) return 'disconnected';
+    if (!this.#cancel.signal.aborted) await this.#beat(em);
+    if (this.clientSignal?.aborted) return 'disconnected';
+    return this.#cancel.signal.aborted ? 'cancelled' : null;
+  }
+
+  get stopReason(): 'disconnected' | 'cancelled' | null {
+    if (this.clientSignal?.aborted) return 'disconnected';
+    return this.#cancel.signal.aborted ? 'cancelled' : null;
+  }
+
+  dispose() {
+    clearInterval(this.#timer);
+  }
+}
+
+async function finishRun(
+  deps: AppDeps,
+  runId: string,
+  status: 'completed' | 'cancelled' | 'failed',
+  reason: string | null,
+  summary: Record<string, unknown> | null,
+) {
+  await deps.orm.em
+    .fork()
+    .getConnection()
+    .execute(
+      `update discovery_runs set status = ?, reason = ?, summary = ?, finished_at = now() where id = ? and status = 'running'`,
+      [status, reason, summary ? JSON.stringify(summary) : null, runId],
+    );
+}
+
+/** Marks the caller's running discoveries cancelled; each stops at its next step, in whichever process. */
+export async function cancelDiscovery(scope: CallerScope) {
+  const organization = organizationOf(scope.principal);
+  const rows = await scope.em.getConnection().execute(
+    `update discovery_runs set cancel_requested_at = coalesce(cancel_requested_at, now())
+      where organization_id = ? and started_by = ? and status = 'running'
+      returning id`,
+    [organization, scope.principal.id],
+  );
+  const ids = rows.map((r) => String(r.id));
+  return {
+    cancelled: ids.length > 0,
+    run_ids: ids,
+    message: ids.length
+      ? `Cancel requested for ${ids.length} running discovery run(s); each stops at its next step`
+      : 'You have no running discovery',
+  };
+}
+
+// ---- the agent ----
+
+function targetTablesOf(workspace: WorkspaceEntity, wanted: string[] | undefined): TargetTable[] {
+  const schema = targetSchemaOf(workspace);
+  if (!schema)
+    throw new AppError(
+      'CONFLICT',
+      `Workspace ${workspace.name} has no target schema: assign one first (POST /api/workspaces/target-schema/assign)`,
+      { reason: 'NO_TARGET_SCHEMA' },
+    );
+  const tables = schema.tables as unknown as TargetTable[];
+  if (!wanted) return tables;
+  const unknown = wanted.filter((name) => !tables.some((t) => t.name === name));
+  if (unknown.length)
+    throw new AppError('BAD_REQUEST', `The target schema ${schema.name} has no table ${unknown.join(', ')}`, {
+      issues: unknown.map((name) => ({ path: ['target_tables'], message: `unknown target table ${name}` })),
+    });
+  return tables.filter((t) => wanted.includes(t.name));
+}
+
+const round4 = (v: number) => Math.round(v * 10_000) / 10_000;
+
+function profiledEvent(key: string, table: IntrospectedTable, profiles: ColumnProfile[]): Draft {
+  const byName = new Map(profiles.map((p) => [p.column, p]));
+  return {
+    type: 'table_profiled',
+    table: key,
+    rows_profiled: profiles[0]?.rowCount ?? 0,
+    columns: table.columns.map((c) => {
+      const p = byName.get(c.name);
+      return {
+        name: c.name,
+        type: c.type,
+        null_rate: p?.nullRate ?? 0,
+        distinct_ratio: p?.distinctRatio ?? 0,
+        min_length: p?.minLength ?? null,
+        max_length: p?.maxLength ?? null,
+        patterns: (p?.patterns ?? []).map((s) => ({ pattern: s.pattern, share: round4(s.share) })),
+      };
+    }),
+  };
+}
+
+/** The source tables whose columns the offline matcher ranks near the top, for a prompt of bounded size. */
+function promptSources(offline: TableMatch, sources: readonly SourceTable[]): SourceTable[] {
+  const score = new Map<string, number>();
+  for (const field of offline.fields)
+    for (const c of field.candidates.slice(0, 3)) {
+      const table = c.source_field.slice(0, c.source_field.lastIndexOf('.'));
+      score.set(table, (score.get(table) ?? 0) + c.confidence);
+    }
+  const keep = new Set(
+    [...score]
+      .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+      .slice(0, PROMPT_TABLES)
+      .map(([t]) => t),
+  );
+  if (offline.primary_table) keep.add(offline.primary_table);
+  return sources.filter((s) => keep.has(s.name));
+}
+
+interface Summary {
+  tables: number;
+  columns: number;
+  target_tables: number;
+  fields_suggested: number;
+  ambiguities: number;
+  llm_calls: number;
+  llm_fallbacks: number;
+  duration_ms: number;
+}
+
+/**
+ * The discovery agent: one async generator behind the tRPC subscription, the REST event stream and
+ * the run-to-end mutation. Preconditions (workspace, source, target schema, the run lock) throw before
+ * the first event, so the REST route can still answer with a status; later failures become events.
+ * `signal` is the client's: when it aborts the generator stops at its next step and writes nothing more.
+ */
+export async function* discover(
+  scope: CallerScope,
+  input: DiscoverInput,
+  signal?: AbortSignal,
+): AsyncGenerator<Event, void, unknown> {
+  const startedAt = performance.now();
+  const organization = organizationOf(scope.principal);
+  const workspace = await currentWorkspace(scope);
+  const config = connectionConfig(scope, workspace, 'source');
+  if (!config)
+    throw new AppError(
+      'CONFLICT',
+      `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config)`,
+      { reason: 'NO_SOURCE_CONFIG' },
+    );
+  const targets = targetTablesOf(workspace, input.target_tables);
+  const settings = await effectiveAdminSettings(scope, workspace.name);
+  let mode: LlmMode = llmManager.mode;
+  const llmDisabled = mode === 'openai' && !(await isFeatureEnabled(scope, 'llm_matching'));
+  if (llmDisabled) mode = 'offline';
+  const params: LlmParameters =
+    mode === 'openai'
+      ? await loadLlmParameters(scope.em, organization, scope.deps.secrets)
+      : DEFAULT_LLM_PARAMETERS;
+
+  const runId = await acquireRun(scope, workspace, mode);
+  const control = new RunControl(scope.deps, runId, signal);
+  let seq = 0;
+  const event = (draft: Draft): Event => ({ ...draft, seq: ++seq }) as Event;
+  const summary: Summary = {
+    tables: 0,
+    columns: 0,
+    target_tables: 0,
+    fields_suggested: 0,
+    ambiguities: 0,
+    llm_calls: 0,
+    llm_fallbacks: 0,
+    duration_ms: 0,
+  };
+  let ended: { status: 'completed' | 'cancelled' | 'failed'; reason: string | null } | null = null;
+  const progress = (
+    step: Extract<Draft, { type: 'progress' }>['step'],
+    message: string,
+    extra: { done?: number; total?: number; table?: string; reason?: string } = {},
+  ) =>
+    event({
+      type: 'progress',
+      step,
+      message,
+      done: extra.done ?? null,
+      total: extra.total ?? null,
+      table: extra.table ?? null,
+      reason: extra.reason ?? null,
+    });
+
+  /** Stops at a step boundary: a cancel gets its event; a client that left gets nothing. */
+  async function* stopped(why: 'disconnected' | 'cancelled'): AsyncGenerator<Event, void, unknown> {
+    if (why === 'disconnected') {
+      ended = { status: 'cancelled', reason: 'the client disconnected' };
+      return;
+    }
+    ended = { status: 'cancelled', reason: 'cancel requested' };
+    yield event({
+      type: 'cancelled',
+      run_id: runId,
+      message: 'Discovery cancelled; what was written so far is kept',
+    });
+  }
+
+  try {
+    yield event({
+      type: 'started',
+      run_id: runId,
+      workspace_name: workspace.name,
+      mode,
+      target_tables: targets.map((t) => t.name),
+    });
+    if (llmDisabled)
+      yield progress('llm_disabled', 'The llm_matching feature is off for you: the offline matcher answers');
+
+    // 1. Introspect the selected source tables.
+    const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:source`);
+    const introspected = await warehouse.introspect(input.tables ? { tables: input.tables } : {});
+    const tables = introspected.tables.filter((t) => t.columns.length > 0);
+    const byKey = new Map(tables.map((t) => [tableKey(t), t]));
+    summary.tables = tables.length;
+    summary.columns = tables.reduce((n, t) => n + t.columns.length, 0);
+    yield progress(
+      'introspected',
+      `${tables.length} source tables with ${summary.columns} columns in ${introspected.schemas.join(', ')}`,
+      { total: tables.length },
+    );
+
+    // 2. Profile each table in SQL (one statement per table) and detect value patterns.
+    const run = async (sql: string, params: unknown[]) =>
+      (await warehouse.readOnlyQuery(sql, { params, limit: 1 })).rows;
+    const sources: SourceTable[] = [];
+    for (const [i, table] of tables.entries()) {
+      const why = await control.halt(scope.em);
+      if (why) return yield* stopped(why);
+      const key = tableKey(table);
+      let profiles: ColumnProfile[] = [];
+      try {
+        profiles = await profileTable(
+          run,
+          table.schema,
+          table.name,
+          table.columns.map((c) => ({ name: c.name, type: c.type })),
+          { rowLimit: settings.sample_size },
+        );
+        yield event(profiledEvent(key, table, profiles));
+      } catch (error) {
+        const e = toAppError(error);
+        // One unreadable table (permissions, a broken view) leaves the others to match on names and types.
+        yield event({
+          type: 'error',
+          message: `Profiling ${key} failed (${e.code === 'INTERNAL_SERVER_ERROR' ? 'internal error' : e.message}); its columns are matched on names and types only`,
+          code: e.code,
+          fatal: false,
+          table: key,
+        });
+      }
+      sources.push(sourceTableOf(table, profiles, key));
+      if ((i + 1) % 50 === 0 && i + 1 < tables.length)
+        yield progress('profiling', `${i + 1} of ${tables.length} tables profiled`, {
+          done: i + 1,
+          total: tables.length,
+        });
+    }
+    yield progress('profiled', `${tables.length} tables profiled`, {
+      done: tables.length,
+      total: tables.length,
+    });
+
+    // 3. Match each target table and 4. write its suggestions, one transaction per table.
+    const options = {
+      threshold: settings.discovery_confidence_threshold,
+      ambiguityMargin: settings.ambiguity_margin,
+    };
+    const systemPrompt = systemPromptOf(workspace);
+    const successCriteria = workspace.successCriteriaPrompt ?? null;
+    const meter = createBudgetMeter(scope.em, organization, params, {
+      purpose: 'discovery',
+      workspaceId: workspace.id,
+    });
+    for (const [i, target] of targets.entries()) {
+      let why = await control.halt(scope.em);
+      if (why) return yield* stopped(why);
+      yield progress('matching', `Matching ${target.name}`, {
+        done: i,
+        total: targets.length,
+        table: target.name,
+      });
+      let outcome: MatchOutcome;
+      if (mode === 'offline') {
+        outcome = {
+          match: matchTable(target, sources, options),
+          source: 'offline',
+          fallback: null,
+          usage: null,
+        };
+      } else {
+        const narrowed = promptSources(matchTable(target, sources, options), sources);
+        try {
+          outcome = await matchTableWithProvider(
+            { target, sources: narrowed, systemPrompt, successCriteria, options },
+            { params, meter, signal: control.signal, mode },
+          );
+        } catch (error) {
+          const stop = control.stopReason;
+          if (stop) return yield* stopped(stop);
+          throw error;
+        }
+        if (outcome.usage) summary.llm_calls++;
+        if (outcome.fallback) {
+          summary.llm_fallbacks++;
+          yield progress('llm_fallback', outcome.fallback.message, {
+            table: target.name,
+            reason: outcome.fallback.reason,
+          });
+        }
+      }
+
+      why = await control.halt(scope.em);
+      if (why) return yield* stopped(why);
+      const written = await writeTable(
+        scope,
+        workspace,
+        target,
+        outcome.match,
+        byKey,
+        settings.auto_confirm_threshold,
+      );
+      if (!written) continue;
+      summary.target_tables++;
+      for (const c of written.connections) {
+        summary.fields_suggested++;
+        yield event({
+          type: 'suggestion',
+          target_table: target.name,
+          target_field: c.target_field,
+          source_field: c.source_field,
+          confidence: c.confidence,
+          status: c.status,
+          matched_by: outcome.source,
+        });
+      }
+      for (const a of written.ambiguities) {
+        summary.ambiguities++;
+        yield event({
+          type: 'ambiguity',
+          target_table: target.name,
+          target_field: a.target_field,
+          candidates: a.candidates.map((c) => ({
+            source_field: c.source_field,
+            confidence: c.confidence ?? 0,
+          })),
+          reason: a.reason ?? 'Several source columns fit about equally well',
+        });
+      }
+      yield progress(
+        'written',
+        `${target.name}: ${written.connections.length} suggestions, ${written.ambiguities.length} ambiguities`,
+        { done: i + 1, total: targets.length, table: target.name },
+      );
+    }
+
+    summary.duration_ms = Math.round(performance.now() - startedAt);
+    ended = { status: 'completed', reason: null };
+    yield event({ type: 'completed', run_id: runId, summary: { ...summary } });
+  } catch (error) {
+    const stop = control.stopReason;
+    if (stop) return yield* stopped(stop);
+    const e = toAppError(error);
+    const message =
+      e.code === 'INTERNAL_SERVER_ERROR' ? 'Discovery failed with an internal error' : e.message;
+    if (e.code === 'INTERNAL_SERVER_ERROR')
+      scope.deps.logger.error({ err: error, runId }, 'discovery failed');
+    ended = { status: 'failed', reason: message };
+    yield event({ type: 'error', message, code: e.code, fatal: true, table: null });
+  } finally {
+    control.dispose();
+    // Ended from outside while waiting at a yield: the consumer went away.
+    ended ??= {
+      status: 'cancelled',
+      reason: signal?.aborted ? 'the client disconnected' : 'the client stopped reading the events',
+    };
+    summary.duration_ms ||= Math.round(performance.now() - startedAt);
+    await finishRun(scope.deps, runId, ended.status, ended.reason, { ...summary });
+  }
+}
+
+interface WrittenTable {
+  connections: {
+    source_field: string;
+    target_field: string;
+    confidence: number;
+    status: 'suggested' | 'confirmed';
+  }[];
+  ambiguities: {
+    target_field: string;
+    candidates: { source_field: string; confidence: number | null }[];
+    reason?: string | null;
+  }[];
+}
+
+/**
+ * One complete unit: the table's mapping gets the run's suggestions in one transaction. Confirmed
+ * connections stay as they are (writeSuggestions keeps them); null when there was nothing to say
+ * and no mapping to refresh.
+ */
+async function writeTable(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  target: TargetTable,
+  match: TableMatch,
+  sources: ReadonlyMap<string, IntrospectedTable>,
+  autoConfirm: number | null,
+): Promise<WrittenTable | null> {
+  return scope.em.transactional(async (em) => {
+    const tx = { em: em as EntityManager, deps: scope.deps };
+    const existing = await findMapping(tx.em, workspace, target.name);
+    const plan = planMapping(match, sources, existing?.tables ?? {});
+    if (!existing && plan.connections.length === 0 && plan.ambiguities.length === 0) return null;
+    // Read before writing: writeSuggestions changes this same entity.
+    const confirmedBefore = new Set(
+      (existing?.connections ?? []).filter((c) => c.status === 'confirmed').map((c) => c.target_field),
+    );
+    const mapping = await writeSuggestions(tx, workspace, target.name, plan);
+    const ambiguous = new Set(mapping.ambiguities.map((a) => a.target_field));
+    if (autoConfirm !== null)
+      mapping.connections = mapping.connections.map((c) =>
+        c.status === 'suggested' && (c.confidence ?? 0) >= autoConfirm && !ambiguous.has(c.target_field)
+          ? { ...c, status: 'confirmed' as const }
+          : c,
+      );
+    return {
+      connections: mapping.connections
+        .filter((c) => !confirmedBefore.has(c.target_field))
+        .map((c) => ({
+          source_field: c.source_field,
+          target_field: c.target_field,
+          confidence: c.confidence ?? 0,
+          status: c.status,
+        })),
+      ambiguities: mapping.ambiguities,
+    };
+  });
+}

@@ -1,0 +1,508 @@
+import { AppError, notFound } from '../../app-error.ts';
+import type { CallerScope } from '../../deps.ts';
+import { organizationOf } from '../../auth/tenancy.ts';
+import {
+  columnMonitoringConfigSchema,
+  columnTestConfigSchema,
+  tableMonitoringConfigSchema,
+  type ColumnMonitoringConfig,
+  type ColumnTestConfig,
+  type TableMonitoringConfig,
+} from '../../quality/rules.ts';
+import { portableFamily } from '../../warehouse/ddl.ts';
+import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
+import { workspaceWarehouse } from '../sources/sources.service.ts';
+import {
+  connectionConfig,
+  currentWorkspace,
+  replaceTargetSchema,
+  targetSchemaOf,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
+import { SchemaConfig, type SchemaConfigEntity, type SchemaSide } from './schemas.entity.ts';
+import type { TargetSchema } from './schemas.schemas.ts';
+
+/*
+ * Column tests live on the schema.json column (`tests`), where the transformation project reads them
+ * (src/transform/dbt.ts); monitoring thresholds are SchemaConfig rows, so editing them never makes the
+ * project drift. Every config is checked against the schema it names: an unknown table or column → 404.
+ */
+
+type ColumnTest = ReturnType<typeof columnTestConfigSchema.parse>;
+type ColumnMonitoring = ReturnType<typeof columnMonitoringConfigSchema.parse>;
+type TableMonitoring = ReturnType<typeof tableMonitoringConfigSchema.parse>;
+
+/** A column as far as validation needs it: its name and portable type family. */
+interface ColumnInfo {
+  name: string;
+  family: string;
+}
+
+interface ResolvedTable {
+  /** How configs name the table: bare for the target, schema.table for the source. */
+  name: string;
+  columns: ColumnInfo[];
+}
+
+const badConfig = (path: (string | number)[], message: string) =>
+  new AppError('BAD_REQUEST', message, { issues: [{ path: ['config', ...path], message }] });
+
+function requireSchema(workspace: WorkspaceEntity): TargetSchema {
+  const schema = targetSchemaOf(workspace);
+  if (!schema)
+    throw new AppError('NOT_FOUND', `Workspace ${workspace.name} has no schema.json; assign a schema first`);
+  return schema;
+}
+
+function targetTable(workspace: WorkspaceEntity, tableName: string): ResolvedTable {
+  const table = requireSchema(workspace).tables.find((t) => t.name === tableName);
+  if (!table) throw notFound(`Table ${tableName} of the target schema`);
+  return {
+    name: table.name,
+    columns: table.columns.map((c) => ({ name: c.name, family: c.type.toLowerCase() })),
+  };
+}
+
+/** A source table (`schema.table`, or a bare name found in the source config's schemas in order). */
+async function sourceTable(scope: CallerScope, tableName: string): Promise<ResolvedTable> {
+  const { config, warehouse } = await workspaceWarehouse(scope, 'source');
+  const dot = tableName.indexOf('.');
+  const schemas = dot > 0 ? [tableName.slice(0, dot)] : config.schemas;
+  const bare = dot > 0 ? tableName.slice(dot + 1) : tableName;
+  const found = await warehouse.introspect({ schemas, tables: [bare] });
+  const table = schemas
+    .map((s) => found.tables.find((t: IntrospectedTable) => t.schema === s && t.name === bare))
+    .find(Boolean);
+  if (!table) throw notFound(`Table ${tableName} of the source database`);
+  return {
+    name: `${table.schema}.${table.name}`,
+    columns: table.columns.map((c) => ({ name: c.name, family: portableFamily(c.type) })),
+  };
+}
+
+const resolveTable = (scope: CallerScope, workspace: WorkspaceEntity, side: SchemaSide, name: string) =>
+  side === 'target' ? Promise.resolve(targetTable(workspace, name)) : sourceTable(scope, name);
+
+function column(table: ResolvedTable, side: SchemaSide, name: string): ColumnInfo {
+  const found = table.columns.find((c) => c.name === name);
+  if (!found) throw notFound(`Column ${table.name}.${name} of the ${side} schema`);
+  return found;
+}
+
+const NUMERIC = new Set(['integer', 'bigint', 'numeric']);
+const TEMPORAL = new Set(['date', 'timestamp', 'timestamptz']);
+
+/** Range bounds must be comparable with the column: numbers for numbers, dates for dates. */
+function checkRange(
+  range: { min?: number | string; max?: number | string } | undefined,
+  col: ColumnInfo,
+  path: string[],
+) {
+  if (!range) return;
+  if (range.min === undefined && range.max === undefined)
+    throw badConfig(path, 'A range needs min, max or both');
+  for (const key of ['min', 'max'] as const) {
+    const bound = range[key];
+    if (bound === undefined) continue;
+    if (NUMERIC.has(col.family) && !Number.isFinite(Number(bound)))
+      throw badConfig([...path, key], `${key} must be a number for column ${col.name} (${col.family})`);
+    if (TEMPORAL.has(col.family) && Number.isNaN(Date.parse(String(bound))))
+      throw badConfig([...path, key], `${key} must be an ISO date or timestamp for column ${col.name}`);
+    if (!NUMERIC.has(col.family) && !TEMPORAL.has(col.family) && col.family !== 'text')
+      throw badConfig(path, `A range does not apply to column ${col.name} of type ${col.family}`);
+  }
+  if (
+    range.min !== undefined &&
+    range.max !== undefined &&
+    NUMERIC.has(col.family) &&
+    Number(range.min) > Number(range.max)
+  )
+    throw badConfig(path, 'min is greater than max');
+}
+
+// ---- column tests (target schema.json) ----
+
+function testView(workspace: WorkspaceEntity, tableName: string, columnName: string, tests: unknown) {
+  const parsed = tests === undefined ? null : columnTestConfigSchema.safeParse(tests);
+  return {
+    workspace_name: workspace.name,
+    schema_type: 'target' as const,
+    table_name: tableName,
+    column_name: columnName,
+    configured: !!parsed?.success,
+    config: parsed?.success ? parsed.data : null,
+  };
+}
+
+function schemaColumn(workspace: WorkspaceEntity, tableName: string, columnName: string) {
+  targetTable(workspace, tableName);
+  const table = requireSchema(workspace).tables.find((t) => t.name === tableName)!;
+  const col = table.columns.find((c) => c.name === columnName);
+  if (!col) throw notFound(`Column ${tableName}.${columnName} of the target schema`);
+  return col;
+}
+
+export async function getColumnTest(scope: CallerScope, tableName: string, columnName: string) {
+  const workspace = await currentWorkspace(scope);
+  return testView(workspace, tableName, columnName, schemaColumn(workspace, tableName, columnName).tests);
+}
+
+async function writeColumnTests(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  tableName: string,
+  columnName: string,
+  tests: ColumnTest | undefined,
+) {
+  const next = structuredClone(requireSchema(workspace));
+  const col = next.tables.find((t) => t.name === tableName)!.columns.find((c) => c.name === columnName)!;
+  if (tests) col.tests = tests;
+  else delete col.tests;
+  await replaceTargetSchema(scope, workspace, next, {
+    template: workspace.schemaTemplate ?? null,
+    customized: true,
+  });
+}
+
+export async function putColumnTest(
+  scope: CallerScope,
+  tableName: string,
+  columnName: string,
+  input: ColumnTestConfig,
+) {
+  const workspace = await currentWorkspace(scope);
+  const table = targetTable(workspace, tableName);
+  const col = column(table, 'target', columnName);
+  const config = columnTestConfigSchema.parse(input);
+  if (config.relationships) {
+    const { to, field } = config.relationships;
+    // The project renders it as ref(to): it must name a table of the target schema.
+    const referenced = requireSchema(workspace).tables.find((t) => t.name === to);
+    if (!referenced)
+      throw badConfig(['relationships', 'to'], `relationships.to: ${to} is not a table of the target schema`);
+    if (!referenced.columns.some((c) => c.name === field))
+      throw badConfig(['relationships', 'field'], `relationships.field: ${to} has no column ${field}`);
+  }
+  checkRange(config.range, col, ['range']);
+  if (config.regex !== undefined) {
+    try {
+      new RegExp(config.regex);
+    } catch (error) {
+      throw badConfig(['regex'], `regex does not compile: ${(error as Error).message}`);
+    }
+  }
+  if (
+    config.accepted_values &&
+    NUMERIC.has(col.family) &&
+    config.accepted_values.some((v) => !Number.isFinite(Number(v)))
+  )
+    throw badConfig(
+      ['accepted_values'],
+      `accepted_values must be numbers for column ${col.name} (${col.family})`,
+    );
+  await writeColumnTests(scope, workspace, tableName, columnName, config);
+  return testView(workspace, tableName, columnName, config);
+}
+
+export async function deleteColumnTest(scope: CallerScope, tableName: string, columnName: string) {
+  const workspace = await currentWorkspace(scope);
+  if (schemaColumn(workspace, tableName, columnName).tests === undefined)
+    throw notFound(`Test configuration of column ${tableName}.${columnName}`);
+  await writeColumnTests(scope, workspace, tableName, columnName, undefined);
+  return testView(workspace, tableName, columnName, undefined);
+}
+
+// ---- monitoring configs (SchemaConfig rows) ----
+
+type MonitoringKind = 'column_monitoring' | 'table_monitoring';
+
+function configRow(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  side: SchemaSide,
+  tableName: string,
+  columnName: string,
+  kind: MonitoringKind,
+) {
+  return scope.em.findOne(SchemaConfig, {
+    organization: organizationOf(scope.principal),
+    workspace: workspace.id,
+    schemaType: side,
+    tableName,
+    columnName,
+    kind,
+  });
+}
+
+async function upsert(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  key: { side: SchemaSide; tableName: string; columnName: string; kind: MonitoringKind },
+  config: Record<string, unknown>,
+) {
+  let row = await configRow(scope, workspace, key.side, key.tableName, key.columnName, key.kind);
+  const updatedBy = scope.principal.username;
+  if (row) Object.assign(row, { config, updatedBy });
+  else
+    row = scope.em.create(SchemaConfig, {
+      organization: organizationOf(scope.principal),
+      workspace: workspace.id,
+      schemaType: key.side,
+      tableName: key.tableName,
+      columnName: key.columnName,
+      kind: key.kind,
+      config,
+      updatedBy,
+    });
+  await scope.em.flush();
+  return row;
+}
+
+function columnMonitoringView(
+  workspace: WorkspaceEntity,
+  side: SchemaSide,
+  tableName: string,
+  columnName: string,
+  row: SchemaConfigEntity | null,
+) {
+  return {
+    workspace_name: workspace.name,
+    schema_type: side,
+    table_name: tableName,
+    column_name: columnName,
+    configured: !!row,
+    config: row ? columnMonitoringConfigSchema.parse(row.config) : null,
+    updated_at: row?.updatedAt ?? null,
+  };
+}
+
+function tableMonitoringView(
+  workspace: WorkspaceEntity,
+  side: SchemaSide,
+  tableName: string,
+  row: SchemaConfigEntity | null,
+) {
+  return {
+    workspace_name: workspace.name,
+    schema_type: side,
+    table_name: tableName,
+    configured: !!row,
+    config: row ? tableMonitoringConfigSchema.parse(row.config) : null,
+    updated_at: row?.updatedAt ?? null,
+  };
+}
+
+interface ColumnKey {
+  table_name: string;
+  column_name: string;
+  schema_type: SchemaSide;
+}
+
+export async function getColumnMonitoring(scope: CallerScope, key: ColumnKey) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const col = column(table, key.schema_type, key.column_name);
+  const row = await configRow(scope, workspace, key.schema_type, table.name, col.name, 'column_monitoring');
+  return columnMonitoringView(workspace, key.schema_type, table.name, col.name, row);
+}
+
+export async function putColumnMonitoring(scope: CallerScope, key: ColumnKey, input: ColumnMonitoringConfig) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const col = column(table, key.schema_type, key.column_name);
+  const config = columnMonitoringConfigSchema.parse(input);
+  checkRange(config.range, col, ['range']);
+  const { min, max } = config.distinct ?? {};
+  if (min !== undefined && max !== undefined && min > max)
+    throw badConfig(['distinct'], 'distinct.min is greater than distinct.max');
+  const row = await upsert(
+    scope,
+    workspace,
+    { side: key.schema_type, tableName: table.name, columnName: col.name, kind: 'column_monitoring' },
+    config,
+  );
+  return columnMonitoringView(workspace, key.schema_type, table.name, col.name, row);
+}
+
+export async function deleteColumnMonitoring(scope: CallerScope, key: ColumnKey) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const col = column(table, key.schema_type, key.column_name);
+  const row = await configRow(scope, workspace, key.schema_type, table.name, col.name, 'column_monitoring');
+  if (!row) throw notFound(`Monitoring configuration of column ${table.name}.${col.name}`);
+  await scope.em.remove(row).flush();
+  return columnMonitoringView(workspace, key.schema_type, table.name, col.name, null);
+}
+
+interface TableKey {
+  table_name: string;
+  schema_type: SchemaSide;
+}
+
+export async function getTableMonitoring(scope: CallerScope, key: TableKey) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const row = await configRow(scope, workspace, key.schema_type, table.name, '', 'table_monitoring');
+  return tableMonitoringView(workspace, key.schema_type, table.name, row);
+}
+
+export async function putTableMonitoring(scope: CallerScope, key: TableKey, input: TableMonitoringConfig) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const config = tableMonitoringConfigSchema.parse(input);
+  const freshnessColumn = config.freshness?.column;
+  if (freshnessColumn !== undefined) {
+    const col = table.columns.find((c) => c.name === freshnessColumn);
+    if (!col)
+      throw badConfig(
+        ['freshness', 'column'],
+        `freshness.column: ${table.name} has no column ${freshnessColumn}`,
+      );
+    if (!TEMPORAL.has(col.family))
+      throw badConfig(
+        ['freshness', 'column'],
+        `freshness.column: ${freshnessColumn} is ${col.family}, not a date or timestamp`,
+      );
+  }
+  const { min_rows: minRows, max_rows: maxRows } = config.volume ?? {};
+  if (minRows !== undefined && maxRows !== undefined && minRows > maxRows)
+    throw badConfig(['volume'], 'volume.min_rows is greater than volume.max_rows');
+  const row = await upsert(
+    scope,
+    workspace,
+    { side: key.schema_type, tableName: table.name, columnName: '', kind: 'table_monitoring' },
+    config,
+  );
+  return tableMonitoringView(workspace, key.schema_type, table.name, row);
+}
+
+export async function deleteTableMonitoring(scope: CallerScope, key: TableKey) {
+  const workspace = await currentWorkspace(scope);
+  const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
+  const row = await configRow(scope, workspace, key.schema_type, table.name, '', 'table_monitoring');
+  if (!row) throw notFound(`Monitoring configuration of table ${table.name}`);
+  await scope.em.remove(row).flush();
+  return tableMonitoringView(workspace, key.schema_type, table.name, null);
+}
+
+// ---- reading them all (the summary route, and the monitoring runner) ----
+
+export interface QualityConfigs {
+  workspace_name: string;
+  /** The PostgreSQL schema target tables live in (the target config's first schema; 'public' without one). */
+  target_schema: string;
+  /** Target table names are bare (in target_schema); source table names are `schema.table`. */
+  column_tests: {
+    schema_type: 'target';
+    table_name: string;
+    column_name: string;
+    config: ColumnTest;
+    orphaned: false;
+  }[];
+  column_monitoring: {
+    schema_type: SchemaSide;
+    table_name: string;
+    column_name: string;
+    config: ColumnMonitoring;
+    /** The column is no longer in schema.json (target only; source configs are checked when written). */
+    orphaned: boolean;
+  }[];
+  table_monitoring: {
+    schema_type: SchemaSide;
+    table_name: string;
+    config: TableMonitoring;
+    orphaned: boolean;
+  }[];
+}
+
+/**
+ * Every test and monitoring config of a workspace, parsed with the schemas of src/quality/rules.ts
+ * (defaults such as severity filled in). For the monitoring runner: run what is not orphaned.
+ */
+export async function listQualityConfigs(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+): Promise<QualityConfigs> {
+  const schema = targetSchemaOf(workspace);
+  const columns = new Map<string, Set<string>>(
+    (schema?.tables ?? []).map((t) => [t.name, new Set(t.columns.map((c) => c.name))]),
+  );
+  const columnTests: QualityConfigs['column_tests'] = [];
+  for (const table of schema?.tables ?? [])
+    for (const col of table.columns) {
+      if (col.tests === undefined) continue;
+      const parsed = columnTestConfigSchema.safeParse(col.tests);
+      if (parsed.success)
+        columnTests.push({
+          schema_type: 'target',
+          table_name: table.name,
+          column_name: col.name,
+          config: parsed.data,
+          orphaned: false,
+        });
+    }
+  const rows = await scope.em.find(
+    SchemaConfig,
+    {
+      organization: organizationOf(scope.principal),
+      workspace: workspace.id,
+      kind: { $in: ['column_monitoring', 'table_monitoring'] },
+    },
+    { orderBy: { schemaType: 'asc', tableName: 'asc', columnName: 'asc' } },
+  );
+  const orphaned = (row: SchemaConfigEntity) =>
+    row.schemaType === 'target' &&
+    (!columns.has(row.tableName) ||
+      (row.columnName !== '' && !columns.get(row.tableName)!.has(row.columnName)));
+  return {
+    workspace_name: workspace.name,
+    target_schema: connectionConfig(scope, workspace, 'target')?.schemas[0] ?? 'public',
+    column_tests: columnTests,
+    column_monitoring: rows
+      .filter((r) => r.kind === 'column_monitoring')
+      .map((r) => ({
+        schema_type: r.schemaType,
+        table_name: r.tableName,
+        column_name: r.columnName,
+        config: columnMonitoringConfigSchema.parse(r.config),
+        orphaned: orphaned(r),
+      })),
+    table_monitoring: rows
+      .filter((r) => r.kind === 'table_monitoring')
+      .map((r) => ({
+        schema_type: r.schemaType,
+        table_name: r.tableName,
+        config: tableMonitoringConfigSchema.parse(r.config),
+        orphaned: orphaned(r),
+      })),
+  };
+}
+
+const TEST_KINDS = ['not_null', 'unique', 'accepted_values', 'relationships', 'range', 'regex'] as const;
+
+export async function qualityConfigsSummary(scope: CallerScope) {
+  const workspace = await currentWorkspace(scope);
+  const all = await listQualityConfigs(scope, workspace);
+  const testsByKind: Record<string, number> = Object.fromEntries(TEST_KINDS.map((k) => [k, 0]));
+  for (const t of all.column_tests)
+    for (const k of TEST_KINDS) if (t.config[k] !== undefined && t.config[k] !== false) testsByKind[k]++;
+  const tables = new Set(
+    [...all.column_tests, ...all.column_monitoring, ...all.table_monitoring].map(
+      (c) => `${c.schema_type}:${c.table_name}`,
+    ),
+  );
+  return {
+    workspace_name: workspace.name,
+    totals: {
+      column_tests: all.column_tests.length,
+      column_monitoring: all.column_monitoring.length,
+      table_monitoring: all.table_monitoring.length,
+      tables_covered: tables.size,
+      orphaned: [...all.column_monitoring, ...all.table_monitoring].filter((c) => c.orphaned).length,
+    },
+    tests_by_kind: testsByKind,
+    column_tests: all.column_tests,
+    column_monitoring: all.column_monitoring,
+    table_monitoring: all.table_monitoring,
+  };
+}

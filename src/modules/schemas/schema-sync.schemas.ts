@@ -1,0 +1,155 @@
+import { z } from 'zod';
+import { timestamp } from '../../trpc/common-schemas.ts';
+import { staleConnection } from './schemas.schemas.ts';
+import { reverseEtlDestination } from './reverse-etl.schemas.ts';
+
+const indicator = z
+  .enum(['in_sync', 'pending', 'drifted', 'error'])
+  .describe(
+    'in_sync: the warehouse matches schema.json; pending: a sync would add what is missing; drifted: the warehouse has columns or types schema.json does not (a sync keeps them unless allow_destructive); error: it cannot be compared',
+  );
+
+const column = z.object({ table: z.string(), column: z.string(), type: z.string() });
+
+export const schemaDiff = z.object({
+  in_sync: z.boolean(),
+  missing_tables: z.array(z.string()),
+  extra_tables: z
+    .array(z.string())
+    .describe('Tables of the target schema that schema.json does not describe'),
+  missing_columns: z.array(column),
+  extra_columns: z.array(column),
+  type_mismatches: z.array(
+    z.object({ table: z.string(), column: z.string(), expected: z.string(), actual: z.string() }),
+  ),
+  nullability_mismatches: z.array(
+    z.object({
+      table: z.string(),
+      column: z.string(),
+      expected_nullable: z.boolean(),
+      actual_nullable: z.boolean(),
+    }),
+  ),
+  primary_key_mismatches: z.array(
+    z.object({ table: z.string(), expected: z.array(z.string()), actual: z.array(z.string()) }),
+  ),
+});
+
+export const syncStatusOutput = z.object({
+  workspace_name: z.string(),
+  status: indicator,
+  message: z.string(),
+  target_schema: z.string().nullable().describe('PostgreSQL schema of the target tables'),
+  tables: z.array(
+    z.object({
+      table_name: z.string(),
+      status: indicator,
+      exists: z.boolean(),
+      missing_columns: z.array(z.string()),
+      extra_columns: z.array(z.string()),
+      type_mismatches: z.array(z.string()),
+    }),
+  ),
+  differences: schemaDiff.nullable(),
+  pending_statements: z.array(z.string()).describe('What a sync without allow_destructive would run'),
+  destructive_changes: z.array(z.string()).describe('What only a sync with allow_destructive changes'),
+  last_synced_at: timestamp.nullable(),
+  schema_changed_since_sync: z.boolean().nullable().describe('null when never synced'),
+});
+
+export const syncInput = z.object({
+  allow_destructive: z
+    .boolean()
+    .default(false)
+    .describe('Drop columns schema.json no longer has and change column types (can lose data)'),
+  dry_run: z.boolean().default(false).describe('Only report the statements'),
+  grant_user: z.string().min(1).max(63).optional().describe('Also grant usage and DML on the tables'),
+});
+
+export const syncOutput = z.object({
+  workspace_name: z.string(),
+  applied: z.boolean(),
+  dry_run: z.boolean(),
+  target_schema: z.string(),
+  statements: z.array(z.string()),
+  skipped: z.array(z.string()).describe('Destructive changes refused without allow_destructive'),
+  status: indicator.describe('After the sync'),
+  before: schemaDiff,
+  after: schemaDiff,
+  stale_connections: z
+    .array(staleConnection)
+    .describe('Mapping connections to fields that no longer exist; flagged, not dropped'),
+  synced_at: timestamp.nullable(),
+});
+
+export const ddlInput = z.object({
+  grant_user: z
+    .string()
+    .min(1)
+    .max(63)
+    .optional()
+    .describe('A role to grant usage on the schema and DML on every table'),
+});
+
+export const ddlOutput = z.object({
+  workspace_name: z.string(),
+  target_schema: z.string(),
+  grant_user: z.string().nullable(),
+  table_count: z.number().int(),
+  statements: z.array(z.string()),
+  ddl: z.string().describe('The statements as one script'),
+});
+
+// ---- reverse-ETL connections ----
+
+const assignmentMode = z
+  .enum(['append', 'replace', 'upsert'])
+  .describe('How rows are written: append, replace everything, or upsert on the primary key (postgres only)');
+
+export const connectionsOutput = z.object({
+  workspace_name: z.string(),
+  defined_in: z
+    .enum(['workspace', 'global'])
+    .describe('Admin settings level the destinations come from (key reverse_etl_connections)'),
+  connections: z.array(
+    z.intersection(reverseEtlDestination, z.object({ assigned_tables: z.array(z.string()) })),
+  ),
+  assignments: z.array(
+    z.object({
+      table_name: z.string(),
+      connection_name: z.string(),
+      destination_table: z.string(),
+      mode: assignmentMode,
+      updated_at: timestamp,
+      table_missing: z.boolean().describe('The table is no longer in schema.json'),
+      connection_missing: z.boolean().describe('The connection is no longer defined in the settings'),
+    }),
+  ),
+});
+
+export const assignConnectionInput = z.object({
+  table_name: z.string().min(1).max(63),
+  connection_name: z
+    .string()
+    .min(1)
+    .max(63)
+    .nullable()
+    .describe('A connection of GET /api/schemas/workspace/connections; null removes the assignment'),
+  destination_table: z
+    .string()
+    .min(1)
+    .max(255)
+    .optional()
+    .describe('Table (or file/endpoint label) at the destination; default the table name'),
+  mode: assignmentMode.default('replace'),
+});
+
+export const assignConnectionOutput = z.object({
+  workspace_name: z.string(),
+  table_name: z.string(),
+  assigned: z.boolean(),
+  connection: reverseEtlDestination.nullable(),
+  destination_table: z.string().nullable(),
+  mode: assignmentMode.nullable(),
+  updated_at: timestamp.nullable(),
+});

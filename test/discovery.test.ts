@@ -1,0 +1,827 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createTRPCClient, httpLink, httpSubscriptionLink, splitLink } from '@trpc/client';
+import { EventSource } from 'eventsource';
+import { createParser } from 'eventsource-parser';
+import pg from 'pg';
+import superjson from 'superjson';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import type { AppRouter } from '../src/trpc/router.ts';
+import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
+import { planMapping, proposeJoin } from '../src/modules/discovery/discovery-plan.ts';
+import type { IntrospectedTable } from '../src/warehouse/warehouse.ts';
+
+/*
+ * The discovery agent over a real PostgreSQL source: the REST event stream read with a real SSE
+ * parser, the tRPC subscription through @trpc/client, cancel, disconnect, the per-workspace lock, and
+ * openai mode against a local OpenAI-compatible server (valid, malformed, budget spent).
+ */
+const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const dbName = unique('dimas_disc_').toLowerCase();
+const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
+
+async function sql(url: string, text: string, params: unknown[] = []) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+const sourceConfig = (schemas: string[], tables?: string[]) => ({
+  type: 'postgres',
+  host: '127.0.0.1',
+  port: 5432,
+  database: dbName,
+  user: 'postgres',
+  password: 'trust',
+  schemas,
+  ...(tables ? { tables } : {}),
+});
+
+const targetSchema = {
+  name: 'c360',
+  tables: [
+    {
+      name: 'customers',
+      primary_key: ['customer_id'],
+      columns: [
+        { name: 'customer_id', type: 'text', nullable: false, description: 'Identifier of the customer' },
+        { name: 'email', type: 'text' },
+        { name: 'first_name', type: 'text' },
+        { name: 'last_name', type: 'text' },
+        { name: 'phone', type: 'text' },
+        { name: 'city', type: 'text' },
+        { name: 'country_code', type: 'text' },
+        { name: 'loyalty_points', type: 'integer', description: 'Points balance in the loyalty program' },
+      ],
+    },
+    {
+      name: 'orders',
+      primary_key: ['order_id'],
+      columns: [
+        { name: 'order_id', type: 'text', nullable: false },
+        { name: 'customer_id', type: 'text' },
+        { name: 'order_total', type: 'numeric' },
+        { name: 'ordered_at', type: 'timestamptz' },
+      ],
+    },
+  ],
+};
+
+let server: TestServer;
+let tenant: Tenant;
+let viewer: TestUser;
+let superAdmin: string;
+
+// ---------------------------------------------------------------- a local OpenAI-compatible server
+
+interface Canned {
+  status?: number;
+  content?: string;
+}
+let llm: Server;
+let llmUrl: string;
+const llmQueue: Canned[] = [];
+const llmRequests: { headers: IncomingMessage['headers']; body: any }[] = [];
+
+function answer(res: ServerResponse, c: Canned) {
+  if (c.status && c.status !== 200) {
+    res.writeHead(c.status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(
+    JSON.stringify({
+      id: 'chatcmpl-test',
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: 'test-model',
+      choices: [
+        { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: c.content ?? '' } },
+      ],
+      usage: { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 },
+    }),
+  );
+}
+
+// ---------------------------------------------------------------- helpers
+
+/** A workspace of the tenant's admin, selected, over the scratch source and the target schema above. */
+async function workspaceFor(t: Tenant, options: { schemas?: string[]; tables?: string[] } = {}) {
+  const name = unique('disc');
+  const created = await call(server, 'POST', '/api/workspaces/create', {
+    token: t.admin.token,
+    body: { name, select: true },
+  });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+    token: t.admin.token,
+    body: {
+      source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
+      target_schema: targetSchema,
+    },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return name;
+}
+
+async function select(user: TestUser, workspace: string) {
+  const res = await call(server, 'POST', '/api/workspaces/select', {
+    token: user.token,
+    body: { workspace_name: workspace },
+  });
+  expect(res.status).toBe(200);
+}
+
+/**
+ * POST /api/workspaces/discover read as a client does: fetch, then the byte stream through
+ * eventsource-parser. `onEvent` may return true to stop reading (the connection is then closed).
+ */
+async function stream(
+  token: string,
+  body: unknown = {},
+  onEvent: (e: DiscoveryEvent, ids: string[]) => boolean | void | Promise<boolean | void> = () => {},
+) {
+  const controller = new AbortController();
+  const res = await fetch(`${server.url}/api/workspaces/discover`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  if (!res.headers.get('content-type')?.startsWith('text/event-stream'))
+    return {
+      status: res.status,
+      error: await res.json(),
+      events: [] as DiscoveryEvent[],
+      ids: [],
+      comments: [],
+    };
+  const events: DiscoveryEvent[] = [];
+  const ids: string[] = [];
+  const comments: string[] = [];
+  let stop = false;
+  const pending: DiscoveryEvent[] = [];
+  const parser = createParser({
+    onEvent: (message) => {
+      ids.push(message.id ?? '');
+      pending.push(JSON.parse(message.data));
+    },
+    onComment: (comment) => comments.push(comment),
+  });
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  try {
+    while (!stop) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parser.feed(value);
+      while (pending.length && !stop) {
+        const e = pending.shift()!;
+        events.push(e);
+        if (await onEvent(e, ids)) stop = true;
+      }
+    }
+  } finally {
+    if (stop) controller.abort();
+  }
+  return { status: res.status, error: null, events, ids, comments };
+}
+
+async function runRow(runId: string) {
+  const [row] = await server.deps.orm.em
+    .fork()
+    .getConnection()
+    .execute('select status, reason, summary, cancel_requested_at from discovery_runs where id = ?', [runId]);
+  return row;
+}
+
+async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (ok(v) || Date.now() > deadline) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function trpc(token: string) {
+  return createTRPCClient<AppRouter>({
+    links: [
+      splitLink({
+        condition: (op) => op.type === 'subscription',
+        true: httpSubscriptionLink({
+          url: `${server.url}/trpc`,
+          transformer: superjson,
+          EventSource,
+          eventSourceOptions: {
+            fetch: (input, init) =>
+              fetch(input, { ...init, headers: { ...init?.headers, authorization: `Bearer ${token}` } }),
+          },
+        }),
+        false: httpLink({
+          url: `${server.url}/trpc`,
+          transformer: superjson,
+          headers: { authorization: `Bearer ${token}` },
+        }),
+      }),
+    ],
+  });
+}
+
+// ---------------------------------------------------------------- setup
+
+beforeAll(async () => {
+  await sql(ADMIN_URL, `create database "${dbName}"`);
+  await sql(
+    dbUrl,
+    `create schema crm; create schema slow;
+     create table crm.customers (id integer primary key, first_name text, last_name text, email text,
+       phone text, city text, country text, created_at timestamptz default now());
+     create table crm.orders (id integer primary key, customer_id integer references crm.customers (id),
+       total numeric(10,2), ordered_at timestamptz);
+     create table crm.loyalty (member_no text primary key, customer_id integer, points_balance integer);
+     insert into crm.customers (id, first_name, last_name, email, phone, city, country)
+       select g, 'name' || g, 'last' || g, 'user' || g || '@example.com', '+1 415 555 ' || lpad(g::text, 4, '0'),
+              (array['Paris','Berlin','Austin'])[1 + g % 3], (array['FR','DE','US'])[1 + g % 3]
+         from generate_series(1, 40) g;
+     insert into crm.orders select g, 1 + g % 40, g * 1.5, now() - g * interval '1 day' from generate_series(1, 80) g;
+     insert into crm.loyalty select 'M' || g, g, g * 10 from generate_series(1, 40) g;
+     -- Slow relations: each profile of one takes about a second, so a run can be caught mid-way.
+     create table slow.customers (id integer primary key, email text);
+     insert into slow.customers values (1, 'a@b.co');
+     ${[1, 2, 3, 4, 5, 6]
+       .map(
+         (i) =>
+           `create view slow.zz_wait_${i} as select g as id, pg_sleep(0.25)::text as nap from generate_series(1, 4) g;`,
+       )
+       .join('\n')}`,
+  );
+  llm = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (chunk) => (raw += chunk));
+    req.on('end', () => {
+      if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return void res.writeHead(404).end();
+      llmRequests.push({ headers: req.headers, body: JSON.parse(raw) });
+      answer(res, llmQueue.shift() ?? { status: 500 });
+    });
+  });
+  await new Promise<void>((resolve) => llm.listen(0, '127.0.0.1', resolve));
+  llmUrl = `http://127.0.0.1:${(llm.address() as AddressInfo).port}/v1`;
+
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  viewer = await tenant.addUser(['viewer']);
+  superAdmin = await superAdminToken(server);
+});
+
+afterAll(async () => {
+  await server?.close();
+  llm?.closeAllConnections();
+  await new Promise((resolve) => llm?.close(resolve));
+  await sql(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+});
+
+// ---------------------------------------------------------------- the agent
+
+describe('POST /api/workspaces/discover (REST event stream)', () => {
+  it('streams the steps as SSE and writes suggestions into the mappings', async () => {
+    await workspaceFor(tenant);
+    const { status, events, ids } = await stream(tenant.admin.token);
+    expect(status).toBe(200);
+    expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+    expect(ids).toEqual(events.map((e) => String(e.seq)));
+    expect(events[0]).toMatchObject({
+      type: 'started',
+      mode: 'offline',
+      target_tables: ['customers', 'orders'],
+    });
+    expect(events.at(-1)!.type).toBe('completed');
+
+    const profiled = events.filter((e) => e.type === 'table_profiled');
+    expect(profiled.map((e) => e.table).sort()).toEqual(['crm.customers', 'crm.loyalty', 'crm.orders']);
+    const customers = profiled.find((e) => e.table === 'crm.customers')!;
+    expect(customers.rows_profiled).toBe(40);
+    const email = customers.columns.find((c) => c.name === 'email')!;
+    expect(email).toMatchObject({ null_rate: 0, distinct_ratio: 1 });
+    expect(email.patterns[0]).toMatchObject({ pattern: 'email' });
+    expect(customers.columns.find((c) => c.name === 'created_at')).toBeTruthy();
+
+    const suggestions = events.filter((e) => e.type === 'suggestion');
+    const pick = (table: string, field: string) =>
+      suggestions.find((s) => s.target_table === table && s.target_field === field)?.source_field;
+    expect(pick('customers', 'email')).toBe('crm.customers.email');
+    expect(pick('customers', 'first_name')).toBe('crm.customers.first_name');
+    expect(pick('customers', 'customer_id')).toBe('crm.customers.id');
+    expect(pick('orders', 'order_id')).toBe('crm.orders.id');
+    expect(pick('orders', 'ordered_at')).toBe('crm.orders.ordered_at');
+    for (const s of suggestions) {
+      expect(s.confidence).toBeGreaterThanOrEqual(0.5);
+      expect(s.status).toBe('suggested');
+    }
+
+    const completed = events.at(-1) as Extract<DiscoveryEvent, { type: 'completed' }>;
+    expect(completed.summary).toMatchObject({
+      tables: 3,
+      target_tables: 2,
+      fields_suggested: suggestions.length,
+      ambiguities: events.filter((e) => e.type === 'ambiguity').length,
+      llm_calls: 0,
+    });
+    expect(completed.summary.duration_ms).toBeGreaterThanOrEqual(0);
+    expect((await runRow(completed.run_id)).status).toBe('completed');
+
+    // The mapping holds the suggestions, the primary table, and a join where one is needed.
+    const mapping = await call(server, 'GET', '/api/mappings/customers', { token: tenant.admin.token });
+    expect(mapping.status, JSON.stringify(mapping.body)).toBe(200);
+    const connections = mapping.body.connections as {
+      source_field: string;
+      target_field: string;
+      status: string;
+      confidence: number;
+    }[];
+    expect(connections.find((c) => c.target_field === 'email')).toMatchObject({
+      source_field: 'crm.customers.email',
+      status: 'suggested',
+    });
+    expect(mapping.body.tables['crm.customers']).toMatchObject({ relationship: 'primary' });
+    const fromLoyalty = connections.find((c) => c.source_field.startsWith('crm.loyalty.'));
+    if (fromLoyalty)
+      expect(mapping.body.tables['crm.loyalty']).toMatchObject({
+        relationship: 'join',
+        join_on: 'crm.customers.id = crm.loyalty.customer_id',
+      });
+  });
+
+  it('keeps confirmed connections on a second run', async () => {
+    const name = await workspaceFor(tenant);
+    expect((await stream(tenant.admin.token)).events.at(-1)!.type).toBe('completed');
+    // The user decides that the phone column feeds city (odd, but theirs to decide).
+    const confirm = await call(server, 'POST', '/api/mappings/customers/connection', {
+      token: tenant.admin.token,
+      body: {
+        connection: { source_field: 'crm.customers.phone', target_field: 'city', status: 'confirmed' },
+      },
+    });
+    expect(confirm.status, JSON.stringify(confirm.body)).toBe(200);
+    const again = await stream(tenant.admin.token);
+    expect(again.events.at(-1)!.type).toBe('completed');
+    expect(
+      again.events.some(
+        (e) => e.type === 'suggestion' && e.target_field === 'city' && e.target_table === 'customers',
+      ),
+    ).toBe(false);
+    const mapping = await call(server, 'GET', '/api/mappings/customers', { token: tenant.admin.token });
+    const city = mapping.body.connections.filter((c: { target_field: string }) => c.target_field === 'city');
+    expect(city).toEqual([
+      expect.objectContaining({ source_field: 'crm.customers.phone', status: 'confirmed' }),
+    ]);
+    expect(name).toBeTruthy();
+  });
+
+  it('profiles only the tables asked for and matches only the target tables asked for', async () => {
+    await workspaceFor(tenant);
+    const { events } = await stream(tenant.admin.token, {
+      tables: ['customers'],
+      target_tables: ['customers'],
+    });
+    expect(events.filter((e) => e.type === 'table_profiled').map((e) => e.table)).toEqual(['crm.customers']);
+    expect(events[0]).toMatchObject({ target_tables: ['customers'] });
+    expect(events.at(-1)).toMatchObject({ type: 'completed', summary: { tables: 1, target_tables: 1 } });
+  });
+
+  it('answers 401, 403, 400 and 409 before streaming, as JSON', async () => {
+    await workspaceFor(tenant);
+    const anonymous = await call(server, 'POST', '/api/workspaces/discover', { body: {} });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.body.code).toBe('UNAUTHORIZED');
+    const ws = await workspaceFor(tenant);
+    await select(viewer, ws);
+    const refused = await call(server, 'POST', '/api/workspaces/discover', { token: viewer.token, body: {} });
+    expect(refused.status).toBe(403);
+    const bad = await call(server, 'POST', '/api/workspaces/discover', {
+      token: tenant.admin.token,
+      body: { tables: 'customers' },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.code).toBe('BAD_REQUEST');
+    const unknownTarget = await call(server, 'POST', '/api/workspaces/discover', {
+      token: tenant.admin.token,
+      body: { target_tables: ['nope'] },
+    });
+    expect(unknownTarget.status).toBe(400);
+    expect(unknownTarget.body.message).toMatch(/no table nope/);
+    const malformed = await call(server, 'POST', '/api/workspaces/discover', {
+      token: tenant.admin.token,
+      body: '{"tables": [',
+    });
+    expect(malformed.status).toBe(400);
+    const noWorkspace = await createTenant(server);
+    const none = await call(server, 'POST', '/api/workspaces/discover', {
+      token: noWorkspace.admin.token,
+      body: {},
+    });
+    expect(none.status).toBe(409);
+    expect(none.body.reason).toBe('NO_WORKSPACE_SELECTED');
+  });
+
+  it('refuses a second run for the same workspace with 409 while one is running', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let conflict: Awaited<ReturnType<typeof call>> | undefined;
+    const first = await stream(tenant.admin.token, {}, async (e) => {
+      if (e.type !== 'table_profiled' || conflict) return;
+      conflict = await call(server, 'POST', '/api/workspaces/discover', {
+        token: tenant.admin.token,
+        body: {},
+      });
+      await call(server, 'POST', '/api/workspaces/discover/cancel', { token: tenant.admin.token });
+    });
+    expect(conflict!.status, String(conflict!.body).slice(0, 3000)).toBe(409);
+    expect(conflict!.body).toMatchObject({ code: 'CONFLICT', reason: 'DISCOVERY_RUNNING' });
+    expect(first.events.at(-1)!.type).toBe('cancelled');
+    // The lock is released with the run: the next one starts.
+    const next = await stream(tenant.admin.token, { tables: ['customers'] });
+    expect(next.events.at(-1)!.type).toBe('completed');
+  });
+
+  it('stops at the next step when cancelled and keeps what was written consistent', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let cancel: Awaited<ReturnType<typeof call>> | undefined;
+    const { events } = await stream(tenant.admin.token, {}, async (e) => {
+      if (e.type === 'table_profiled' && !cancel)
+        cancel = await call(server, 'POST', '/api/workspaces/discover/cancel', { token: tenant.admin.token });
+    });
+    expect(cancel!.status).toBe(200);
+    expect(cancel!.body).toMatchObject({ cancelled: true, run_ids: [expect.any(String)] });
+    const last = events.at(-1)!;
+    expect(last.type).toBe('cancelled');
+    expect(events.filter((e) => e.type === 'table_profiled').length).toBeLessThan(7);
+    expect(events.some((e) => e.type === 'completed' || e.type === 'suggestion')).toBe(false);
+    const row = await runRow((events[0] as { run_id: string }).run_id);
+    expect(row).toMatchObject({ status: 'cancelled', reason: 'cancel requested' });
+    const mappings = await call(server, 'GET', '/api/mappings', { token: tenant.admin.token });
+    expect(mappings.body.mappings ?? []).toEqual([]);
+    // Nothing running any more: cancel says so.
+    const nothing = await call(server, 'POST', '/api/workspaces/discover/cancel', {
+      token: tenant.admin.token,
+    });
+    expect(nothing.body).toMatchObject({ cancelled: false, run_ids: [] });
+  });
+
+  it('stops the work when the client disconnects', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let runId = '';
+    const { events } = await stream(tenant.admin.token, {}, (e) => {
+      if (e.type === 'started') runId = e.run_id;
+      return e.type === 'table_profiled';
+    });
+    expect(events.at(-1)!.type).toBe('table_profiled');
+    const row = await until(
+      () => runRow(runId),
+      (r) => r.status !== 'running',
+    );
+    expect(row).toMatchObject({ status: 'cancelled', reason: 'the client disconnected' });
+    // It stopped well before profiling the six slow views (about a second each).
+    expect((row.summary as { duration_ms: number }).duration_ms).toBeLessThan(5000);
+    const mappings = await call(server, 'GET', '/api/mappings', { token: tenant.admin.token });
+    expect(mappings.body.mappings ?? []).toEqual([]);
+  });
+});
+
+describe('POST /api/workspaces/discover/cancel', () => {
+  it('answers 401 without a token and 403 for a caller outside any organization', async () => {
+    expect((await call(server, 'POST', '/api/workspaces/discover/cancel')).status).toBe(401);
+    expect(
+      (await call(server, 'POST', '/api/workspaces/discover/cancel', { token: superAdmin })).status,
+    ).toBe(403);
+    const malformed = await call(server, 'POST', '/api/workspaces/discover/cancel', {
+      token: tenant.admin.token,
+      body: '{',
+    });
+    expect(malformed.status).toBe(400);
+  });
+});
+
+describe('discovery as a tRPC subscription', () => {
+  it('delivers the same events through httpSubscriptionLink', async () => {
+    await workspaceFor(tenant);
+    const client = trpc(tenant.admin.token);
+    const events: DiscoveryEvent[] = [];
+    await new Promise<void>((resolve, reject) => {
+      const sub = client.discovery.discover.subscribe(
+        { tables: ['customers', 'orders'] },
+        {
+          onData: (e) => {
+            events.push(e);
+            if (e.type === 'completed' || e.type === 'cancelled' || e.type === 'error') {
+              sub.unsubscribe();
+              resolve();
+            }
+          },
+          onError: reject,
+        },
+      );
+    });
+    expect(events[0].type).toBe('started');
+    expect(events.at(-1)!.type).toBe('completed');
+    expect(events.filter((e) => e.type === 'table_profiled')).toHaveLength(2);
+    expect(events.some((e) => e.type === 'suggestion' && e.source_field === 'crm.customers.email')).toBe(
+      true,
+    );
+    // The rest of the API through the same client (httpLink side of the split).
+    const status = await client.discovery.budgetStatus.query({});
+    expect(status.period_start).toBeInstanceOf(Date);
+  });
+
+  it('an unsubscribe mid-run stops the work', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    const client = trpc(tenant.admin.token);
+    let runId = '';
+    await new Promise<void>((resolve, reject) => {
+      const sub = client.discovery.discover.subscribe(
+        {},
+        {
+          onData: (e) => {
+            if (e.type === 'started') runId = e.run_id;
+            if (e.type === 'table_profiled') {
+              sub.unsubscribe();
+              resolve();
+            }
+          },
+          onError: reject,
+        },
+      );
+    });
+    const row = await until(
+      () => runRow(runId),
+      (r) => r.status !== 'running',
+    );
+    expect(row).toMatchObject({ status: 'cancelled', reason: 'the client disconnected' });
+  });
+
+  it('runs to the end as a mutation and returns the last event', async () => {
+    await workspaceFor(tenant);
+    const last = await trpc(tenant.admin.token).discovery.run.mutate({ tables: ['customers'] });
+    expect(last).toMatchObject({ type: 'completed', summary: { tables: 1 } });
+  });
+});
+
+// ---------------------------------------------------------------- joins
+
+describe('join proposals', () => {
+  const table = (
+    name: string,
+    columns: string[],
+    extra: Partial<IntrospectedTable> = {},
+  ): IntrospectedTable => ({
+    schema: 's',
+    name,
+    kind: 'table',
+    description: null,
+    estimated_rows: null,
+    primary_key: [],
+    foreign_keys: [],
+    columns: columns.map((c, i) => ({
+      name: c,
+      type: 'text',
+      nullable: true,
+      default: null,
+      description: null,
+      position: i,
+    })),
+    ...extra,
+  });
+  const customers = table('customers', ['id', 'email', 'account_code'], { primary_key: ['id'] });
+
+  it('follows foreign keys either way, names of keys, then shared identifiers', () => {
+    const orders = table('orders', ['id', 'buyer', 'total'], {
+      foreign_keys: [
+        { name: 'fk', columns: ['buyer'], references: { schema: 's', table: 'customers', columns: ['id'] } },
+      ],
+    });
+    expect(proposeJoin(customers, orders)).toBe('s.customers.id = s.orders.buyer');
+    const withFk = table('customers2', ['id', 'profile_id'], {
+      primary_key: ['id'],
+      foreign_keys: [
+        {
+          name: 'fk',
+          columns: ['profile_id'],
+          references: { schema: 's', table: 'profiles', columns: ['pid'] },
+        },
+      ],
+    });
+    expect(proposeJoin(withFk, table('profiles', ['pid', 'bio']))).toBe(
+      's.customers2.profile_id = s.profiles.pid',
+    );
+    expect(proposeJoin(customers, table('loyalty', ['CustomerId', 'points']))).toBe(
+      's.customers.id = s.loyalty."CustomerId"',
+    );
+    expect(proposeJoin(customers, table('Billing Accounts', ['account_code', 'plan']))).toBe(
+      's.customers.account_code = s."Billing Accounts".account_code',
+    );
+    // A shared bare `id` relates nothing.
+    expect(proposeJoin(customers, table('events', ['id', 'name']))).toBeNull();
+  });
+
+  it('turns suggestions from a table that cannot be joined into ambiguities', () => {
+    const sources = new Map([
+      ['s.customers', customers],
+      ['s.events', table('events', ['id', 'name'])],
+    ]);
+    const plan = planMapping(
+      {
+        target_table: 't',
+        primary_table: 's.customers',
+        fields: [
+          {
+            target_field: 'email',
+            candidates: [],
+            suggestion: {
+              source_field: 's.customers.email',
+              confidence: 0.9,
+              evidence: { name: 1, type: 1, pattern: 1 },
+            },
+            ambiguity: null,
+          },
+          {
+            target_field: 'last_event',
+            candidates: [],
+            suggestion: {
+              source_field: 's.events.name',
+              confidence: 0.6,
+              evidence: { name: 1, type: 1, pattern: 0 },
+            },
+            ambiguity: null,
+          },
+        ],
+        ambiguities: [],
+      },
+      sources,
+    );
+    expect(plan.tables).toEqual({ 's.customers': { relationship: 'primary' } });
+    expect(plan.connections).toEqual([
+      { source_field: 's.customers.email', target_field: 'email', confidence: 0.9 },
+    ]);
+    expect(plan.ambiguities).toEqual([
+      expect.objectContaining({
+        target_field: 'last_event',
+        reason: expect.stringMatching(/no foreign key/),
+      }),
+    ]);
+  });
+});
+
+// ---------------------------------------------------------------- openai mode
+
+describe('openai mode', () => {
+  const validAnswer = JSON.stringify({
+    primary_table: 'crm.customers',
+    mappings: [
+      { target_field: 'customer_id', source_field: 'crm.customers.id', confidence: 0.97 },
+      { target_field: 'email', source_field: 'crm.customers.email', confidence: 0.99 },
+      { target_field: 'first_name', source_field: 'crm.customers.first_name', confidence: 0.95 },
+      { target_field: 'loyalty_points', source_field: 'crm.loyalty.points_balance', confidence: 0.9 },
+    ],
+  });
+
+  it('asks the endpoint with the workspace prompts, meters, falls back on a malformed answer and on a spent budget', async () => {
+    const t = await createTenant(server);
+    const name = await workspaceFor(t);
+    const key = 'sk-test-0123456789abcdef';
+    const params = await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: t.admin.token,
+      body: {
+        base_url: llmUrl,
+        model: 'test-model',
+        api_key: key,
+        monthly_budget_usd: 100,
+        price_per_1k_tokens: 1,
+      },
+    });
+    expect(params.status, JSON.stringify(params.body)).toBe(200);
+    const prompt = await call(server, 'PUT', `/api/workspaces/${name}/system-prompt`, {
+      token: t.admin.token,
+      body: { prompt: 'Prefer the CRM over the loyalty system. MARKER-SYSTEM' },
+    });
+    expect(prompt.status, JSON.stringify(prompt.body)).toBe(200);
+    const criteria = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+      token: t.admin.token,
+      body: { success_criteria_prompt: 'Every customer has an e-mail. MARKER-CRITERIA' },
+    });
+    expect(criteria.status, JSON.stringify(criteria.body)).toBe(200);
+    const mode = await call(server, 'POST', '/api/admin/set-llm-mode', {
+      token: superAdmin,
+      body: { mode: 'openai' },
+    });
+    expect(mode.body).toMatchObject({ mode: 'openai', previous_mode: 'offline' });
+    try {
+      llmRequests.length = 0;
+      llmQueue.push({ content: validAnswer }, { content: 'Sure! Here are the mappings: customer_id -> id' });
+      const { events } = await stream(t.admin.token);
+      expect(events[0]).toMatchObject({ type: 'started', mode: 'openai' });
+      expect(events.at(-1)).toMatchObject({ type: 'completed', summary: { llm_calls: 2, llm_fallbacks: 1 } });
+      expect(llmRequests).toHaveLength(2);
+      expect(llmRequests[0].headers.authorization).toBe(`Bearer ${key}`);
+      const system = llmRequests[0].body.messages[0].content as string;
+      expect(system).toContain('MARKER-SYSTEM');
+      expect(system).toContain('MARKER-CRITERIA');
+      const user = JSON.parse(llmRequests[0].body.messages[1].content);
+      expect(user.source_tables.map((s: { name: string }) => s.name)).toContain('crm.customers');
+      expect(user.source_tables[0].columns[0]).toHaveProperty('null_rate');
+
+      const openaiPicks = events.filter((e) => e.type === 'suggestion' && e.target_table === 'customers');
+      expect(openaiPicks.every((e) => e.type === 'suggestion' && e.matched_by === 'openai')).toBe(true);
+      expect(
+        openaiPicks.find((e) => e.type === 'suggestion' && e.target_field === 'loyalty_points'),
+      ).toMatchObject({
+        source_field: 'crm.loyalty.points_balance',
+      });
+      const fallback = events.find((e) => e.type === 'progress' && e.step === 'llm_fallback');
+      expect(fallback).toMatchObject({ table: 'orders', reason: 'invalid_answer' });
+      expect(
+        events.some(
+          (e) => e.type === 'suggestion' && e.target_table === 'orders' && e.matched_by === 'offline',
+        ),
+      ).toBe(true);
+      // The join the model's pick needs was proposed.
+      const mapping = await call(server, 'GET', '/api/mappings/customers', { token: t.admin.token });
+      expect(mapping.body.tables['crm.loyalty']).toMatchObject({ relationship: 'join' });
+
+      const spent = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
+      expect(spent.status).toBe(200);
+      expect(spent.body).toMatchObject({
+        calls: 2,
+        total_tokens: 3000,
+        spent_usd: 3,
+        remaining_usd: 97,
+        exceeded: false,
+        llm_mode: 'openai',
+      });
+
+      // A budget below what is spent: every table falls back, and the endpoint is not called.
+      await call(server, 'POST', '/api/admin/llm-parameters', {
+        token: t.admin.token,
+        body: { monthly_budget_usd: 2 },
+      });
+      llmRequests.length = 0;
+      const poor = await stream(t.admin.token);
+      expect(llmRequests).toHaveLength(0);
+      const fallbacks = poor.events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
+      expect(fallbacks).toHaveLength(2);
+      for (const f of fallbacks)
+        expect(f).toMatchObject({ reason: 'budget_exceeded', message: expect.stringMatching(/budget/) });
+      expect(poor.events.at(-1)).toMatchObject({
+        type: 'completed',
+        summary: { llm_calls: 0, llm_fallbacks: 2 },
+      });
+      const after = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
+      expect(after.body).toMatchObject({ exceeded: true, remaining_usd: 0, monthly_budget_usd: 2 });
+
+      // With llm_matching off for the organization, discovery stays offline and says so.
+      const off = await call(server, 'POST', '/api/admin/feature-settings', {
+        token: t.admin.token,
+        body: { features: { llm_matching: false } },
+      });
+      expect(off.status, JSON.stringify(off.body)).toBe(200);
+      const offline = await stream(t.admin.token, { tables: ['customers'] });
+      expect(offline.events[0]).toMatchObject({ mode: 'offline' });
+      expect(offline.events.some((e) => e.type === 'progress' && e.step === 'llm_disabled')).toBe(true);
+    } finally {
+      await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
+    }
+  });
+});
+
+describe('GET /api/analytics/budget/status', () => {
+  it('reports an untouched budget, and guards', async () => {
+    const t = await createTenant(server);
+    const res = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      spent_usd: 0,
+      calls: 0,
+      monthly_budget_usd: 20,
+      remaining_usd: 20,
+      exceeded: false,
+    });
+    expect(new Date(res.body.period_start).getUTCDate()).toBe(1);
+    expect((await call(server, 'GET', '/api/analytics/budget/status')).status).toBe(401);
+    const noRole = unique('role');
+    await call(server, 'POST', '/api/admin/roles', {
+      token: t.admin.token,
+      body: { name: noRole, permissions: [] },
+    });
+    const nobody = await t.addUser([noRole]);
+    expect((await call(server, 'GET', '/api/analytics/budget/status', { token: nobody.token })).status).toBe(
+      403,
+    );
+    expect((await call(server, 'GET', '/api/analytics/budget/status', { token: superAdmin })).status).toBe(
+      403,
+    );
+  });
+});
