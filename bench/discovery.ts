@@ -174,11 +174,15 @@ export async function runDiscoveryBench(
     const api = async (method: string, path: string, body?: unknown, token?: string) => {
       const res = await fetch(`${running!.url}${path}`, {
         method,
-        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        headers: {
+          'content-type': 'application/json',
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       const json = await res.json();
-      if (res.status !== 200) throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
+      if (res.status !== 200)
+        throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
       return json;
     };
     const { token } = await api('POST', '/api/auth/login', {
@@ -195,9 +199,16 @@ export async function runDiscoveryBench(
       password: decodeURIComponent(new URL(serverUrl).password) || 'unused',
       schemas: ['src'],
     };
-    const template = JSON.parse(readFileSync(new URL('../seeds/schemas/customer-360.json', import.meta.url), 'utf8'));
+    const template = JSON.parse(
+      readFileSync(new URL('../seeds/schemas/customer-360.json', import.meta.url), 'utf8'),
+    );
     await api('POST', '/api/workspaces/create', { name: 'bench', select: true }, token);
-    await api('POST', '/api/workspaces/bench/config', { source_config: sourceConfig, target_schema: template }, token);
+    await api(
+      'POST',
+      '/api/workspaces/bench/config',
+      { source_config: sourceConfig, target_schema: template },
+      token,
+    );
 
     // The bare work: the catalog queries and one profiling statement per table, on one plain connection.
     const run = async (sql: string, params: unknown[]) => (await source.query(sql, params)).rows;

@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import express, { type NextFunction, type Request, type Response } from 'express';
@@ -218,7 +218,8 @@ export function createApp(deps: AppDeps) {
 
 /** /api/docs: Swagger UI served from this server, so it works behind a firewall with no internet. */
 function mountApiReference(app: express.Express) {
-  const assets = require('swagger-ui-dist').getAbsoluteFSPath() as string;
+  // The package's main module loads the whole UI bundle; only its directory is needed.
+  const assets = dirname(require.resolve('swagger-ui-dist/package.json'));
   app.use('/api/docs/assets', express.static(assets, { index: false }));
   app.get('/api/docs/init.js', (_req, res) => {
     res

@@ -87,9 +87,11 @@ const active = (query: Record<string, any> = {}, token = tenant.admin.token) =>
 const dismiss = (id: string, body: unknown, token = tenant.admin.token) =>
   call(server, 'POST', `/api/api/alerts/${id}/dismiss`, { token, body });
 const setNullEmails = (count: number) =>
-  sql(warehouseDb, `update crm.contacts set email = case when id <= $1 then null else 'c' || id || '@x.com' end`, [
-    count,
-  ]);
+  sql(
+    warehouseDb,
+    `update crm.contacts set email = case when id <= $1 then null else 'c' || id || '@x.com' end`,
+    [count],
+  );
 
 beforeAll(async () => {
   await sql('postgres', `create database "${warehouseDb}"`);
@@ -114,7 +116,14 @@ beforeAll(async () => {
       token: t.admin.token,
       body: {
         name,
-        target_config: { type: 'postgres', host: '127.0.0.1', port: 5432, database: warehouseDb, user: 'postgres', schemas: ['crm'] },
+        target_config: {
+          type: 'postgres',
+          host: '127.0.0.1',
+          port: 5432,
+          database: warehouseDb,
+          user: 'postgres',
+          schemas: ['crm'],
+        },
         select: true,
       },
     });
@@ -126,7 +135,9 @@ beforeAll(async () => {
     expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
   }
   const em = server.deps.orm.em.fork() as EntityManager;
-  workspaceId = (await em.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id })).id;
+  workspaceId = (
+    await em.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id })
+  ).id;
   const principal = await server.deps.authenticator.authenticate(em, tenant.admin.token);
   scope = { em, deps: server.deps, principal: principal! };
   // The monitoring configuration under test (through the schemas area's service).
@@ -151,7 +162,9 @@ describe('monitoring runs and alerts', () => {
     expect(due.monitoring).toContain(workspaceId);
     // The other organization's workspace has no checks: nothing to run there.
     const otherId = (
-      await (server.deps.orm.em.fork() as EntityManager).findOneOrFail(Workspace, { name: otherWorkspaceName })
+      await (server.deps.orm.em.fork() as EntityManager).findOneOrFail(Workspace, {
+        name: otherWorkspaceName,
+      })
     ).id;
     expect(due.monitoring).not.toContain(otherId);
     await until(
@@ -199,11 +212,15 @@ describe('monitoring runs and alerts', () => {
 
   it('refuses bad input, other tenants and missing credentials', async () => {
     expect((await active({ severity: 'loud' })).status).toBe(400);
-    expect((await call(server, 'GET', '/api/api/alerts/active', { token: tenant.admin.token })).status).toBe(400);
+    expect((await call(server, 'GET', '/api/api/alerts/active', { token: tenant.admin.token })).status).toBe(
+      400,
+    );
     expect((await active({ workspace: otherWorkspaceName })).status).toBe(404);
     expect((await active({ workspace: 'no-such-workspace' })).status).toBe(404);
     expect((await active({}, other.admin.token)).status).toBe(404);
-    expect((await call(server, 'GET', '/api/api/alerts/active', { query: { workspace: workspaceName } })).status).toBe(401);
+    expect(
+      (await call(server, 'GET', '/api/api/alerts/active', { query: { workspace: workspaceName } })).status,
+    ).toBe(401);
     expect((await active({}, viewerToken)).status).toBe(200);
 
     expect((await dismiss(alertId, {})).status).toBe(400);
@@ -213,7 +230,9 @@ describe('monitoring runs and alerts', () => {
     expect((await dismiss(alertId, { reason: 'known' }, other.admin.token)).status).toBe(404);
     expect((await dismiss('not-a-uuid', { reason: 'known' })).status).toBe(404);
     expect((await dismiss('00000000-0000-4000-8000-000000000000', { reason: 'known' })).status).toBe(404);
-    expect((await call(server, 'POST', `/api/api/alerts/${alertId}/dismiss`, { body: { reason: 'x' } })).status).toBe(401);
+    expect(
+      (await call(server, 'POST', `/api/api/alerts/${alertId}/dismiss`, { body: { reason: 'x' } })).status,
+    ).toBe(401);
     expect((await active()).body.total).toBe(1);
   });
 
@@ -221,7 +240,10 @@ describe('monitoring runs and alerts', () => {
     const res = await dismiss(alertId, { reason: 'Backfill under way', snooze_minutes: 60 });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.status).toBe('dismissed');
-    expect(res.body.dismissal).toMatchObject({ dismissed_by: tenant.admin.username, reason: 'Backfill under way' });
+    expect(res.body.dismissal).toMatchObject({
+      dismissed_by: tenant.admin.username,
+      reason: 'Backfill under way',
+    });
     expect(Date.parse(res.body.dismissal.snoozed_until) - Date.now()).toBeGreaterThan(59 * 60_000);
     expect((await active()).body.total).toBe(0);
 
@@ -276,7 +298,10 @@ describe('monitoring runs and alerts', () => {
   });
 
   it('raises column test failures and missing tables as alerts', async () => {
-    await sql(warehouseDb, `alter table crm.contacts drop constraint contacts_pkey; insert into crm.contacts (id, email) values (1, 'dup@x.com')`);
+    await sql(
+      warehouseDb,
+      `alter table crm.contacts drop constraint contacts_pkey; insert into crm.contacts (id, email) values (1, 'dup@x.com')`,
+    );
     const run = await monitoringRun();
     expect(run.failures.map((f: any) => f.check_key)).toEqual(
       expect.arrayContaining(['test:crm.contacts:id:unique']),

@@ -169,11 +169,23 @@ beforeAll(async () => {
   expect(select.status, JSON.stringify(select.body)).toBe(200);
   // Reverse-ETL connections of the workspace: a database one (measurable) and a webhook (not).
   const m = em();
-  const workspace = await m.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id });
+  const workspace = await m.findOneOrFail(Workspace, {
+    name: workspaceName,
+    organization: tenant.organization.id,
+  });
   workspace.settings = {
     ...workspace.settings,
     reverse_etl_connections: [
-      { name: 'copy_db', type: 'postgres', host: '127.0.0.1', port: 5432, database: warehouseDb, user: 'postgres', schema: 'shop', ssl: false },
+      {
+        name: 'copy_db',
+        type: 'postgres',
+        host: '127.0.0.1',
+        port: 5432,
+        database: warehouseDb,
+        user: 'postgres',
+        schema: 'shop',
+        ssl: false,
+      },
       { name: 'hook', type: 'webhook', url: 'https://example.com/hook', method: 'POST', batch_size: 10 },
     ],
   };
@@ -214,17 +226,44 @@ describe('metrics', () => {
     expect(customers.row_count).toBe(4);
     expect(customers.previous).toBeNull();
     const col = (name: string) => customers.columns.find((c: any) => c.name === name);
-    expect(col('customer_id')).toMatchObject({ null_count: 0, null_rate: 0, distinct_count: 4, distinct_exact: true, min: 1, max: 4 });
-    expect(col('email')).toMatchObject({ null_count: 1, null_rate: 0.25, distinct_count: 3, distinct_exact: true });
+    expect(col('customer_id')).toMatchObject({
+      null_count: 0,
+      null_rate: 0,
+      distinct_count: 4,
+      distinct_exact: true,
+      min: 1,
+      max: 4,
+    });
+    expect(col('email')).toMatchObject({
+      null_count: 1,
+      null_rate: 0.25,
+      distinct_count: 3,
+      distinct_exact: true,
+    });
     expect(col('phone')).toMatchObject({ null_count: 2, null_rate: 0.5, distinct_count: 2 });
-    expect(col('score')).toMatchObject({ null_count: 1, null_rate: 0.25, distinct_count: 3, min: 5.25, max: 20 });
-    expect(col('signup')).toMatchObject({ null_count: 1, distinct_count: 3, min: '2023-12-31', max: '2024-02-01' });
+    expect(col('score')).toMatchObject({
+      null_count: 1,
+      null_rate: 0.25,
+      distinct_count: 3,
+      min: 5.25,
+      max: 20,
+    });
+    expect(col('signup')).toMatchObject({
+      null_count: 1,
+      distinct_count: 3,
+      min: '2023-12-31',
+      max: '2024-02-01',
+    });
     expect(customers.freshness.column).toBe('updated_at');
     expect(Date.parse(customers.freshness.max_timestamp)).toBe(Date.parse('2024-05-03T10:00:00Z'));
     expect(customers.freshness.age_seconds).toBeGreaterThan(0);
     const events = body.tables[1];
     expect(events.row_count).toBe(4);
-    expect(events.columns.find((c: any) => c.name === 'customer_id')).toMatchObject({ null_count: 3, null_rate: 0.75, distinct_count: 1 });
+    expect(events.columns.find((c: any) => c.name === 'customer_id')).toMatchObject({
+      null_count: 3,
+      null_rate: 0.75,
+      distinct_count: 1,
+    });
     expect(events.freshness.column).toBe('occurred_at');
 
     const again = await api('GET', '/metrics/workspace', { query: { first_table_only: 'true' } });
@@ -245,13 +284,19 @@ describe('metrics', () => {
       const res = await api('GET', `/metrics/datasource/${name}`);
       expect(res.status, JSON.stringify(res.body)).toBe(200);
       expect(res.body.data_source).toBe(name === 'copy_db' ? 'connection:copy_db' : name);
-      expect(res.body.tables.map((t: any) => t.table)).toEqual(['shop.customers', 'shop.events', 'shop.prospects']);
+      expect(res.body.tables.map((t: any) => t.table)).toEqual([
+        'shop.customers',
+        'shop.events',
+        'shop.prospects',
+      ]);
       expect(res.body.tables[2].row_count).toBe(2);
     }
     expect((await api('GET', '/metrics/datasource/hook')).status).toBe(400);
     expect((await api('GET', '/metrics/datasource/nothing_here')).status).toBe(404);
     expect((await api('GET', `/metrics/datasource/${'x'.repeat(64)}`)).status).toBe(400);
-    expect((await api('GET', '/metrics/workspace', { query: { first_table_only: 'perhaps' } })).status).toBe(400);
+    expect((await api('GET', '/metrics/workspace', { query: { first_table_only: 'perhaps' } })).status).toBe(
+      400,
+    );
   });
 
   it('keeps tenants apart and checks credentials', async () => {
@@ -273,7 +318,12 @@ describe('identity graph', () => {
   it('answers never built, then builds the expected clusters from the mapped tables', async () => {
     const before = await api('GET', '/identity-graph/workspace');
     expect(before.status, JSON.stringify(before.body)).toBe(200);
-    expect(before.body).toMatchObject({ built: false, schema_created: false, schema: 'shop_identity', clusters: 0 });
+    expect(before.body).toMatchObject({
+      built: false,
+      schema_created: false,
+      schema: 'shop_identity',
+      clusters: 0,
+    });
     expect(before.body.message).toMatch(/Never built/);
 
     expect((await api('POST', '/identity-graph/create-schema', { token: viewerToken })).status).toBe(403);
@@ -313,14 +363,23 @@ describe('identity graph', () => {
     // prospects is not mapped: erin never appears.
     expect(JSON.stringify(s)).not.toContain('erin');
 
-    expect((await api('GET', '/identity-graph/workspace', { query: { database: warehouseDb } })).status).toBe(200);
-    expect((await api('GET', '/identity-graph/workspace', { query: { database: 'elsewhere' } })).status).toBe(404);
-    expect((await api('GET', '/identity-graph/workspace', { query: { database: 'x'.repeat(64) } })).status).toBe(400);
+    expect((await api('GET', '/identity-graph/workspace', { query: { database: warehouseDb } })).status).toBe(
+      200,
+    );
+    expect((await api('GET', '/identity-graph/workspace', { query: { database: 'elsewhere' } })).status).toBe(
+      404,
+    );
+    expect(
+      (await api('GET', '/identity-graph/workspace', { query: { database: 'x'.repeat(64) } })).status,
+    ).toBe(400);
   });
 
   it('raises an identity health alert for a cluster over the size limit', async () => {
     const m = em();
-    const workspace = await m.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id });
+    const workspace = await m.findOneOrFail(Workspace, {
+      name: workspaceName,
+      organization: tenant.organization.id,
+    });
     workspace.settings = { ...workspace.settings, identity_resolution: { max_cluster_size: 3 } };
     await m.flush();
     const res = await api('POST', '/identity-graph/create-schema');
@@ -334,7 +393,11 @@ describe('identity graph', () => {
     expect(alerts.status).toBe(200);
     const identity = alerts.body.alerts.filter((a: any) => a.kind === 'identity');
     expect(identity.map((a: any) => a.check)).toEqual(['cluster_size_limit']);
-    expect(identity[0]).toMatchObject({ measured: 1, threshold: 3, table_name: 'shop_identity.identity_clusters' });
+    expect(identity[0]).toMatchObject({
+      measured: 1,
+      threshold: 3,
+      table_name: 'shop_identity.identity_clusters',
+    });
     const stats = await api('GET', '/identity-graph/workspace');
     expect(stats.body.largest_cluster.size).toBe(3);
   });
@@ -345,17 +408,32 @@ describe('identity graph', () => {
     const theirs = await api('GET', '/identity-graph/workspace', { token: other.admin.token });
     expect(theirs.status).toBe(200);
     expect(theirs.body).toMatchObject({ built: false, schema: 'elsewhere_identity', identifiers: 0 });
-    expect((await api('GET', '/identity-graph/workspace', { token: other.admin.token, query: { database: 'nope' } })).status).toBe(404);
+    expect(
+      (
+        await api('GET', '/identity-graph/workspace', {
+          token: other.admin.token,
+          query: { database: 'nope' },
+        })
+      ).status,
+    ).toBe(404);
   });
 });
 
 describe('default monitors', () => {
   it('proposes primary-key tests and freshness once, never re-adding one the user removed', async () => {
     const m = em();
-    const workspace = await m.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id });
+    const workspace = await m.findOneOrFail(Workspace, {
+      name: workspaceName,
+      organization: tenant.organization.id,
+    });
     const scope = systemScope(server.deps, m, tenant.organization.id);
     const proposals = await proposeDefaultMonitors(scope, workspace);
-    expect(proposals.filter((p) => p.state === 'new').map((p) => p.key).sort()).toEqual([
+    expect(
+      proposals
+        .filter((p) => p.state === 'new')
+        .map((p) => p.key)
+        .sort(),
+    ).toEqual([
       'freshness:customers',
       'freshness:events',
       'pk:customers:customer_id',
@@ -367,12 +445,41 @@ describe('default monitors', () => {
     expect(added.length).toBe(6);
     const customers = (workspace.targetSchema as any).tables.find((t: any) => t.name === 'customers');
     expect(customers.columns[0].tests).toEqual({ not_null: true, unique: true, severity: 'error' });
-    const freshness = await m.findOneOrFail(SchemaConfig, { workspace: workspace.id, tableName: 'customers', kind: 'table_monitoring' });
+    const freshness = await m.findOneOrFail(SchemaConfig, {
+      workspace: workspace.id,
+      tableName: 'customers',
+      kind: 'table_monitoring',
+    });
     expect(freshness.config).toMatchObject({ freshness: { column: 'updated_at', max_age_seconds: 172800 } });
     expect((await applyDefaultMonitors(scope, workspace)).added).toEqual([]);
     await m.remove(freshness).flush();
     const after = await proposeDefaultMonitors(scope, workspace);
     expect(after.find((p) => p.key === 'freshness:customers')?.state).toBe('declined');
     expect((await applyDefaultMonitors(scope, workspace)).added).toEqual([]);
+  });
+});
+
+describe('default monitors on schema sync', () => {
+  it('adds them when the sync route creates the tables', async () => {
+    const res = await call(server, 'POST', '/api/schemas/workspace/sync', {
+      token: other.admin.token,
+      body: {},
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.applied).toBe(true);
+    const m = em();
+    const workspace = await m.findOneOrFail(Workspace, {
+      name: otherWorkspaceName,
+      organization: other.organization.id,
+    });
+    const events = (workspace.targetSchema as any).tables.find((t: any) => t.name === 'events');
+    expect(events.columns[0].tests).toEqual({ not_null: true, unique: true, severity: 'error' });
+    const freshness = await m.find(SchemaConfig, { workspace: workspace.id, kind: 'table_monitoring' });
+    expect(freshness.map((f) => f.tableName).sort()).toEqual(['customers', 'events']);
+    const proposals = await proposeDefaultMonitors(
+      systemScope(server.deps, m, other.organization.id),
+      workspace,
+    );
+    expect(proposals.every((p) => p.state === 'configured')).toBe(true);
   });
 });

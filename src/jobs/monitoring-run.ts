@@ -96,17 +96,31 @@ export async function runDueMonitoring(
         and not exists (select 1 from job_runs j where j.workspace_id = g.workspace_id and j.kind = ?
                           and j.created_at > now() - make_interval(secs => ?))
       order by g.workspace_id limit 200`,
-    [org, org, IDENTITY_REBUILD_INTERVAL_MS / 1000, IDENTITY_RESOLUTION_KIND, IDENTITY_REBUILD_INTERVAL_MS / 1000],
+    [
+      org,
+      org,
+      IDENTITY_REBUILD_INTERVAL_MS / 1000,
+      IDENTITY_RESOLUTION_KIND,
+      IDENTITY_REBUILD_INTERVAL_MS / 1000,
+    ],
   );
   const out = { monitoring: [] as string[], identity: [] as string[] };
   for (const w of due) {
-    await enqueueMonitoringRun(deps, { organizationId: w.organization_id, workspaceId: w.id, reason: 'schedule' });
+    await enqueueMonitoringRun(deps, {
+      organizationId: w.organization_id,
+      workspaceId: w.id,
+      reason: 'schedule',
+    });
     out.monitoring.push(w.id);
   }
   const em = deps.orm.em.fork() as EntityManager;
   for (const g of stale) {
     if (!(await isFeatureEnabledFor(em, g.organization_id, 'identity_resolution'))) continue;
-    await enqueueIdentityResolution(deps, { organizationId: g.organization_id, workspaceId: g.id, reason: 'schedule' });
+    await enqueueIdentityResolution(deps, {
+      organizationId: g.organization_id,
+      workspaceId: g.id,
+      reason: 'schedule',
+    });
     out.identity.push(g.id);
   }
   return out;

@@ -27,7 +27,8 @@ export const appRouter = router({
   analytics: analyticsRouter,
   queries: queriesRouter,
   discovery: discoveryRouter,
-  monitoring: monitoringRouter, alerts: alertsRouter,
+  monitoring: monitoringRouter,
+  alerts: alertsRouter,
 });
 
 export type AppRouter = typeof appRouter;

@@ -37,7 +37,12 @@ export class Migration20261122200000 extends Migration {
       `create index "alerts_organization_id_workspace_id_status_index" on "alerts" ("organization_id", "workspace_id", "status");`,
     );
 
-    for (const table of ['monitoring_metric_snapshots', 'identity_graphs', 'monitoring_default_monitors', 'alerts'])
+    for (const table of [
+      'monitoring_metric_snapshots',
+      'identity_graphs',
+      'monitoring_default_monitors',
+      'alerts',
+    ])
       for (const [column, parent] of [
         ['organization_id', 'organizations'],
         ['workspace_id', 'workspaces'],

@@ -8,9 +8,7 @@ const base = '/api/api/alerts';
 
 export const alertsRouter = router({
   active: permissionProcedure('workspace.read')
-    .meta(
-      rest('GET', `${base}/active`, 'Active data-quality alerts of a workspace, most severe first', tag),
-    )
+    .meta(rest('GET', `${base}/active`, 'Active data-quality alerts of a workspace, most severe first', tag))
     .input(s.activeAlertsInput)
     .output(s.activeAlertsOutput)
     .query(({ ctx, input }) => alerts.activeAlerts(ctx, input)),

@@ -40,7 +40,12 @@ export const activeAlertsInput = z.object({
 export const activeAlertsOutput = z.object({
   workspace_name: z.string(),
   total: z.number().int(),
-  counts: z.object({ info: z.number().int(), warning: z.number().int(), error: z.number().int(), critical: z.number().int() }),
+  counts: z.object({
+    info: z.number().int(),
+    warning: z.number().int(),
+    error: z.number().int(),
+    critical: z.number().int(),
+  }),
   alerts: z.array(alertView),
 });
 
@@ -53,7 +58,9 @@ export const dismissInput = z.object({
     .min(1)
     .max(366 * 24 * 60)
     .optional()
-    .describe('Snooze period: the alert comes back after it if the check still fails; without it, only when the failure changes'),
+    .describe(
+      'Snooze period: the alert comes back after it if the check still fails; without it, only when the failure changes',
+    ),
 });
 
 export const dismissOutput = alertView;

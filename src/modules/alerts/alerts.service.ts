@@ -15,7 +15,8 @@ function signature(severity: string, threshold: unknown): string {
 
 /** A dismissed alert whose snooze ran out is due again (the next run confirms or resolves it). */
 function effectiveStatus(alert: AlertEntity, now: number): AlertEntity['status'] {
-  if (alert.status === 'dismissed' && alert.snoozedUntil && alert.snoozedUntil.getTime() <= now) return 'active';
+  if (alert.status === 'dismissed' && alert.snoozedUntil && alert.snoozedUntil.getTime() <= now)
+    return 'active';
   return alert.status;
 }
 

@@ -324,8 +324,15 @@ export async function* discover(
     );
 
     // 2. Profile each table in SQL (one statement per table) and detect value patterns.
-    const run = async (sql: string, params: unknown[]) =>
-      (await warehouse.readOnlyQuery(sql, { params, limit: 1 })).rows;
+    // Generated SQL, not the user's: it skips the SQL guard of readOnlyQuery (whose parse of a wide
+    // profile statement costs more than running it) but keeps its read-only transaction and timeout.
+    const timeoutMs = Math.floor(scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS);
+    const run = (sql: string, params: unknown[]) =>
+      warehouse.transaction(async (tx) => {
+        await tx.query('set transaction read only');
+        await tx.query(`set local statement_timeout = ${timeoutMs}`);
+        return (await tx.query(sql, params)).rows;
+      });
     const sources: SourceTable[] = [];
     for (const [i, table] of tables.entries()) {
       const why = await control.halt(scope.em);

@@ -4,7 +4,11 @@ import { detectTimestampColumn } from '../../quality/metrics.ts';
 import { TableMapping } from '../mappings/mappings.entity.ts';
 import { SchemaConfig } from '../schemas/schemas.entity.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
-import { replaceTargetSchema, targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import {
+  replaceTargetSchema,
+  targetSchemaOf,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
 import { DefaultMonitor } from './monitoring.entity.ts';
 
 /*
@@ -32,9 +36,14 @@ export interface DefaultMonitorProposal {
 
 type Table = TargetSchema['tables'][number];
 
-function mappedColumns(mapping: { connections: { target_field: string }[]; transformations: Record<string, unknown> } | undefined) {
+function mappedColumns(
+  mapping: { connections: { target_field: string }[]; transformations: Record<string, unknown> } | undefined,
+) {
   if (!mapping) return new Set<string>();
-  return new Set([...mapping.connections.map((c) => c.target_field), ...Object.keys(mapping.transformations)]);
+  return new Set([
+    ...mapping.connections.map((c) => c.target_field),
+    ...Object.keys(mapping.transformations),
+  ]);
 }
 
 export async function proposeDefaultMonitors(
@@ -68,7 +77,9 @@ export async function proposeDefaultMonitors(
         kind: 'column_test',
         table_name: table.name,
         column_name: name,
-        config: single ? { not_null: true, unique: true, severity: 'error' } : { not_null: true, severity: 'error' },
+        config: single
+          ? { not_null: true, unique: true, severity: 'error' }
+          : { not_null: true, severity: 'error' },
         state: state(key, (column as { tests?: unknown }).tests !== undefined),
       });
     }
@@ -107,7 +118,9 @@ export async function applyDefaultMonitors(scope: CallerScope, workspace: Worksp
   if (tests.length > 0) {
     const next = structuredClone(targetSchemaOf(workspace)!);
     for (const p of tests) {
-      const column = next.tables.find((t) => t.name === p.table_name)?.columns.find((c) => c.name === p.column_name);
+      const column = next.tables
+        .find((t) => t.name === p.table_name)
+        ?.columns.find((c) => c.name === p.column_name);
       if (column) (column as Record<string, unknown>).tests = p.config;
     }
     await replaceTargetSchema(scope, workspace, next, {
@@ -127,7 +140,12 @@ export async function applyDefaultMonitors(scope: CallerScope, workspace: Worksp
         config: p.config,
         updatedBy: 'dimas (default monitor)',
       });
-    scope.em.create(DefaultMonitor, { organization, workspace: workspace.id, monitorKey: p.key, config: p.config });
+    scope.em.create(DefaultMonitor, {
+      organization,
+      workspace: workspace.id,
+      monitorKey: p.key,
+      config: p.config,
+    });
   }
   await scope.em.flush();
   return { added: proposals.map((p) => ({ ...p, state: 'configured' as const })) };

@@ -95,9 +95,9 @@ export async function identitySources(
   const schema = targetSchemaOf(workspace);
   if (!schema) return [];
   const mapped = new Set(
-    (
-      await em.find(TableMapping, { organization: workspace.organization.id, workspace: workspace.id })
-    ).map((m) => m.tableName),
+    (await em.find(TableMapping, { organization: workspace.organization.id, workspace: workspace.id })).map(
+      (m) => m.tableName,
+    ),
   );
   const sources: IdentitySource[] = [];
   for (const table of schema.tables) {
@@ -110,7 +110,8 @@ export async function identitySources(
       .map(identifierOf)
       .filter((x): x is IdentifierColumn => x !== null);
     if (identifiers.length === 0) continue;
-    const key = table.primary_key.length === 1 && existing.has(table.primary_key[0]) ? table.primary_key[0] : undefined;
+    const key =
+      table.primary_key.length === 1 && existing.has(table.primary_key[0]) ? table.primary_key[0] : undefined;
     sources.push({
       table: { schema: targetSchema, name: table.name },
       identifiers,
@@ -146,8 +147,12 @@ export async function graphStatistics(warehouse: Warehouse, schema: string, time
     await tx.query(`set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`);
     const runner = transactionRunner(tx);
     const stats = await identityGraphStats(runner, schema);
-    let largest: { cluster_id: number; size: number; records: number; identifiers: Record<string, string[]> }[] =
-      [];
+    let largest: {
+      cluster_id: number;
+      size: number;
+      records: number;
+      identifiers: Record<string, string[]>;
+    }[] = [];
     if (stats.built) {
       const { rows } = await runner.query(
         `select cluster_id, size, records, identifiers from ${quoteIdent(schema)}.identity_profiles

@@ -67,7 +67,8 @@ function plansOf(configs: QualityConfigs): Record<'target' | 'source', Map<strin
   for (const t of configs.column_tests)
     plan('target', t.table_name).tests.push({ column: t.column_name, config: t.config });
   for (const c of configs.column_monitoring)
-    if (!c.orphaned) plan(c.schema_type, c.table_name).columnMonitoring.push({ column: c.column_name, config: c.config });
+    if (!c.orphaned)
+      plan(c.schema_type, c.table_name).columnMonitoring.push({ column: c.column_name, config: c.config });
   for (const t of configs.table_monitoring)
     if (!t.orphaned) plan(t.schema_type, t.table_name).tableMonitoring = t.config;
   return plans;
@@ -101,7 +102,10 @@ export interface MonitoringRunSummary {
  * trends), the column tests (one statement per table), the column/table monitoring thresholds
  * against those metrics, and the resulting alert changes.
  */
-export async function runMonitoring(deps: AppDeps, request: MonitoringRunRequest): Promise<MonitoringRunSummary> {
+export async function runMonitoring(
+  deps: AppDeps,
+  request: MonitoringRunRequest,
+): Promise<MonitoringRunSummary> {
   const em = deps.orm.em.fork() as EntityManager;
   const summary: MonitoringRunSummary = {
     reason: request.reason,
@@ -114,7 +118,10 @@ export async function runMonitoring(deps: AppDeps, request: MonitoringRunRequest
     alerts: null,
     identity_rebuild_due: false,
   };
-  const workspace = await em.findOne(Workspace, { id: request.workspaceId, organization: request.organizationId });
+  const workspace = await em.findOne(Workspace, {
+    id: request.workspaceId,
+    organization: request.organizationId,
+  });
   if (!workspace) return { ...summary, skipped: 'the workspace was deleted' };
   const scope = systemScope(deps, em, request.organizationId);
   const configs = await listQualityConfigs(scope, workspace);
@@ -171,7 +178,8 @@ export async function runMonitoring(deps: AppDeps, request: MonitoringRunRequest
       }
       measurable.push(table);
       const freshness = p.tableMonitoring?.freshness?.column;
-      if (freshness && table.columns.some((c) => c.name === freshness)) timestampColumns.set(label, freshness);
+      if (freshness && table.columns.some((c) => c.name === freshness))
+        timestampColumns.set(label, freshness);
     }
     const dataSource = side;
     const previous = await previousMeasurements(
@@ -195,7 +203,8 @@ export async function runMonitoring(deps: AppDeps, request: MonitoringRunRequest
         continue;
       }
       summary.tables_measured++;
-      for (const c of p.columnMonitoring) results.push(...evaluateColumnMonitoring(m.metrics, c.column, c.config));
+      for (const c of p.columnMonitoring)
+        results.push(...evaluateColumnMonitoring(m.metrics, c.column, c.config));
       if (p.tableMonitoring)
         results.push(...evaluateTableMonitoring(m.metrics, p.tableMonitoring, previous.get(label) ?? null));
       if (p.tests.length > 0) {

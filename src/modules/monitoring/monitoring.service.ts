@@ -15,7 +15,12 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { createGraphSchema, graphLocation, graphStatistics } from './identity.service.ts';
-import { measureTables, previousMeasurements, storeSnapshots, tableMetricsView } from './monitoring-metrics.ts';
+import {
+  measureTables,
+  previousMeasurements,
+  storeSnapshots,
+  tableMetricsView,
+} from './monitoring-metrics.ts';
 import { IdentityGraph } from './monitoring.entity.ts';
 
 /** Tables one metrics request measures; more are reported as `truncated` (monitoring runs measure all configured ones). */
@@ -36,7 +41,11 @@ const byName = (a: IntrospectedTable, b: IntrospectedTable) =>
   a.schema.localeCompare(b.schema) || a.name.localeCompare(b.name);
 
 /** Freshness columns named by the workspace's table monitoring configs (target side). */
-async function configuredTimestampColumns(scope: CallerScope, workspace: WorkspaceEntity, targetSchema: string) {
+async function configuredTimestampColumns(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  targetSchema: string,
+) {
   const configs = await listQualityConfigs(scope, workspace);
   const columns = new Map<string, string>();
   for (const t of configs.table_monitoring) {
@@ -78,7 +87,11 @@ async function measure(
   const measured = results.flatMap((r) => (r.metrics ? [r.metrics] : []));
   await storeSnapshots(
     scope.em,
-    { organizationId: organizationOf(scope.principal), workspaceId: workspace.id, dataSource: input.dataSource },
+    {
+      organizationId: organizationOf(scope.principal),
+      workspaceId: workspace.id,
+      dataSource: input.dataSource,
+    },
     measured,
   );
   return {
@@ -178,13 +191,17 @@ export async function datasourceMetrics(scope: CallerScope, configName: string) 
     owner = `${workspace.id}:reverse-etl:${configName}`;
     dataSource = `connection:${configName}`;
     // The tables assigned to this connection; none assigned → every table of its schema.
-    const assigned = (await tableAssignments(scope, workspace)).filter((a) => a.connection_name === configName);
+    const assigned = (await tableAssignments(scope, workspace)).filter(
+      (a) => a.connection_name === configName,
+    );
     if (assigned.length > 0) only = assigned.map((a) => a.destination_table || a.table_name);
   }
   const warehouse = await warehouses(scope.deps).open(config, owner);
   const introspected = await warehouse.introspect(only ? { schemas: config.schemas, tables: only } : {});
   const tables = introspected.tables.sort(byName);
-  const missing = (only ?? []).filter((n) => !tables.some((t) => t.name === n || `${t.schema}.${t.name}` === n));
+  const missing = (only ?? []).filter(
+    (n) => !tables.some((t) => t.name === n || `${t.schema}.${t.name}` === n),
+  );
   return measure(scope, workspace, {
     warehouse,
     database: config.database,
@@ -198,7 +215,10 @@ export async function datasourceMetrics(scope: CallerScope, configName: string) 
 // ---- identity graph ----
 
 async function graphOf(scope: CallerScope, workspace: WorkspaceEntity) {
-  return scope.em.findOne(IdentityGraph, { organization: organizationOf(scope.principal), workspace: workspace.id });
+  return scope.em.findOne(IdentityGraph, {
+    organization: organizationOf(scope.principal),
+    workspace: workspace.id,
+  });
 }
 
 export async function identityGraphWorkspace(scope: CallerScope, input: { database?: string }) {
@@ -207,7 +227,9 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
   const graph = await graphOf(scope, workspace);
   const { database, schema } = graphLocation(config, graph);
   if (input.database !== undefined && input.database !== database)
-    throw notFound(`Database ${input.database} (the identity graph of ${workspace.name} lives in ${database})`);
+    throw notFound(
+      `Database ${input.database} (the identity graph of ${workspace.name} lives in ${database})`,
+    );
   const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:target`);
   const { stats, largest } = await graphStatistics(
     warehouse,
@@ -219,9 +241,7 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
     kind: IDENTITY_RESOLUTION_KIND,
     limit: 1,
   });
-  const lastBuild = run
-    ? { run_id: run.id, status: run.status, error: run.error, result: run.result }
-    : null;
+  const lastBuild = run ? { run_id: run.id, status: run.status, error: run.error, result: run.result } : null;
   let message: string;
   if (stats.built) message = `Built at ${stats.last_built_at!.toISOString()}`;
   else if (!graph && !stats.built)
@@ -229,7 +249,8 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
       'Never built: POST /api/monitoring/identity-graph/create-schema creates the tables and queues a build';
   else if (run && (run.status === 'queued' || run.status === 'running'))
     message = 'Never built: a build is under way';
-  else if (run?.status === 'failed') message = `Never built: the last build failed: ${run.error ?? 'unknown error'}`;
+  else if (run?.status === 'failed')
+    message = `Never built: the last build failed: ${run.error ?? 'unknown error'}`;
   else if (typeof run?.result?.skipped === 'string') message = `Never built: ${run.result.skipped}`;
   else message = 'Never built';
   return {
@@ -255,7 +276,13 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
   };
 }
 
-const IDENTITY_TABLES = ['identity_nodes', 'identity_edges', 'identity_records', 'identity_clusters', 'identity_runs'];
+const IDENTITY_TABLES = [
+  'identity_nodes',
+  'identity_edges',
+  'identity_records',
+  'identity_clusters',
+  'identity_runs',
+];
 
 /** Creates the identity tables (idempotent) and, with identity resolution on, queues a build. */
 export async function createIdentityGraphSchema(scope: CallerScope) {

@@ -18,6 +18,7 @@ import {
   targetSchemaOf,
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
+import { applyDefaultMonitors } from '../monitoring/default-monitors.service.ts';
 import { SchemaSyncRun } from './schemas.entity.ts';
 import type { TargetSchema } from './schemas.schemas.ts';
 
@@ -188,6 +189,8 @@ export async function syncWorkspaceSchema(
     });
     await scope.em.flush();
     syncedAt = run.createdAt;
+    // Default monitors (primary-key tests, freshness) are proposed for what the sync created.
+    await applyDefaultMonitors(scope, workspace);
   }
   return {
     workspace_name: workspace.name,
