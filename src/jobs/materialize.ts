@@ -12,6 +12,7 @@ import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
 import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
 import { MATERIALIZE_MAPPING_KIND } from '../modules/mappings/mappings.service.ts';
+import { enqueueMonitoringRun } from './monitoring-run.ts';
 
 export interface MaterializeMappingPayload extends Record<string, unknown> {
   workspace_id: string;
@@ -181,6 +182,14 @@ export async function materializeMapping(
     mapping.lastRunId = context.runId;
     await fresh.flush();
   }
+  // Fresh data is what monitoring checks; a failure to queue the check must not fail the load.
+  await enqueueMonitoringRun(deps, {
+    organizationId: organization,
+    workspaceId: workspace.id,
+    reason: 'materialization',
+  }).catch((error) =>
+    deps.logger.warn({ err: error }, 'could not queue a monitoring run after materialization'),
+  );
   return {
     rows_written: rows,
     mode,
