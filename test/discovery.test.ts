@@ -245,13 +245,13 @@ beforeAll(async () => {
        phone text, city text, country text, created_at timestamptz default now());
      create table crm.orders (id integer primary key, customer_id integer references crm.customers (id),
        total numeric(10,2), ordered_at timestamptz);
-     create table crm.loyalty (member_no text primary key, customer_id integer, points_balance integer);
+     create table crm.loyalty (customer_id integer primary key, member_no text, points_balance integer);
      insert into crm.customers (id, first_name, last_name, email, phone, city, country)
        select g, 'name' || g, 'last' || g, 'user' || g || '@example.com', '+1 415 555 ' || lpad(g::text, 4, '0'),
               (array['Paris','Berlin','Austin'])[1 + g % 3], (array['FR','DE','US'])[1 + g % 3]
          from generate_series(1, 40) g;
      insert into crm.orders select g, 1 + g % 40, g * 1.5, now() - g * interval '1 day' from generate_series(1, 80) g;
-     insert into crm.loyalty select 'M' || g, g, g * 10 from generate_series(1, 40) g;
+     insert into crm.loyalty select g, 'M' || g, g * 10 from generate_series(1, 40) g;
      -- Slow relations: each profile of one takes about a second, so a run can be caught mid-way.
      create table slow.customers (id integer primary key, email text);
      insert into slow.customers values (1, 'a@b.co');
@@ -598,13 +598,15 @@ describe('join proposals', () => {
   });
   const customers = table('customers', ['id', 'email', 'account_code'], { primary_key: ['id'] });
 
-  it('follows foreign keys either way, names of keys, then shared identifiers', () => {
+  it('proposes only joins that keep one row per primary row', () => {
     const orders = table('orders', ['id', 'buyer', 'total'], {
+      primary_key: ['id'],
       foreign_keys: [
         { name: 'fk', columns: ['buyer'], references: { schema: 's', table: 'customers', columns: ['id'] } },
       ],
     });
-    expect(proposeJoin(customers, orders)).toBe('s.customers.id = s.orders.buyer');
+    // Orders refer to customers: one customer has many orders, so joining them would repeat customers.
+    expect(proposeJoin(customers, orders)).toBeNull();
     const withFk = table('customers2', ['id', 'profile_id'], {
       primary_key: ['id'],
       foreign_keys: [
@@ -615,17 +617,67 @@ describe('join proposals', () => {
         },
       ],
     });
-    expect(proposeJoin(withFk, table('profiles', ['pid', 'bio']))).toBe(
+    expect(proposeJoin(withFk, table('profiles', ['pid', 'bio'], { primary_key: ['pid'] }))).toBe(
       's.customers2.profile_id = s.profiles.pid',
     );
-    expect(proposeJoin(customers, table('loyalty', ['CustomerId', 'points']))).toBe(
-      's.customers.id = s.loyalty."CustomerId"',
-    );
-    expect(proposeJoin(customers, table('Billing Accounts', ['account_code', 'plan']))).toBe(
-      's.customers.account_code = s."Billing Accounts".account_code',
-    );
+    // A one-to-one extension table keyed by the customer.
+    const details = table('customer_details', ['customer_id', 'vip'], {
+      primary_key: ['customer_id'],
+      foreign_keys: [
+        {
+          name: 'fk',
+          columns: ['customer_id'],
+          references: { schema: 's', table: 'customers', columns: ['id'] },
+        },
+      ],
+    });
+    expect(proposeJoin(customers, details)).toBe('s.customers.id = s.customer_details.customer_id');
+    expect(
+      proposeJoin(
+        customers,
+        table('Billing Accounts', ['account_code', 'plan'], { primary_key: ['account_code'] }),
+      ),
+    ).toBe('s.customers.account_code = s."Billing Accounts".account_code');
+    // The same identifier column that is not the other table's key relates many rows: no join.
+    expect(proposeJoin(customers, table('Billing Accounts', ['account_code', 'plan']))).toBeNull();
     // A shared bare `id` relates nothing.
     expect(proposeJoin(customers, table('events', ['id', 'name']))).toBeNull();
+  });
+
+  it("prefers the primary table's own column among close candidates", () => {
+    const sources = new Map([
+      ['s.customers', customers],
+      ['s.crm', table('crm', ['email'])],
+    ]);
+    const plan = planMapping(
+      {
+        target_table: 't',
+        primary_table: 's.customers',
+        fields: [
+          {
+            target_field: 'email',
+            candidates: [],
+            suggestion: null,
+            ambiguity: null,
+          },
+        ],
+        ambiguities: [
+          {
+            target_field: 'email',
+            candidates: [
+              { source_field: 's.crm.email', confidence: 0.999 },
+              { source_field: 's.customers.email', confidence: 0.998 },
+            ],
+            reason: 'close',
+          },
+        ],
+      } as never,
+      sources,
+    );
+    expect(plan.connections).toEqual([
+      { source_field: 's.customers.email', target_field: 'email', confidence: 0.998 },
+    ]);
+    expect(plan.ambiguities).toEqual([]);
   });
 
   it('turns suggestions from a table that cannot be joined into ambiguities', () => {
@@ -670,7 +722,7 @@ describe('join proposals', () => {
     expect(plan.ambiguities).toEqual([
       expect.objectContaining({
         target_field: 'last_event',
-        reason: expect.stringMatching(/no foreign key/),
+        reason: expect.stringMatching(/no one-to-one relation/),
       }),
     ]);
   });

@@ -8,7 +8,11 @@ import {
 } from '../auth/auth.schemas.ts';
 import { mappingOutput } from '../mappings/mappings.schemas.ts';
 import { templateSummary } from '../schemas/schemas.schemas.ts';
-import { workspaceDetailOutput, workspaceName } from '../workspaces/workspaces.schemas.ts';
+import {
+  RESERVED_WORKSPACE_NAMES,
+  workspaceDetailOutput,
+  workspaceName,
+} from '../workspaces/workspaces.schemas.ts';
 import { connectionConfigSchema } from '../../warehouse/config.ts';
 import { CACHE_NAMES, MAX_CACHE_ENTRIES, MAX_TTL_SECONDS, isCacheName } from '../../cache.ts';
 import { isFeatureName } from '../../features.ts';
@@ -324,7 +328,13 @@ export const setupEnvironmentInput = z.object({
   admin: z
     .object({ username: newUserFields.username, email: newUserFields.email })
     .describe('The organization admin; a temporary password is generated and returned once'),
-  workspace: z.object({ name: workspaceName, description: z.string().max(2000).optional() }),
+  workspace: z.object({
+    name: workspaceName.refine(
+      (name) => !(RESERVED_WORKSPACE_NAMES as readonly string[]).includes(name.toLowerCase()),
+      'is reserved: a route of /api/workspaces has this name',
+    ),
+    description: z.string().max(2000).optional(),
+  }),
   source: connectionConfigSchema.describe('The source database of the workspace (password stored encrypted)'),
   template: z.string().min(1).max(100).describe('Library schema template for the target schema'),
   discover: z

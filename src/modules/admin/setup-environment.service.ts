@@ -1,20 +1,21 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../app-error.ts';
 import type { AppDeps, CallerScope, Scope } from '../../deps.ts';
-import { ALL_PERMISSIONS } from '../../auth/permissions.ts';
 import { matchTable, type SourceTable, type TargetTable } from '../../llm/offline-matcher.ts';
 import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profile.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
-import { Organization } from '../auth/auth.entity.ts';
+import { Organization, User } from '../auth/auth.entity.ts';
 import { createOrganizationRecord, createUser, organizationView } from '../auth/auth.service.ts';
 import { planMapping, tableKey } from '../discovery/discovery-plan.ts';
 import { DiscoveryRun, type DiscoveryRunEntity } from '../discovery/discovery.entity.ts';
+import type { TableMappingEntity } from '../mappings/mappings.entity.ts';
 import { mappingDocument, writeSuggestions } from '../mappings/mappings.service.ts';
 import { libraryTemplate, libraryTemplates, schemaSummary } from '../schemas/schema-library.ts';
 import { ADMIN_SETTINGS_DEFAULTS } from '../workspaces/workspaces.schemas.ts';
-import { createWorkspace, workspaceByName } from '../workspaces/workspaces.service.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+import { storeConnectionConfig, workspaceDetail } from '../workspaces/workspaces.service.ts';
 
 export interface SetupEnvironmentInput {
   organization: { name: string; domain: string };
@@ -85,13 +86,10 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
       ],
     });
   if (await scope.em.count(Organization, { domain: input.organization.domain }))
-    throw new AppError(
-      'CONFLICT',
-      `An organization with domain ${input.organization.domain} already exists`,
-    );
+    throw new AppError('CONFLICT', `An organization with domain ${input.organization.domain} already exists`);
 
-  const snapshot = input.discover ? await readSource(scope.deps, input.source) : null;
   const startedAt = new Date();
+  const snapshot = input.discover ? await readSource(scope.deps, input.source) : null;
 
   return scope.em.transactional(async (txEm) => {
     const em = txEm as EntityManager;
@@ -106,33 +104,36 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
       roles: ['admin'],
       must_change_password: true,
     });
-    // The workspace is the new admin's: created and selected as if they had done it themselves.
-    const asAdmin: CallerScope = {
-      em,
-      deps: scope.deps,
-      principal: {
-        kind: 'user',
-        id: admin.user.id,
-        organizationId: org.id,
-        username: admin.user.username,
-        isSuperAdmin: false,
-        mustChangePassword: true,
-        permissions: new Set(ALL_PERMISSIONS),
-        expiresAt: null,
-      },
-    };
-    const workspaceView = await createWorkspace(asAdmin, {
+    // Built here rather than by createWorkspace: that one reads through raw connection queries and
+    // the caches, which run outside this transaction (a deadlock on the embedded database). The
+    // organization is new, so the name cannot be taken; reserved names were refused by the input.
+    const workspace = em.create(Workspace, {
+      organization: org.id,
       name: input.workspace.name,
-      description: input.workspace.description,
-      source_config: input.source,
-      template_name: input.template,
-      select: true,
+      description: input.workspace.description ?? '',
+      sourceConfig: storeConnectionConfig(tx, input.source, null),
+      targetConfig: null,
+      targetSchema: template,
+      schemaTemplate: input.template,
+      schemaCustomized: false,
+      settings: {},
+      workflowState: {},
     });
+    await em.flush();
+    // Selected for the new admin, so their first session starts in it (keys as workspaces.service).
+    const selectedAt = new Date().toISOString();
+    const adminUser = await em.findOneOrFail(User, { id: admin.user.id });
+    adminUser.preferences = {
+      ...adminUser.preferences,
+      current_workspace: workspace.id,
+      workspace_last_used: { [workspace.id]: selectedAt },
+    };
 
-    const mappings = [];
+    const mappings: TableMappingEntity[] = [];
+    const suggested = () => mappings.reduce((n, m) => n + m.connections.length, 0);
+    const ambiguous = () => mappings.reduce((n, m) => n + m.ambiguities.length, 0);
     let run: DiscoveryRunEntity | null = null;
     if (snapshot) {
-      const workspace = await workspaceByName(asAdmin, input.workspace.name);
       const options = {
         threshold: ADMIN_SETTINGS_DEFAULTS.discovery_confidence_threshold,
         ambiguityMargin: ADMIN_SETTINGS_DEFAULTS.ambiguity_margin,
@@ -146,8 +147,8 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
         tables: snapshot.sources.length,
         columns: snapshot.columns,
         target_tables: mappings.length,
-        fields_suggested: mappings.reduce((n, m) => n + m.connections.length, 0),
-        ambiguities: mappings.reduce((n, m) => n + m.ambiguities.length, 0),
+        fields_suggested: suggested(),
+        ambiguities: ambiguous(),
         llm_calls: 0,
         llm_fallbacks: 0,
         duration_ms: Date.now() - startedAt.getTime(),
@@ -170,7 +171,10 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
     return {
       organization: organizationView(org),
       admin: { user: admin.user, temporary_password: admin.temporary_password! },
-      workspace: workspaceView,
+      workspace: await workspaceDetail({ ...tx, principal: scope.principal }, workspace, {
+        currentId: workspace.id,
+        lastUsed: { [workspace.id]: selectedAt },
+      }),
       schema: { template_name: input.template, ...schemaSummary(input.template, template) },
       discovery: {
         ran: !!snapshot,
@@ -179,8 +183,8 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
         source_tables: snapshot?.sources.length ?? 0,
         source_columns: snapshot?.columns ?? 0,
         unprofiled_tables: snapshot?.unprofiled ?? [],
-        fields_suggested: mappings.reduce((n, m) => n + m.connections.length, 0),
-        ambiguities: mappings.reduce((n, m) => n + m.ambiguities.length, 0),
+        fields_suggested: suggested(),
+        ambiguities: ambiguous(),
         mappings: mappings.map(mappingDocument),
       },
     };

@@ -33,45 +33,46 @@ function isIdentifier(name: string): boolean {
   return w.length >= 2 && ID_WORDS.has(w[w.length - 1]);
 }
 
-const singular = (word: string) =>
-  word.endsWith('ies')
-    ? `${word.slice(0, -3)}y`
-    : word.endsWith('ses')
-      ? word.slice(0, -2)
-      : word.replace(/s$/, '');
-
-/** The ON expression joining `other` to `primary`, or null when nothing relates them. */
+/**
+ * The ON expression joining `other` to `primary`, or null when nothing relates them safely. A join
+ * is proposed only when it matches at most one row of `other` per primary row (its columns on the
+ * other side are that table's primary key): a one-to-many join would repeat the primary rows and
+ * break the target's key, so such tables are left for the user to aggregate or join explicitly.
+ */
 export function proposeJoin(primary: IntrospectedTable, other: IntrospectedTable): string | null {
   const on = (pairs: [string, string][]) =>
     pairs.map(([p, o]) => `${columnRef(primary, p)} = ${columnRef(other, o)}`).join(' and ');
   const refersTo = (fk: IntrospectedTable['foreign_keys'][number], t: IntrospectedTable) =>
     fk.references.schema === t.schema && fk.references.table === t.name;
+  const keyOfOther = (columns: string[]) =>
+    other.primary_key.length > 0 &&
+    columns.length === other.primary_key.length &&
+    other.primary_key.every((k) => columns.includes(k));
 
-  const fromOther = other.foreign_keys.find((fk) => refersTo(fk, primary));
-  if (fromOther) return on(fromOther.references.columns.map((p, i) => [p, fromOther.columns[i]]));
   const fromPrimary = primary.foreign_keys.find((fk) => refersTo(fk, other));
-  if (fromPrimary) return on(fromPrimary.columns.map((p, i) => [p, fromPrimary.references.columns[i]]));
+  if (fromPrimary && keyOfOther(fromPrimary.references.columns))
+    return on(fromPrimary.columns.map((p, i) => [p, fromPrimary.references.columns[i]]));
+  const fromOther = other.foreign_keys.find((fk) => refersTo(fk, primary));
+  if (fromOther && keyOfOther(fromOther.columns))
+    return on(fromOther.references.columns.map((p, i) => [p, fromOther.columns[i]]));
 
-  // `orders.customer_id` → `customers.id`: the other table names the primary one's single key.
+  // `loyalty.customer_id` (its key) names `customers.id`: an extension table of the primary one.
   if (primary.primary_key.length === 1) {
     const stem = words(primary.name);
-    const wanted = new Set(
-      [stem, [...stem.slice(0, -1), singular(stem[stem.length - 1] ?? '')]].map((w) =>
-        [...w, 'id'].join('_'),
-      ),
-    );
-    const column = other.columns.find((c) => wanted.has(words(c.name).join('_')));
+    const last = stem[stem.length - 1] ?? '';
+    const singular = last.endsWith('ies') ? `${last.slice(0, -3)}y` : last.replace(/s$/, '');
+    const wanted = new Set([stem, [...stem.slice(0, -1), singular]].map((w) => [...w, 'id'].join('_')));
+    const column = other.columns.find((c) => wanted.has(words(c.name).join('_')) && keyOfOther([c.name]));
     if (column) return on([[primary.primary_key[0], column.name]]);
   }
 
-  // A shared identifier column, the primary key's first.
+  // A shared identifier column that is the other table's whole key: one-to-one (or many-to-one).
   const otherByWords = new Map(other.columns.map((c) => [words(c.name).join('_'), c.name]));
   const shared = primary.columns
     .filter((c) => isIdentifier(c.name) && otherByWords.has(words(c.name).join('_')))
-    .sort(
-      (a, b) => Number(primary.primary_key.includes(b.name)) - Number(primary.primary_key.includes(a.name)),
-    );
-  if (shared.length) return on([[shared[0].name, otherByWords.get(words(shared[0].name).join('_'))!]]);
+    .map((c) => [c.name, otherByWords.get(words(c.name).join('_'))!] as [string, string])
+    .filter(([, o]) => keyOfOther([o]));
+  if (shared.length) return on([shared[0]]);
   return null;
 }
 
@@ -117,7 +118,7 @@ export function planMapping(
       else
         unjoinable.set(
           key,
-          `${key} has no foreign key or shared identifier column with the primary table ${primaryKey}; add it with a join to use this column`,
+          `${key} has no one-to-one relation (a foreign key to its primary key, or a shared key column) with the primary table ${primaryKey}; join it yourself (aggregated first, if one ${primaryKey} row has several) to use this column`,
         );
     }
     const reason = unjoinable.get(key);
@@ -135,6 +136,22 @@ export function planMapping(
       target_field: field.target_field,
       confidence: s.confidence,
     });
+  }
+  // Close candidates where exactly one is a column of the primary table: that column describes the
+  // primary row itself, so it becomes the suggestion (still only suggested, for review).
+  for (const ambiguity of [...ambiguities]) {
+    if (connections.some((c) => c.target_field === ambiguity.target_field)) continue;
+    const best = Math.max(...ambiguity.candidates.map((c) => c.confidence ?? 0));
+    const own = ambiguity.candidates.filter(
+      (c) => tableOf(c.source_field) === primaryKey && (c.confidence ?? 0) >= best - 0.02,
+    );
+    if (own.length !== 1) continue;
+    connections.push({
+      source_field: own[0].source_field,
+      target_field: ambiguity.target_field,
+      confidence: own[0].confidence ?? 0,
+    });
+    ambiguities.splice(ambiguities.indexOf(ambiguity), 1);
   }
   return { tables, connections, ambiguities };
 }

@@ -33,6 +33,8 @@ import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
 export const HEARTBEAT_MS = 15_000;
 /** A running row without a heartbeat for this long belongs to a process that died: it is taken over. */
 export const STALE_AFTER_SECONDS = 60;
+/** Least time between two reads of the run row at step boundaries (cancel latency on quick steps). */
+const CHECK_MS = 250;
 /** Source tables offered to the model per target table: those the offline candidates come from. */
 const PROMPT_TABLES = 8;
 
@@ -99,10 +101,18 @@ class RunControl {
     if (row?.cancel_requested_at) this.#cancel.abort();
   }
 
-  /** At each step: null to go on, or why to stop. */
+  #checkedAt = 0;
+
+  /**
+   * At each step: null to go on, or why to stop. The run row is read at most every CHECK_MS, so that
+   * hundreds of quick steps do not each cost a round trip; a cancel is still seen within that time.
+   */
   async halt(em: EntityManager): Promise<'disconnected' | 'cancelled' | null> {
     if (this.clientSignal?.aborted) return 'disconnected';
-    if (!this.#cancel.signal.aborted) await this.#beat(em);
+    if (!this.#cancel.signal.aborted && Date.now() - this.#checkedAt >= CHECK_MS) {
+      await this.#beat(em);
+      this.#checkedAt = Date.now();
+    }
     if (this.clientSignal?.aborted) return 'disconnected';
     return this.#cancel.signal.aborted ? 'cancelled' : null;
   }
@@ -329,8 +339,8 @@ export async function* discover(
     const timeoutMs = Math.floor(scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS);
     const run = (sql: string, params: unknown[]) =>
       warehouse.transaction(async (tx) => {
-        await tx.query('set transaction read only');
-        await tx.query(`set local statement_timeout = ${timeoutMs}`);
+        // One round trip for both settings (no parameters: the simple protocol takes two statements).
+        await tx.query(`set transaction read only; set local statement_timeout = ${timeoutMs}`);
         return (await tx.query(sql, params)).rows;
       });
     const sources: SourceTable[] = [];
