@@ -83,7 +83,7 @@ export function createApp(deps: AppDeps) {
 
   app.get('/api/health', async (_req, res) => {
     try {
-      await deps.orm.em.getConnection().execute('select 1');
+      await deps.orm.em.execute('select 1');
       res.json({ status: 'ok', database: deps.dbKind });
     } catch {
       res.status(503).json({ message: 'The database is unavailable', code: 'SERVICE_UNAVAILABLE' });
@@ -144,7 +144,10 @@ export function createApp(deps: AppDeps) {
       res.setHeader('content-type', 'text/csv; charset=utf-8');
       res.setHeader('content-disposition', `attachment; filename="${file.filename}"`);
       if (file.size != null) res.setHeader('content-length', String(file.size));
-      file.open().on('error', () => res.destroy()).pipe(res);
+      file
+        .open()
+        .on('error', () => res.destroy())
+        .pipe(res);
     } catch (error) {
       sendError(res, error);
     }

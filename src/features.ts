@@ -65,7 +65,7 @@ export async function loadFeatureState(
   organizationId: string,
   userId: string | null,
 ): Promise<FeatureState> {
-  const [row] = await em.getConnection().execute(
+  const [row] = await em.execute(
     `select fs.features, fs.allow_user_overrides,
             (select o.overrides from user_feature_overrides o where o.user_id = ? and o.organization_id = ?) as overrides
      from (select 1) one left join feature_settings fs on fs.organization_id = ?`,

@@ -76,7 +76,7 @@ function request(overrides: Record<string, unknown> = {}) {
   };
 }
 
-const setup = (body: unknown, token: string | undefined = superAdmin) => call(server, 'POST', PATH, { token, body });
+const setup = (body: unknown, token = superAdmin) => call(server, 'POST', PATH, { token, body });
 
 /** What the control plane holds for a request's names: all zero after a refused or failed setup. */
 async function traces(body: ReturnType<typeof request>) {
@@ -87,7 +87,13 @@ async function traces(body: ReturnType<typeof request>) {
             (select count(*) from workspaces where name = ?)::int as workspaces,
             (select count(*) from mappings m join workspaces w on w.id = m.workspace_id where w.name = ?)::int as mappings,
             (select count(*) from discovery_runs r join workspaces w on w.id = r.workspace_id where w.name = ?)::int as runs`,
-    [body.organization.domain, body.admin.username, body.workspace.name, body.workspace.name, body.workspace.name],
+    [
+      body.organization.domain,
+      body.admin.username,
+      body.workspace.name,
+      body.workspace.name,
+      body.workspace.name,
+    ],
   );
   return row as { organizations: number; users: number; workspaces: number; mappings: number; runs: number };
 }
@@ -101,7 +107,10 @@ describe('setup-environment', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const out = res.body;
 
-    expect(out.organization).toMatchObject({ name: body.organization.name, domain: body.organization.domain });
+    expect(out.organization).toMatchObject({
+      name: body.organization.name,
+      domain: body.organization.domain,
+    });
     expect(out.admin.user).toMatchObject({
       username: body.admin.username,
       email: 'owner@example.com',
@@ -129,7 +138,9 @@ describe('setup-environment', () => {
     expect(out.discovery).toMatchObject({ ran: true, mode: 'offline', source_tables: 1, source_columns: 7 });
     expect(out.discovery.run_id).toEqual(expect.any(String));
     expect(out.discovery.unprofiled_tables).toEqual([]);
-    const customers = out.discovery.mappings.find((m: { table_name: string }) => m.table_name === 'customers');
+    const customers = out.discovery.mappings.find(
+      (m: { table_name: string }) => m.table_name === 'customers',
+    );
     expect(customers.tables).toEqual({ 'public.customers': { relationship: 'primary' } });
     const byTarget = Object.fromEntries(
       customers.connections.map((c: { target_field: string; source_field: string }) => [c.target_field, c]),
@@ -144,7 +155,9 @@ describe('setup-environment', () => {
     const em = server.deps.orm.em.fork() as EntityManager;
     const [stored] = await em
       .getConnection()
-      .execute(`select source_config->>'password' as password from workspaces where id = ?`, [out.workspace.id]);
+      .execute(`select source_config->>'password' as password from workspaces where id = ?`, [
+        out.workspace.id,
+      ]);
     expect(stored.password).not.toContain(SOURCE_PASSWORD);
     expect(server.deps.secrets.decrypt(stored.password)).toBe(SOURCE_PASSWORD);
 
@@ -174,7 +187,11 @@ describe('setup-environment', () => {
     expect(current.body).toMatchObject({ name: body.workspace.name, schema_template: 'customer-360' });
     const sourceConfig = await call(server, 'GET', '/api/workspaces/source-config', { token });
     expect(sourceConfig.status).toBe(200);
-    expect(sourceConfig.body.source_config).toMatchObject({ host: '127.0.0.1', database: dbName, password_set: true });
+    expect(sourceConfig.body.source_config).toMatchObject({
+      host: '127.0.0.1',
+      database: dbName,
+      password_set: true,
+    });
     expect(JSON.stringify(sourceConfig.body)).not.toContain(SOURCE_PASSWORD);
     const schema = await call(server, 'GET', '/api/workspaces/target-schema/content', { token });
     expect(schema.status).toBe(200);
@@ -216,7 +233,9 @@ describe('setup-environment', () => {
          return new;
        end $body$`,
     );
-    await conn.execute(`create trigger ${fn} before insert on mappings for each row execute function ${fn}()`);
+    await conn.execute(
+      `create trigger ${fn} before insert on mappings for each row execute function ${fn}()`,
+    );
     try {
       const res = await setup(body);
       expect(res.status).toBe(500);
@@ -232,11 +251,13 @@ describe('setup-environment', () => {
     expect(await traces(body)).toMatchObject({ organizations: 1, users: 1, workspaces: 1, runs: 1 });
   });
 
-  it('rolls back organization and admin when the workspace step is refused', async () => {
-    const body = request({ workspace: { name: 'current' } });
+  it('refuses a reserved workspace name with 400 before writing anything', async () => {
+    const body = request({ workspace: { name: 'Current' } });
     const res = await setup(body);
     expect(res.status).toBe(400);
-    expect(res.body.message).toContain('reserved');
+    expect(res.body.issues).toEqual([
+      expect.objectContaining({ path: ['workspace', 'name'], message: expect.stringContaining('reserved') }),
+    ]);
     expect(await traces(body)).toEqual(NOTHING);
   });
 
@@ -251,7 +272,9 @@ describe('setup-environment', () => {
     const body = request({ template: 'no-such-template' });
     const res = await setup(body);
     expect(res.status).toBe(400);
-    expect(res.body.issues).toEqual([{ path: ['template'], message: expect.stringContaining('customer-360') }]);
+    expect(res.body.issues).toEqual([
+      { path: ['template'], message: expect.stringContaining('customer-360') },
+    ]);
     expect(await traces(body)).toEqual(NOTHING);
   });
 
@@ -260,13 +283,22 @@ describe('setup-environment', () => {
     const res = await setup(body);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.discovery).toMatchObject({ ran: false, run_id: null, mappings: [], fields_suggested: 0 });
-    expect(res.body.workspace).toMatchObject({ schema_template: 'ecommerce-orders', source_configured: true });
-    expect(await traces(body)).toMatchObject({ organizations: 1, users: 1, workspaces: 1, mappings: 0, runs: 0 });
+    expect(res.body.workspace).toMatchObject({
+      schema_template: 'ecommerce-orders',
+      source_configured: true,
+    });
+    expect(await traces(body)).toMatchObject({
+      organizations: 1,
+      users: 1,
+      workspaces: 1,
+      mappings: 0,
+      runs: 0,
+    });
   });
 
   it('answers 401 without a token and 403 to an organization admin', async () => {
     const body = request();
-    expect((await setup(body, undefined)).status).toBe(401);
+    expect((await call(server, 'POST', PATH, { body })).status).toBe(401);
     const refused = await setup(body, tenant.admin.token);
     expect(refused.status).toBe(403);
     expect(refused.body.code).toBe('FORBIDDEN');

@@ -86,18 +86,18 @@ export class Authenticator {
   }
 
   async #session(em: EntityManager, hash: string): Promise<Principal | null> {
-    const [row] = await em.getConnection().execute(SESSION_QUERY, [hash]);
+    const [row] = await em.execute(SESSION_QUERY, [hash]);
     if (!row || !row.is_active) return null;
     const now = Date.now();
     let expiresAt = asDate(row.expires_at)!;
     if (expiresAt.getTime() <= now) {
-      await em.getConnection().execute('delete from sessions where id = ?', [hash]);
+      await em.execute('delete from sessions where id = ?', [hash]);
       return null;
     }
     // Sliding expiry: renew once half the lifetime is used, so active users stay signed in.
     if (expiresAt.getTime() - now < this.options.sessionTtlMs / 2) {
       expiresAt = new Date(now + this.options.sessionTtlMs);
-      await em.getConnection().execute('update sessions set expires_at = ? where id = ?', [expiresAt, hash]);
+      await em.execute('update sessions set expires_at = ? where id = ?', [expiresAt, hash]);
     }
     return {
       kind: 'user',
@@ -115,7 +115,7 @@ export class Authenticator {
   async #serviceAccount(em: EntityManager, key: string, hash: string): Promise<Principal | null> {
     const prefix = apiKeyPrefix(key);
     if (!prefix) return null;
-    const rows = await em.getConnection().execute(SERVICE_ACCOUNT_QUERY, [prefix, prefix]);
+    const rows = await em.execute(SERVICE_ACCOUNT_QUERY, [prefix, prefix]);
     const now = Date.now();
     for (const row of rows) {
       if (!row.is_active) continue;

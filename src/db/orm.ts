@@ -6,7 +6,12 @@ import { Migrator } from '@mikro-orm/migrations';
 import { createEmbeddedDialect, openEmbeddedPostgres } from './embedded.ts';
 import { LoginFailure, Organization, Session, User } from '../modules/auth/auth.entity.ts';
 import { Role } from '../modules/admin/admin.entity.ts';
-import { CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig } from '../modules/admin/admin.entity.ts';
+import {
+  CacheSettings,
+  FeatureSettings,
+  UserFeatureOverride,
+  VcsConfig,
+} from '../modules/admin/admin.entity.ts';
 import { ServiceAccount } from '../modules/service-accounts/service-accounts.entity.ts';
 import { OrganizationSettings, Workspace, WorkspaceCommit } from '../modules/workspaces/workspaces.entity.ts';
 import { JobRun } from '../jobs/job-run.entity.ts';
@@ -22,15 +27,33 @@ import { LlmSettings } from '../modules/admin/llm-settings.entity.ts';
 import { monitoringEntities } from '../modules/monitoring/monitoring.entity.ts';
 import { alertEntities } from '../modules/alerts/alerts.entity.ts';
 
-export const entities = [Organization, User, Session, LoginFailure, Role, ServiceAccount, Workspace, OrganizationSettings, WorkspaceCommit,
-  CacheSettings, FeatureSettings, UserFeatureOverride, VcsConfig, JobRun,
+export const entities = [
+  Organization,
+  User,
+  Session,
+  LoginFailure,
+  Role,
+  ServiceAccount,
+  Workspace,
+  OrganizationSettings,
+  WorkspaceCommit,
+  CacheSettings,
+  FeatureSettings,
+  UserFeatureOverride,
+  VcsConfig,
+  JobRun,
   LlmUsage,
   ...audienceEntities,
-  ...mappingEntities, ...pipelineEntities,
-  ...analyticsEntities, SavedQuery,
+  ...mappingEntities,
+  ...pipelineEntities,
+  ...analyticsEntities,
+  SavedQuery,
   ...schemaEntities,
-  LlmSettings, ...discoveryEntities,
-  ...monitoringEntities, ...alertEntities];
+  LlmSettings,
+  ...discoveryEntities,
+  ...monitoringEntities,
+  ...alertEntities,
+];
 
 const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
 

@@ -49,7 +49,7 @@ export async function budgetStatus(
   now = new Date(),
 ): Promise<BudgetStatus> {
   const { start, end } = monthOf(now);
-  const [row] = await em.getConnection().execute(
+  const [row] = await em.execute(
     `select coalesce(sum(cost_usd), 0) as spent, count(*) as calls, coalesce(sum(total_tokens), 0) as tokens
        from llm_usage where organization_id = ? and created_at >= ? and created_at < ?`,
     [organizationId, start, end],

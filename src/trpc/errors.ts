@@ -34,9 +34,11 @@ const CONNECTION_ERROR_CODES = new Set([
 
 /**
  * PostgreSQL data exceptions caused by a value from the request (an id that is not a UUID, a number
- * beyond the column's range, an impossible date): the request is wrong, not the server.
+ * beyond the column's range, an impossible date, a NUL character in text or JSON): the request is
+ * wrong, not the server. The embedded database reports some NUL-laden text parameters as a protocol
+ * violation (08P01) instead of 22021; statements are parameterized, so only a value can cause it.
  */
-const BAD_VALUE_CODES = new Set(['22P02', '22003', '22007', '22008']);
+const BAD_VALUE_CODES = new Set(['22P02', '22003', '22007', '22008', '22021', '22P05', '08P01']);
 
 function isDatabaseUnavailable(error: unknown): boolean {
   if (error instanceof ConnectionException) return true;

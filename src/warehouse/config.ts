@@ -14,10 +14,16 @@ export const connectionConfigSchema = z.object({
   user: z.string().min(1).max(63),
   password: z.string().max(1024).optional(),
   schemas: z.array(identifier).min(1).max(50).default(['public']),
-  tables: z.array(z.string().min(1).max(127)).max(5000).optional().describe('Selected tables; all when omitted'),
+  tables: z
+    .array(z.string().min(1).max(127))
+    .max(5000)
+    .optional()
+    .describe('Selected tables; all when omitted'),
   ssl: z.boolean().default(false),
   ctes: z
-    .array(z.object({ name: identifier, sql: z.string().min(1).max(100_000), description: z.string().optional() }))
+    .array(
+      z.object({ name: identifier, sql: z.string().min(1).max(100_000), description: z.string().optional() }),
+    )
     .max(100)
     .optional()
     .describe('Reusable named source queries, listed before tables in the unified schema'),

@@ -220,7 +220,7 @@ function deploymentCommit(configured?: string): string | null {
 }
 
 export async function systemInfo(scope: Scope) {
-  const [row] = await scope.em.getConnection().execute('select version() as version');
+  const [row] = await scope.em.execute('select version() as version');
   return {
     version: packageVersion,
     git_commit: deploymentCommit(scope.deps.env.GIT_COMMIT),

@@ -179,7 +179,7 @@ export async function testHypothesis(
   );
   if (created) {
     // The run may already have claimed the row (it sets last_run_id itself); then it knows better.
-    await scope.em.getConnection().execute(
+    await scope.em.execute(
       `update hypotheses set status = 'queued', last_run_id = ?, updated_at = now()
         where id = ? and last_run_id is distinct from ?`,
       [run.id, hypothesis.id, run.id],

@@ -61,7 +61,7 @@ async function runsOf(
   ids: string[],
 ): Promise<Map<string, RunRow>> {
   if (!ids.length) return new Map();
-  const rows = (await em.getConnection().execute(
+  const rows = (await em.execute(
     `select id, status, progress, error, started_at, finished_at from job_runs
         where organization_id = ? and id in (${ids.map(() => '?').join(', ')})`,
     [organizationId, ...ids],
@@ -351,7 +351,11 @@ export async function exportFile(scope: CallerScope, exportId: string) {
   const config = exp.destinationConfig as { filename?: string };
   const path = exp.filePath;
   // An opener rather than the path: the file location never leaves the server.
-  return { filename: config.filename ?? `${safeName}.csv`, size: exp.fileSize ?? null, open: () => createReadStream(path) };
+  return {
+    filename: config.filename ?? `${safeName}.csv`,
+    size: exp.fileSize ?? null,
+    open: () => createReadStream(path),
+  };
 }
 
 // ---- schedules ----

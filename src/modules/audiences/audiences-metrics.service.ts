@@ -58,7 +58,7 @@ export async function recordMetric(
         ],
       },
     );
-  const [row] = await scope.em.getConnection().execute(
+  const [row] = await scope.em.execute(
     `insert into audience_performance_metrics
        (id, organization_id, workspace_id, audience_id, ad_platform, campaign_id, date, impressions, clicks, spend,
         conversions, revenue, currency, created_at, updated_at)
@@ -212,7 +212,7 @@ export async function recordConversion(
 export async function performanceSummary(scope: CallerScope, audienceId: string) {
   const { audience } = await findAudience(scope, audienceId);
   const organization = organizationOf(scope.principal);
-  const rows = await scope.em.getConnection().execute(
+  const rows = await scope.em.execute(
     `with m as (
         select case when grouping(ad_platform) = 0 then 'platform' when grouping(date) = 0 then 'day' else 'overall' end as kind,
                case when grouping(ad_platform) = 0 then ad_platform when grouping(date) = 0 then date::text end as key,

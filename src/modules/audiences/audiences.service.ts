@@ -374,7 +374,7 @@ export async function materialize(scope: CallerScope, id: string) {
   );
   if (created)
     // Only while the run has not started: it sets its own status (and run id) when it does.
-    await scope.em.getConnection().execute(
+    await scope.em.execute(
       `update audiences set materialization_status = 'queued', last_run_id = ?, updated_at = now()
           where id = ? and last_run_id is distinct from ?`,
       [run.id, audience.id, run.id],
@@ -447,7 +447,7 @@ export async function dashboard(scope: CallerScope) {
   const workspace = await currentWorkspace(scope);
   const organization = organizationOf(scope.principal);
   const scopeParams = [organization, workspace.id];
-  const rows = await scope.em.getConnection().execute(
+  const rows = await scope.em.execute(
     `select x.*, ${RATIOS_SQL}
        from (
          select a.id, a.name, a.target_table, a.definition_type, a.row_count, a.materialization_status,

@@ -64,7 +64,7 @@ const INVALID_LOGIN = 'Invalid username, organization or password';
 async function assertNotThrottled(scope: ClientScope, key: string): Promise<void> {
   const { env } = scope.deps;
   const since = new Date(Date.now() - env.LOGIN_FAILURE_WINDOW_SECONDS * 1000);
-  const [row] = await scope.em.getConnection().execute(
+  const [row] = await scope.em.execute(
     `select count(*) filter (where username = ?)::int as by_user, min(at) filter (where username = ?) as first_user,
             count(*) filter (where ip_address = ?)::int as by_address, min(at) filter (where ip_address = ?) as first_address
      from login_failures where at > ? and (username = ? or ip_address = ?)`,
@@ -236,7 +236,7 @@ export async function listPublicOrganizations(scope: Scope) {
 }
 
 export async function listOrganizations(scope: Scope, page: { limit: number; offset: number }) {
-  const rows = await scope.em.getConnection().execute(
+  const rows = await scope.em.execute(
     `select o.*, (select count(*) from users u where u.organization_id = o.id)::int as user_count,
             (select count(*) from workspaces w where w.organization_id = o.id)::int as workspace_count,
             count(*) over ()::int as total

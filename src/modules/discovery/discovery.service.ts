@@ -146,7 +146,7 @@ async function finishRun(
 /** Marks the caller's running discoveries cancelled; each stops at its next step, in whichever process. */
 export async function cancelDiscovery(scope: CallerScope) {
   const organization = organizationOf(scope.principal);
-  const rows = await scope.em.getConnection().execute(
+  const rows = await scope.em.execute(
     `update discovery_runs set cancel_requested_at = coalesce(cancel_requested_at, now())
       where organization_id = ? and started_by = ? and status = 'running'
       returning id`,

@@ -95,7 +95,7 @@ export async function previousMeasurements(
   tableNames: string[],
 ): Promise<Map<string, PreviousMeasurement>> {
   if (tableNames.length === 0) return new Map();
-  const rows = await em.getConnection().execute(
+  const rows = await em.execute(
     `select distinct on (table_name) table_name, row_count, measured_at
        from monitoring_metric_snapshots
       where workspace_id = ? and data_source = ? and table_name in (${tableNames.map(() => '?').join(', ')})
