@@ -1,39 +1,95 @@
 /**
  * Hypothesis-test benchmark: a Welch t-test on BENCH_ROWS (default 10,000,000) warehouse rows through
- * the statistics engine, against the bare aggregate SQL the test needs, in the same run and on the same
- * connection. Prints the ratio of medians (target ≤ 1.2×) and Node's peak RSS, which must not grow with
- * the row count: only one row per group leaves the warehouse.
+ * the server (POST /api/analytics/hypotheses, then POST /api/analytics/hypotheses/test, a job followed
+ * over GET /api/analytics/status/{id} until it is done), against the bare aggregate SQL the test needs,
+ * run directly with pg in the same run. Prints the ratio of medians (target ≤ 1.2×) and the server's
+ * RSS before, at peak during and after the measured tests, which must stay flat (peak − before
+ * < 50 MB): only one row per group leaves the warehouse.
  *
  *   npx tsx bench/hypothesis.ts
  *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres BENCH_ROWS=1000000 npx tsx bench/hypothesis.ts
  *
- * It creates a scratch database on that server and drops it at the end.
+ * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
+ * names a server on which two scratch databases are created (the control plane and the warehouse)
+ * and dropped at the end. The server runs as a child process (`node --import tsx src/main.ts`), so
+ * its RSS is its own, sampled from /proc. BENCH_ITERATIONS (default 5) sets the measured rounds.
  */
-import { pathToFileURL } from 'node:url';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
-import type { StatsQuery } from '../src/stats/sql.ts';
-import { runWelch } from '../src/stats/welch.ts';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { openDatabase } from '../src/db/orm.ts';
+import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
+import type { Scope } from '../src/deps.ts';
+
+const TARGET_RATIO = 1.2;
+const RSS_GROWTH_LIMIT_MB = 50;
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const PASSWORD = 'bench-password-long-enough';
 
 export interface HypothesisBenchResult {
   rows: number;
   iterations: number;
-  engine_ms: number;
+  api_ms: number;
   bare_ms: number;
   ratio: number;
   target_ratio: number;
-  rss_start_mb: number;
-  peak_rss_mb: number;
-  rss_growth_mb: number;
-  process_max_rss_mb: number;
+  server_rss_before_mb: number;
+  server_rss_peak_mb: number;
+  server_rss_after_mb: number;
+  server_rss_growth_mb: number;
+  rss_growth_limit_mb: number;
+  ok: boolean;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
+const round1 = (x: number) => Math.round(x * 10) / 10;
+
+function urlFor(base: string, database: string): string {
+  const url = new URL(base);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
+}
+
+function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk) => {
+      out += chunk;
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) resolve({ child, url: match[1] });
+    });
+    child.once('exit', (code) => reject(new Error(`the server exited with ${code}: ${out}`)));
+  });
+}
 
 export async function runHypothesisBench(
   options: { serverUrl?: string; rows?: number; iterations?: number; log?: (line: string) => void } = {},
 ): Promise<HypothesisBenchResult> {
-  const serverUrl =
+  const base =
     options.serverUrl ??
     process.env.BENCH_DATABASE_URL ??
     process.env.TEST_DATABASE_URL ??
@@ -42,17 +98,18 @@ export async function runHypothesisBench(
   const iterations = options.iterations ?? Number(process.env.BENCH_ITERATIONS ?? 5);
   const log = options.log ?? ((line: string) => console.log(line));
 
-  const name = `dimas_bench_hypothesis_${process.pid}_${Date.now()}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`create database "${name}"`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  // One connection: both sides run on the same backend, one after the other.
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+  const tag = `${process.pid}_${Date.now()}`;
+  const controlDb = `dimas_bench_hcp_${tag}`;
+  const warehouseDb = `dimas_bench_hypothesis_${tag}`;
+  const dataDir = mkdtempSync(join(tmpdir(), 'dimas-bench-'));
+  let server: { child: ChildProcess; url: string } | undefined;
+  await withClient(base, async (c) => {
+    for (const db of [controlDb, warehouseDb]) await c.query(`create database "${db}"`);
+  });
+  // One connection for the bare SQL: every bare run uses the same backend.
+  const pool = new pg.Pool({ connectionString: urlFor(base, warehouseDb), max: 1 });
   pool.on('connect', (client) => client.on('error', () => {}));
   pool.on('error', () => {});
-  const query: StatsQuery = async (sql, params) => (await pool.query(sql, params)).rows;
 
   try {
     let started = performance.now();
@@ -69,78 +126,190 @@ export async function runHypothesisBench(
       `loaded ${rowCount.toLocaleString('en')} rows in ${((performance.now() - started) / 1000).toFixed(1)} s`,
     );
 
-    const input = {
-      source: { schema: 'public', table: 'events' },
-      metric: { sql: 'value' },
-      segment: { condition: 'treated' },
-    };
-    const bareSql = 'SELECT treated, count(value), avg(value), var_samp(value) FROM events GROUP BY treated';
-    const engine = () => runWelch(query, input);
-    const bare = () => pool.query(bareSql);
+    const controlUrl = urlFor(base, controlDb);
+    server = await startServer({
+      DATABASE_URL: controlUrl,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      DIMAS_DATA_DIR: dataDir,
+      DIMAS_SECRET_KEY: '1f'.repeat(32),
+      SUPERADMIN_PASSWORD: 'bench-superadmin-password',
+      SEED_DEMO: 'false',
+      LOG_LEVEL: 'warn',
+      WAREHOUSE_STATEMENT_TIMEOUT_MS: '600000',
+    });
+    const pid = server.child.pid!;
 
-    // Warm the cache (and the SQL parser the engine loads once) before measuring.
-    for (let i = 0; i < 2; i++) {
-      await engine();
-      await bare();
-    }
-    // Node 24's V8 optimizes libpg-query's WASM parser (which checks the expressions) in background
-    // threads once it is hot: a one-time spike of several hundred MB that lasts about a second. Let it
-    // finish, so it neither competes for CPU with the measured queries nor passes for per-query memory.
-    await new Promise((resolve) => setTimeout(resolve, 3000));
-    const rssBefore = process.memoryUsage.rss();
-    let rssPeak = rssBefore;
-    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, process.memoryUsage.rss())), 10);
-    const engineTimes: number[] = [];
-    const bareTimes: number[] = [];
-    let result;
-    for (let i = 0; i < iterations; i++) {
-      // Alternating order, so neither side always runs on a cache the other has just warmed.
-      for (const side of i % 2 ? ['bare', 'engine'] : ['engine', 'bare']) {
-        started = performance.now();
-        if (side === 'engine') {
-          result = await engine();
-          engineTimes.push(performance.now() - started);
-        } else {
-          await bare();
-          bareTimes.push(performance.now() - started);
+    // A tenant with an admin, straight into the control plane the server migrated.
+    const db = await openDatabase({ databaseUrl: controlUrl });
+    const em = db.orm.em.fork() as EntityManager;
+    const org = await createOrganizationRecord(em, { name: 'Bench', domain: `bench-${tag}.test` });
+    await createUser({ em } as Scope, {
+      organizationId: org.id,
+      isSuperAdmin: false,
+      username: 'bench',
+      password: PASSWORD,
+      roles: ['admin'],
+      must_change_password: false,
+    });
+    await db.close();
+
+    let token = '';
+    const api = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(new URL(path, server!.url), {
+        method,
+        headers: {
+          'content-type': 'application/json',
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const json = (await res.json()) as Record<string, any>;
+      if (res.status !== 200)
+        throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
+      return json;
+    };
+    token = (
+      await api('POST', '/api/auth/login', {
+        username: 'bench',
+        domain: `bench-${tag}.test`,
+        password: PASSWORD,
+      })
+    ).token;
+    const baseUrl = new URL(base);
+    await api('POST', '/api/workspaces/create', {
+      name: 'bench',
+      select: true,
+      target_config: {
+        type: 'postgres',
+        host: baseUrl.hostname,
+        port: Number(baseUrl.port || 5432),
+        database: warehouseDb,
+        user: decodeURIComponent(baseUrl.username) || 'postgres',
+        password: decodeURIComponent(baseUrl.password) || 'unused',
+        schemas: ['public'],
+      },
+    });
+    const hypothesis = await api('POST', '/api/analytics/hypotheses', {
+      statement: 'Treated events have a higher value',
+      table: 'events',
+      metric: { expression: 'value' },
+      segment: { condition: 'treated' },
+      test: 'welch_t',
+      alpha: 0.05,
+    });
+    const hypothesisId = hypothesis.id as string;
+
+    /** Starts the test through the route and follows status/{id} until the run is over. */
+    async function viaApi(): Promise<Record<string, any>> {
+      const run = await api('POST', '/api/analytics/hypotheses/test', { hypothesis_id: hypothesisId });
+      for (;;) {
+        const status = await api('GET', `/api/analytics/status/${hypothesisId}`);
+        if (
+          status.run?.id === run.run_id &&
+          ['succeeded', 'failed', 'cancelled'].includes(status.run.status)
+        ) {
+          if (status.run.status !== 'succeeded')
+            throw new Error(`the test ${status.run.status}: ${JSON.stringify(status)}`);
+          return status;
         }
+        await new Promise((r) => setTimeout(r, 10));
       }
     }
-    clearInterval(sampler);
-    const rssAfter = process.memoryUsage.rss();
+
+    const bareSql = 'SELECT treated, count(value), avg(value), var_samp(value) FROM events GROUP BY treated';
+    const bare = () => pool.query(bareSql);
+
+    // Warm the cache (and the server's SQL parser, loaded once) before measuring.
+    for (let i = 0; i < 2; i++) {
+      await viaApi();
+      await bare();
+    }
+    // Node 24's V8 optimizes libpg-query's WASM parser in background threads once it is hot: a
+    // one-time spike in the server that lasts about a second. Let it finish, so it neither competes
+    // for CPU with the measured runs nor passes for per-test memory.
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+
+    const rssBefore = rssMb(pid);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 10);
+    const apiTimes: number[] = [];
+    const bareTimes: number[] = [];
+    // The run's own duration as the server records it (started → finished), without queueing and polling.
+    const jobTimes: number[] = [];
+    let status: Record<string, any> | undefined;
+    try {
+      for (let i = 0; i < iterations; i++) {
+        // Alternating order, so neither side always runs on a cache the other has just warmed.
+        for (const side of i % 2 ? ['bare', 'api'] : ['api', 'bare']) {
+          started = performance.now();
+          if (side === 'api') {
+            status = await viaApi();
+            apiTimes.push(performance.now() - started);
+            if (typeof status.run.duration_ms === 'number') jobTimes.push(status.run.duration_ms);
+          } else {
+            await bare();
+            bareTimes.push(performance.now() - started);
+          }
+        }
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+    rssPeak = Math.max(rssPeak, rssMb(pid));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const rssAfter = rssMb(pid);
+
+    const ratio = median(apiTimes) / median(bareTimes);
+    const growth = rssPeak - rssBefore;
     const summary: HypothesisBenchResult = {
       rows: rowCount,
       iterations,
-      engine_ms: Math.round(median(engineTimes) * 10) / 10,
-      bare_ms: Math.round(median(bareTimes) * 10) / 10,
-      ratio: Math.round((median(engineTimes) / median(bareTimes)) * 1000) / 1000,
-      target_ratio: 1.2,
-      rss_start_mb: mb(rssBefore),
-      peak_rss_mb: mb(Math.max(rssPeak, rssAfter)),
-      rss_growth_mb: mb(rssAfter - rssBefore),
-      // resourceUsage().maxRSS is in kilobytes; it includes the parser's warm-up spike.
-      process_max_rss_mb: mb(process.resourceUsage().maxRSS * 1024),
+      api_ms: round1(median(apiTimes)),
+      bare_ms: round1(median(bareTimes)),
+      ratio: Math.round(ratio * 1000) / 1000,
+      target_ratio: TARGET_RATIO,
+      server_rss_before_mb: round1(rssBefore),
+      server_rss_peak_mb: round1(rssPeak),
+      server_rss_after_mb: round1(rssAfter),
+      server_rss_growth_mb: round1(growth),
+      rss_growth_limit_mb: RSS_GROWTH_LIMIT_MB,
+      ok: ratio <= TARGET_RATIO && growth < RSS_GROWTH_LIMIT_MB,
     };
+    const n = status!.result.sample_sizes.total as number;
+    if (n !== rowCount) throw new Error(`the test counted ${n} rows, expected ${rowCount}`);
     log(
-      `welch t-test: t = ${result!.statistic.toFixed(4)}, p = ${result!.p_value.toExponential(3)}, ` +
-        `n = ${result!.sample_sizes.total.toLocaleString('en')}`,
+      `welch t-test via the API: t = ${Number(status!.result.statistic).toFixed(4)}, ` +
+        `p = ${Number(status!.p_value).toExponential(3)}, n = ${n.toLocaleString('en')}`,
     );
-    log(`engine (median of ${iterations}): ${summary.engine_ms} ms`);
-    log(`bare aggregate SQL (median of ${iterations}): ${summary.bare_ms} ms`);
+    const fmt = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(', ');
+    log(`API test, enqueue → succeeded (ms): ${fmt(apiTimes)}; median ${summary.api_ms} ms`);
+    if (jobTimes.length)
+      log(
+        `  of which the job run itself, started → finished (ms): ${fmt(jobTimes)}; median ${median(jobTimes)} ms`,
+      );
+    log(`bare aggregate SQL with pg (ms):     ${fmt(bareTimes)}; median ${summary.bare_ms} ms`);
     log(
-      `ratio engine / bare: ${summary.ratio.toFixed(3)}x (target <= ${summary.target_ratio}x) ` +
-        (summary.ratio <= summary.target_ratio ? 'OK' : 'OVER TARGET'),
+      `ratio API / bare: ${summary.ratio.toFixed(3)}× (target ≤ ${TARGET_RATIO}×) ` +
+        (ratio <= TARGET_RATIO ? 'OK' : 'OVER TARGET'),
     );
     log(
-      `node RSS while measuring: ${summary.rss_start_mb} MB at start, peak ${summary.peak_rss_mb} MB, ` +
-        `growth ${summary.rss_growth_mb} MB; process max RSS ${summary.process_max_rss_mb} MB ` +
-        `(includes the one-time parser warm-up)`,
+      `server RSS: before ${summary.server_rss_before_mb} MB, peak during ${summary.server_rss_peak_mb} MB, ` +
+        `after ${summary.server_rss_after_mb} MB; peak − before ${summary.server_rss_growth_mb} MB ` +
+        `(target < ${RSS_GROWTH_LIMIT_MB} MB) ${growth < RSS_GROWTH_LIMIT_MB ? 'OK' : 'OVER TARGET'}`,
     );
     return summary;
   } finally {
     await pool.end();
-    await admin.query(`drop database if exists "${name}" with (force)`);
-    await admin.end();
+    if (server && server.child.exitCode === null) {
+      server.child.kill('SIGTERM');
+      await new Promise((r) => server!.child.once('exit', r));
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+    await withClient(base, async (c) => {
+      for (const db of [controlDb, warehouseDb])
+        await c.query(`drop database if exists "${db}" with (force)`);
+    });
   }
 }
 
@@ -148,11 +317,11 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   runHypothesisBench().then(
     (summary) => {
       console.log(JSON.stringify(summary));
-      process.exitCode = summary.ratio <= summary.target_ratio ? 0 : 1;
+      process.exit(summary.ok ? 0 : 1);
     },
     (error) => {
       console.error(error);
-      process.exitCode = 1;
+      process.exit(1);
     },
   );
 }

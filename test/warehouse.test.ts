@@ -269,8 +269,13 @@ describe('sql guard', () => {
   it('classifies read-only statements', async () => {
     expect(await assertReadOnlySql('WITH x AS (SELECT 1) SELECT * FROM x -- comment; delete')).toEqual({
       kind: 'SELECT',
+      statement: 'WITH x AS (SELECT 1) SELECT * FROM x -- comment; delete',
     });
-    expect(await assertReadOnlySql('values (1)')).toEqual({ kind: 'VALUES' });
+    // The statement without its semicolon (and what follows it), ready to be wrapped in a LIMIT.
+    expect(await assertReadOnlySql('values (1);  -- trailing')).toEqual({
+      kind: 'VALUES',
+      statement: 'values (1)',
+    });
     await expectAppError(assertReadOnlySql('update t set a = 1'), 'BAD_REQUEST', /got UpdateStmt/);
     await expectAppError(assertReadOnlySql('insert into t values (1)'), 'BAD_REQUEST', /got InsertStmt/);
     await expectAppError(assertReadOnlySql('select 1 for update'), 'BAD_REQUEST', /FOR UPDATE/);

@@ -384,16 +384,18 @@ class PostgresWarehouse implements Warehouse {
   }
 
   async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
-    await assertReadOnlySql(sql);
+    const { kind, statement } = await assertReadOnlySql(sql);
     const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
     const started = performance.now();
     return this.#readOnly(
       options.timeoutMs ?? this.settings.statementTimeoutMs,
       async (client) => {
-        // A cursor reads one row past the cap: enough to know it was truncated, never the whole result.
-        const cursor = client.query(new Cursor(sql, options.params));
-        const { rows, fields } = await readCursor(cursor, cap + 1);
-        await cursor.close();
+        // One row past the cap tells that the result was truncated. The cap is a LIMIT around the
+        // statement rather than a cursor: PostgreSQL never runs a portal read with a row limit in
+        // parallel, and aggregates over large tables need their parallel workers.
+        const text =
+          kind === 'EXPLAIN' ? statement : `select * from (\n${statement}\n) as capped limit ${cap + 1}`;
+        const { rows, fields } = await client.query(text, options.params);
         const truncated = rows.length > cap;
         if (truncated) rows.length = cap;
         return {

@@ -20,6 +20,7 @@ type Node = Record<string, unknown>;
 interface ParsedStatement {
   kind: string;
   node: Node;
+  text: string;
 }
 
 const MUTATING = new Set([
@@ -78,15 +79,18 @@ function parseError(error: unknown, sql: string): AppError {
 async function parseStatements(sql: string): Promise<ParsedStatement[]> {
   if (!sql.trim()) return [];
   await ready();
-  let tree: { stmts?: { stmt: Node }[] };
+  let tree: { stmts?: { stmt: Node; stmt_location?: number; stmt_len?: number }[] };
   try {
     tree = parseSync(sql);
   } catch (error) {
     throw parseError(error, sql);
   }
-  return (tree.stmts ?? []).map(({ stmt }) => {
+  const bytes = Buffer.from(sql);
+  return (tree.stmts ?? []).map(({ stmt, stmt_location = 0, stmt_len = 0 }) => {
     const kind = Object.keys(stmt)[0];
-    return { kind, node: stmt[kind] as Node };
+    // Locations count bytes; a length of 0 means "to the end". The text excludes the final semicolon.
+    const text = bytes.subarray(stmt_location, stmt_len ? stmt_location + stmt_len : undefined).toString();
+    return { kind, node: stmt[kind] as Node, text };
   });
 }
 
@@ -130,12 +134,12 @@ export type ReadOnlyKind = 'SELECT' | 'VALUES' | 'EXPLAIN';
  * Accepts exactly one SELECT / WITH … SELECT / VALUES / EXPLAIN <one of those> statement, or throws
  * BAD_REQUEST naming what it got (e.g. "only read-only statements are allowed; got DeleteStmt").
  */
-export async function assertReadOnlySql(sql: string): Promise<{ kind: ReadOnlyKind }> {
+export async function assertReadOnlySql(sql: string): Promise<{ kind: ReadOnlyKind; statement: string }> {
   const statements = await parseStatements(sql);
   if (statements.length === 0) throw new AppError('BAD_REQUEST', 'the SQL holds no statement');
   if (statements.length > 1)
     throw new AppError('BAD_REQUEST', `exactly one statement is allowed; got ${statements.length}`);
-  const [{ kind, node }] = statements;
+  const [{ kind, node, text }] = statements;
   let result: ReadOnlyKind;
   if (kind === 'SelectStmt') result = node.valuesLists ? 'VALUES' : 'SELECT';
   else if (kind === 'ExplainStmt') {
@@ -145,7 +149,7 @@ export async function assertReadOnlySql(sql: string): Promise<{ kind: ReadOnlyKi
     result = 'EXPLAIN';
   } else throw new AppError('BAD_REQUEST', `only read-only statements are allowed; got ${kind}`);
   refuseUnsafeNodes({ [kind]: node });
-  return { kind: result };
+  return { kind: result, statement: text };
 }
 
 /** A column an expression reads: `column` or `table.column` (or `schema.table.column`). */
