@@ -14,20 +14,20 @@
  * and dropped at the end. The server runs as a child process (`node --import tsx src/main.ts`), so
  * its RSS is its own, sampled from /proc. BENCH_ITERATIONS (default 5) sets the measured rounds.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { openDatabase } from '../src/db/orm.ts';
 import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
 import type { Scope } from '../src/deps.ts';
+import { rssMb, startServer, urlFor, withClient } from './harness.ts';
 
 const TARGET_RATIO = 1.2;
 const RSS_GROWTH_LIMIT_MB = 50;
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const PASSWORD = 'bench-password-long-enough';
 
 export interface HypothesisBenchResult {
@@ -47,44 +47,6 @@ export interface HypothesisBenchResult {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const round1 = (x: number) => Math.round(x * 10) / 10;
-
-function urlFor(base: string, database: string): string {
-  const url = new URL(base);
-  url.pathname = `/${database}`;
-  return url.toString();
-}
-
-async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
-}
-
-function rssMb(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
-}
-
-function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk) => {
-      out += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve({ child, url: match[1] });
-    });
-    child.once('exit', (code) => reject(new Error(`the server exited with ${code}: ${out}`)));
-  });
-}
 
 export async function runHypothesisBench(
   options: { serverUrl?: string; rows?: number; iterations?: number; log?: (line: string) => void } = {},

@@ -14,20 +14,19 @@
  * time (target ≤ 1.25×, best of two each), and the server's RSS before and at peak during the
  * same-database and the cross-database (streamed copy) runs (target: flat, < 300 MB).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import pg from 'pg';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { openDatabase } from '../src/db/orm.ts';
 import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
 import type { Scope } from '../src/deps.ts';
+import { rssMb, startServer, urlFor, withClient } from './harness.ts';
 
 const TARGET_RATIO = 1.25;
 const RSS_LIMIT_MB = 300;
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const PASSWORD = 'bench-password-long-enough';
 
 const EXPRESSIONS: Record<string, [string, string]> = {
@@ -45,27 +44,6 @@ const EXPRESSIONS: Record<string, [string, string]> = {
   email_domain: ['text', `split_part(lower(events.email), '@', 2)`],
   created_date: ['date', 'CAST(events.created AS date)'],
 };
-
-function urlFor(base: string, database: string): string {
-  const url = new URL(base);
-  url.pathname = `/${database}`;
-  return url.toString();
-}
-
-async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
-}
-
-function rssMb(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
-}
 
 /**
  * Samples the process's RSS every 50 ms while `work` runs; returns its result, the peak, and the
@@ -94,23 +72,6 @@ async function watchRss<T>(
   } finally {
     clearInterval(timer);
   }
-}
-
-function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk) => {
-      out += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) resolve({ child, url: match[1] });
-    });
-    child.once('exit', (code) => reject(new Error(`the server exited with ${code}: ${out}`)));
-  });
 }
 
 export default async function main() {
