@@ -13,4 +13,17 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
+  {
+    files: ['src/modules/**/*.ts', 'src/cache.ts'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        {
+          property: 'getConnection',
+          message:
+            "Use em.execute(sql, params): a raw connection runs outside the request's tenant session and so bypasses row-level security (src/auth/tenancy.ts).",
+        },
+      ],
+    },
+  },
 );

@@ -1,22 +1,21 @@
 import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import cors from 'cors';
-import { pinoHttp } from 'pino-http';
 import archiver from 'archiver';
 import { createExpressMiddleware } from '@trpc/server/adapters/express';
-import { createOpenApiExpressMiddleware } from 'trpc-to-openapi';
 import type { AppDeps } from './deps.ts';
 import { appRouter } from './trpc/router.ts';
 import { createCallerFactory } from './trpc/procedures.ts';
 import { createContextFactory } from './trpc/context.ts';
-import { openApiDocument, pinBodyCoercion } from './trpc/openapi.ts';
+import { openApiDocument } from './trpc/openapi.ts';
+import { createRestHandler } from './trpc/rest.ts';
 import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
-import type { AppErrorCode } from './app-error.ts';
+import { AppError, type AppErrorCode } from './app-error.ts';
 import { packageVersion } from './version.ts';
+import { requestLogger } from './logger.ts';
 
 const require = createRequire(import.meta.url);
 const createCaller = createCallerFactory(appRouter);
@@ -35,51 +34,40 @@ export function createApp(deps: AppDeps) {
   app.disable('x-powered-by');
   app.set('trust proxy', 'loopback');
 
-  app.use(
-    helmet({
-      contentSecurityPolicy: {
-        directives: {
-          'img-src': ["'self'", 'data:'],
-          'script-src': ["'self'"],
-          'style-src': ["'self'", "'unsafe-inline'"],
-        },
+  // The API reference is the one HTML page: it gets helmet's whole set, with a policy fitting Swagger UI.
+  const pageHeaders = helmet({
+    contentSecurityPolicy: {
+      directives: {
+        'img-src': ["'self'", 'data:'],
+        'script-src': ["'self'"],
+        'style-src': ["'self'", "'unsafe-inline'"],
       },
-    }),
-  );
+    },
+  });
+  // Everything else answers JSON or files: the headers that protect such answers (OWASP's REST
+  // cheat sheet) — no sniffing, no framing, no loading as a resource of another site, HTTPS only, no
+  // referrer. Helmet's HTML-only headers (opener and origin-agent isolation, DNS prefetch, IE download
+  // and XSS-filter switches, Flash policies) are left out: each is work on every response for nothing.
+  const apiHeaders = helmet({
+    contentSecurityPolicy: {
+      useDefaults: false,
+      directives: { 'default-src': ["'none'"], 'frame-ancestors': ["'none'"] },
+    },
+    crossOriginOpenerPolicy: false,
+    originAgentCluster: false,
+    xDnsPrefetchControl: false,
+    xDownloadOptions: false,
+    xPermittedCrossDomainPolicies: false,
+    xXssProtection: false,
+  });
+  app.use((req, res, next) => (req.path.startsWith('/api/docs') ? pageHeaders : apiHeaders)(req, res, next));
   const origins = deps.env.CORS_ORIGINS.split(',')
     .map((o) => o.trim())
     .filter(Boolean);
   // No origins configured = same origin only, which needs no CORS headers (and no work per request).
   if (origins.length) app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
-  app.use(
-    pinoHttp({
-      logger: deps.logger,
-      genReqId: (req, res) => {
-        const id = (req.headers['x-request-id'] as string | undefined)?.slice(0, 100) || randomUUID();
-        res.setHeader('x-request-id', id);
-        return id;
-      },
-      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
-      // The serializers below read the raw request and response; wrapping them would first copy both
-      // (all headers included) on every request only to keep three fields.
-      wrapSerializers: false,
-      serializers: {
-        req: (req) => ({ id: req.id, method: req.method, url: req.url }),
-        res: (res) => ({ statusCode: res.statusCode }),
-      },
-    }),
-  );
+  app.use(requestLogger(deps.logger));
   app.use(express.json({ limit: deps.env.BODY_LIMIT }));
-  // A POST without a body (logout, cancel…) needs no content type; the REST adapter insists on one.
-  app.use((req, _res, next) => {
-    if (
-      !req.headers['content-type'] &&
-      !Number(req.headers['content-length'] ?? 0) &&
-      !req.headers['transfer-encoding']
-    )
-      req.headers['content-type'] = 'application/json';
-    next();
-  });
 
   app.get('/api/health', async (_req, res) => {
     try {
@@ -101,7 +89,7 @@ export function createApp(deps: AppDeps) {
   app.get('/api/auth/admin/logs/download', async (req, res) => {
     try {
       const ctx = restContext({ req });
-      const { files } = await createCaller(ctx).auth.adminLogsDownload({});
+      const { files } = await createCaller(ctx).auth.adminLogsDownload();
       const dir = join(deps.env.dataDir, 'logs');
       res.setHeader('content-type', 'application/gzip');
       res.setHeader(
@@ -158,14 +146,29 @@ export function createApp(deps: AppDeps) {
    * itself is ignored), so a client that disconnects stops the generator at its next step. Failures
    * before the first event (guard, validation, no workspace, a run already going) answer as JSON.
    */
+  const openStreams = new Map<string, number>();
   app.post('/api/workspaces/discover', async (req, res) => {
     const controller = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) controller.abort();
     });
     let heartbeat: NodeJS.Timeout | undefined;
+    let streamOwner: string | undefined;
     try {
       const ctx = restContext({ req });
+      // Each stream holds a connection and a running discovery; one caller cannot hold them all.
+      const principal = ctx.bearer ? await deps.authenticator.authenticate(ctx, ctx.bearer) : null;
+      if (principal) {
+        const open = openStreams.get(principal.id) ?? 0;
+        if (open >= deps.env.SSE_MAX_STREAMS_PER_USER)
+          throw new AppError(
+            'TOO_MANY_REQUESTS',
+            `At most ${deps.env.SSE_MAX_STREAMS_PER_USER} discovery streams may be open per user; wait for one to end`,
+            { retryAfter: 5 },
+          );
+        openStreams.set(principal.id, open + 1);
+        streamOwner = principal.id;
+      }
       const events = await createCaller(ctx, { signal: controller.signal }).discovery.discover(
         req.body ?? {},
       );
@@ -193,6 +196,11 @@ export function createApp(deps: AppDeps) {
       } else sendError(res, error);
     } finally {
       clearInterval(heartbeat);
+      if (streamOwner) {
+        const left = (openStreams.get(streamOwner) ?? 1) - 1;
+        if (left > 0) openStreams.set(streamOwner, left);
+        else openStreams.delete(streamOwner);
+      }
     }
   });
 
@@ -200,8 +208,8 @@ export function createApp(deps: AppDeps) {
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
   );
-  pinBodyCoercion(appRouter);
-  app.use(createOpenApiExpressMiddleware({ router: appRouter, createContext: restContext }));
+  app.use(createRestHandler(appRouter, restContext));
+  app.use((_req, res) => void res.status(404).json({ message: 'Not found', code: 'NOT_FOUND' }));
 
   app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const err = error as { type?: string; status?: number };

@@ -95,9 +95,9 @@ export function applyCacheSettings(organizationId: string, settings: CacheSettin
 export async function cacheSettingsOf(em: EntityManager, organizationId: string): Promise<CacheSettingsMap> {
   const entry = known.get(organizationId);
   if (entry && Date.now() - entry.loadedAt < SETTINGS_REFRESH_MS) return entry.settings;
-  const [row] = await em
-    .getConnection()
-    .execute('select caches from cache_settings where organization_id = ?', [organizationId]);
+  const [row] = await em.execute('select caches from cache_settings where organization_id = ?', [
+    organizationId,
+  ]);
   const stored = typeof row?.caches === 'string' ? JSON.parse(row.caches) : row?.caches;
   const settings = resolveCacheSettings(stored);
   applyCacheSettings(organizationId, settings);

@@ -28,11 +28,14 @@ export const envSchema = z.object({
   LOGIN_MAX_FAILURES_PER_USER: z.coerce.number().int().positive().default(5),
   LOGIN_MAX_FAILURES_PER_ADDRESS: z.coerce.number().int().positive().default(30),
   LOGIN_FAILURE_WINDOW_SECONDS: z.coerce.number().int().positive().default(900),
+  SSE_MAX_STREAMS_PER_USER: z.coerce.number().int().min(1).max(100).default(3),
   GIT_COMMIT: z.string().optional(),
   WAREHOUSE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
   WAREHOUSE_ROW_CAP: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
   DEMO_WAREHOUSE_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   LLM_MODE: z.enum(LLM_MODES).default('offline'),
+  // A running job whose worker has not written a heartbeat for this long is retried elsewhere.
+  JOB_HEARTBEAT_TIMEOUT_SECONDS: z.coerce.number().int().min(2).default(60),
 });
 
 export type Env = z.infer<typeof envSchema> & { dataDir: string };

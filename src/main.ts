@@ -1,3 +1,4 @@
+import { setFlagsFromString } from 'node:v8';
 import { loadEnv } from './env.ts';
 import { startServer } from './server.ts';
 
@@ -8,6 +9,12 @@ try {
   console.error((error as Error).message);
   process.exit(1);
 }
+
+// With a database server PGlite never loads, and the WebAssembly that runs is the SQL parser's
+// (libpg-query). V8's optimizing tier compiles its generated grammar function with ~600 MB of scratch
+// memory, to save a fraction of a millisecond per parse: the baseline tier is kept instead. The
+// embedded mode keeps the optimizing tier, which PGlite's executor needs. Set before the parser loads.
+if (env.DATABASE_URL) setFlagsFromString('--no-wasm-tier-up --no-wasm-dynamic-tiering');
 
 const running = await startServer(env);
 const { logger } = running.deps;

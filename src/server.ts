@@ -10,7 +10,6 @@ import { Authenticator } from './auth/principal.ts';
 import { SecretBox, loadSecretKey } from './auth/secret-box.ts';
 import { createApp } from './app.ts';
 import { closeWarehouses } from './warehouse/postgres.ts';
-import { connectDemoWorkspace, startDemoWarehouse } from './warehouse/demo.ts';
 import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
 import { llmManager } from './llm/provider.ts';
 import { registerJobHandlers, startSchedulers } from './jobs/register.ts';
@@ -53,12 +52,19 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       sessionTtlMs: env.SESSION_TTL_HOURS * 3600_000,
     }),
     secrets: new SecretBox(loadSecretKey(env.DIMAS_SECRET_KEY, env.dataDir)),
-    jobs: createJobQueue({ orm: db.orm, logger, connection: jobQueueConnection(db) }),
+    jobs: createJobQueue({
+      orm: db.orm,
+      logger,
+      connection: jobQueueConnection(db),
+      heartbeatTimeoutSeconds: env.JOB_HEARTBEAT_TIMEOUT_SECONDS,
+    }),
     startedAt: new Date(),
   };
   const seedReport = options.seed === false ? { lines: [] } : await seed(deps);
   // Embedded mode with the demo: a second PGlite as the demo workspace's source/target warehouse.
   if (db.kind === 'embedded' && env.SEED_DEMO) {
+    // Loaded only here: PGlite's module is not worth its memory to a server-mode process.
+    const { connectDemoWorkspace, startDemoWarehouse } = await import('./warehouse/demo.ts');
     deps.demoWarehouse = await startDemoWarehouse({
       dataDir: env.dataDir,
       logger,

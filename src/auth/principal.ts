@@ -60,7 +60,8 @@ export class Authenticator {
 
   constructor(private readonly options: { cacheTtlMs: number; sessionTtlMs: number }) {}
 
-  async authenticate(em: EntityManager, bearer: string): Promise<Principal | null> {
+  /** `scope.em` is read only on a cache miss (a request's entity manager is forked on first use). */
+  async authenticate(scope: { em: EntityManager }, bearer: string): Promise<Principal | null> {
     const hash = hashToken(bearer);
     const now = Date.now();
     const cached = this.#cache.get(hash);
@@ -71,8 +72,8 @@ export class Authenticator {
     )
       return cached.principal;
     const principal = isApiKey(bearer)
-      ? await this.#serviceAccount(em, bearer, hash)
-      : await this.#session(em, hash);
+      ? await this.#serviceAccount(scope.em, bearer, hash)
+      : await this.#session(scope.em, hash);
     if (this.options.cacheTtlMs > 0) {
       if (this.#cache.size > 10_000) this.#cache.clear();
       this.#cache.set(hash, { principal, until: now + this.options.cacheTtlMs });

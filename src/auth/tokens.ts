@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 import { encodeBase32LowerCaseNoPadding } from '@oslojs/encoding';
 
 /** 20 random bytes in base32: the session token of the Lucia guide. */
@@ -7,9 +7,10 @@ export function generateToken(bytes = 20): string {
 }
 
 /**
- * What the database keeps instead of a token or key: hex sha256, as in the Lucia guide. Node's native
- * hash, because it runs on every authenticated request and the pure-JS one cost ten times more.
+ * What the database keeps instead of a token or key: hex sha256, as in the Lucia guide. Node's one-shot
+ * native hash, because it runs on every authenticated request: the pure-JS one cost ten times more, and
+ * a Hash object twice as much.
  */
 export function hashToken(token: string): string {
-  return createHash('sha256').update(token).digest('hex');
+  return hash('sha256', token, 'hex');
 }

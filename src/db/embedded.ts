@@ -1,5 +1,5 @@
 import { mkdirSync } from 'node:fs';
-import { PGlite, types, type Results } from '@electric-sql/pglite';
+import type { PGlite, Results, types as pgliteTypes } from '@electric-sql/pglite';
 import { PostgresDialect } from 'kysely';
 import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
 
@@ -10,11 +10,13 @@ import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
  */
 export async function openEmbeddedPostgres(dataDir?: string, loadDataDir?: Blob): Promise<PGlite> {
   if (dataDir) mkdirSync(dataDir, { recursive: true });
-  return PGlite.create(dataDir, { parsers: embeddedParsers(), loadDataDir });
+  // Loaded here rather than imported: a server-mode process never pays for PGlite's module.
+  const { PGlite, types } = await import('@electric-sql/pglite');
+  return PGlite.create(dataDir, { parsers: embeddedParsers(types), loadDataDir });
 }
 
 /** Parse values the way `pg` does against a real server, so both modes return the same shapes. */
-function embeddedParsers() {
+function embeddedParsers(types: typeof pgliteTypes) {
   const asText = (value: string) => value;
   return {
     ...createPostgreSqlTypeParsers((value: string) => types.arrayParser(value, asText, 0)),

@@ -20,6 +20,12 @@ export interface ExportPayload extends Record<string, unknown> {
 }
 
 const STREAM_BATCH = 5000;
+/**
+ * CSV text is written in pieces of about this many characters. A string above 128 kB would be
+ * allocated in V8's large-object space, which only a full collection frees: a batch as one string
+ * piled up there between full collections.
+ */
+const WRITE_CHUNK_CHARS = 32 * 1024;
 /** Progress is written at most this often: every write is a control-plane statement. */
 const PROGRESS_EVERY_MS = 1000;
 const MAX_PARAMS = 60_000;
@@ -60,11 +66,20 @@ async function writeCsv(
           delimiter,
         ),
       );
+    // Backpressure: never hold more than a piece in memory while the disk catches up.
+    const write = async (chunk: string) => {
+      if (!out.write(chunk)) await once(out, 'drain');
+    };
     for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
       let chunk = '';
-      for (const row of batch) chunk += csvLine(Object.values(row), delimiter);
-      // Backpressure: never hold more than one batch in memory while the disk catches up.
-      if (!out.write(chunk)) await once(out, 'drain');
+      for (const row of batch) {
+        chunk += csvLine(Object.values(row), delimiter);
+        if (chunk.length >= WRITE_CHUNK_CHARS) {
+          await write(chunk);
+          chunk = '';
+        }
+      }
+      if (chunk) await write(chunk);
       rows += batch.length;
       await progress(rows);
     }

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
 import { runStatTest } from '../stats/engine.ts';
@@ -9,6 +10,13 @@ import { statSpecOf, warehouseStatsQuery } from '../modules/analytics/analytics-
 import type { JobContext } from './queue.ts';
 
 export const HYPOTHESIS_TEST_KIND = 'hypothesis-test';
+
+/**
+ * Emits a run's id when its handler has returned in this process (the queue records the run's end a
+ * moment later), so that a status request waiting for the run looks at once instead of at its next
+ * check. Runs handled by another process are seen by those checks alone.
+ */
+export const handlerReturned = new EventEmitter<Record<string, []>>().setMaxListeners(0);
 
 export interface HypothesisTestPayload extends Record<string, unknown> {
   hypothesis_id: string;
@@ -26,15 +34,14 @@ function jsonSafe(result: StatTestResult): StatTestResult {
 
 /**
  * Records the outcome only while this run is still the hypothesis' latest: a stale run (the hypothesis
- * was re-tested or deleted meanwhile) changes nothing.
+ * was re-tested or deleted meanwhile) changes nothing. One conditional UPDATE, not a read and a flush.
  */
-async function record(deps: AppDeps, context: JobContext, id: string, apply: (h: any) => void) {
-  const em = deps.orm.em.fork() as EntityManager;
-  const hypothesis = await em.findOne(Hypothesis, { id, organization: context.organizationId });
-  if (!hypothesis || (hypothesis.lastRunId && hypothesis.lastRunId !== context.runId)) return false;
-  apply(hypothesis);
-  await em.flush();
-  return true;
+async function record(em: EntityManager, context: JobContext, id: string, set: string, params: unknown[]) {
+  await em.execute(
+    `update hypotheses set ${set}, updated_at = now()
+      where id = ? and organization_id = ? and (last_run_id is null or last_run_id = ?)`,
+    [...params, id, context.organizationId, context.runId],
+  );
 }
 
 /**
@@ -65,14 +72,13 @@ export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPa
       ),
     );
     const significant = result.p_value < Number(hypothesis.alpha);
-    await record(deps, context, hypothesis.id, (h) => {
-      h.status = 'tested';
-      h.result = result;
-      h.pValue = result.p_value;
-      h.significant = significant;
-      h.testedAt = new Date();
-      h.lastError = null;
-    });
+    await record(
+      em,
+      context,
+      hypothesis.id,
+      `status = 'tested', result = ?::jsonb, p_value = ?, significant = ?, tested_at = now(), last_error = null`,
+      [JSON.stringify(result), result.p_value, significant],
+    );
     return {
       hypothesis_id: hypothesis.id,
       test: result.test,
@@ -82,10 +88,9 @@ export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPa
       sample_sizes: result.sample_sizes,
     };
   } catch (error) {
-    await record(deps, context, hypothesis.id, (h) => {
-      h.status = 'failed';
-      h.lastError = error instanceof Error ? error.message : String(error);
-    });
+    await record(em, context, hypothesis.id, `status = 'failed', last_error = ?`, [
+      error instanceof Error ? error.message : String(error),
+    ]);
     throw error;
   }
 }
@@ -101,7 +106,8 @@ export function ensureHypothesisTestJob(deps: AppDeps): Promise<void> {
   if (!ready) {
     ready = deps.jobs.register<HypothesisTestPayload>(
       HYPOTHESIS_TEST_KIND,
-      (payload, context) => runHypothesisTest(deps, payload, context),
+      (payload, context) =>
+        runHypothesisTest(deps, payload, context).finally(() => handlerReturned.emit(context.runId)),
       { retryLimit: 0, timeoutSeconds: 2 * 3600 },
     );
     registered.set(deps, ready);

@@ -1,3 +1,5 @@
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
@@ -6,8 +8,7 @@ import { quoteIdent, qualified, warehouses } from '../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../warehouse/config.ts';
 import type { TableRef, Warehouse } from '../warehouse/warehouse.ts';
-import { materializeSql, POSTGRES_TYPES } from '../transform/sql.ts';
-import type { PortableType } from '../modules/schemas/schemas.schemas.ts';
+import { materializeSql } from '../transform/sql.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
 import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
@@ -21,8 +22,14 @@ export interface MaterializeMappingPayload extends Record<string, unknown> {
   version: number;
 }
 
-/** Rows per batch of the cross-database copy: one statement of a few MB, whatever the table size. */
+/** Rows per cursor read of the cross-database copy. */
 const COPY_BATCH_ROWS = 2000;
+/**
+ * COPY data is handed on in pieces of about this many characters. A string above 128 kB would be
+ * allocated in V8's large-object space, which only a full collection frees: a batch as one string
+ * piled up there (15 MB over a million rows) between full collections.
+ */
+const COPY_CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_MS = 500;
 
 /** Same server, database and login: the SELECT can run inside the target database itself. */
@@ -50,39 +57,59 @@ async function ensureTargetTable(
   });
 }
 
+/** A value in COPY's text format: backslash, tab and line breaks escaped; SQL NULL as `\N`. */
+function copyField(value: unknown): string {
+  if (value === null || value === undefined) return '\\N';
+  return String(value).replace(/[\\\t\n\r]/g, (c) => COPY_ESCAPES[c]);
+}
+const COPY_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
+
 /**
- * The whole result streamed from the source into the staging table: a cursor reads a batch, one
- * INSERT … SELECT FROM json_to_recordset($1) writes it, then the next batch is read. Every value
- * travels as text (one JSON document per batch, serialized natively) and is cast back to its column
- * type in the target, so nothing is lost in JavaScript; memory holds one batch at a time.
+ * The whole result streamed from the source into the staging table: a cursor reads a batch, which
+ * goes on as COPY data of a single COPY … FROM STDIN into the target. The next batch is read only
+ * once the connection has taken the previous one (the pipeline's backpressure), so memory holds a
+ * batch or two whatever the table size. Every value leaves the source as its text form and is parsed
+ * by the column's type in the target, so nothing is lost in JavaScript.
  */
 async function streamedCopy(
   source: Warehouse,
   target: Warehouse,
   staging: TableRef,
   selectSql: string,
-  columns: { name: string; type: string }[],
+  columns: { name: string }[],
   context: JobContext,
 ): Promise<number> {
-  const names = columns.map((c) => quoteIdent(c.name));
-  // Short positional keys keep each batch's JSON small.
   const read = `SELECT ${columns.map((c, i) => `${quoteIdent(c.name)}::text AS c${i}`).join(', ')}\nFROM (\n${selectSql}\n) AS source_rows`;
-  const write = `INSERT INTO ${qualified(staging)} (${names.join(', ')})
-SELECT ${columns.map((c, i) => `r.c${i}::${POSTGRES_TYPES[c.type as PortableType] ?? 'text'}`).join(', ')}
-FROM json_to_recordset($1::json) AS r(${columns.map((_, i) => `c${i} text`).join(', ')})`;
+  const keys = columns.map((_, i) => `c${i}`);
   let written = 0;
   let reported = performance.now();
-  await target.transaction(async (tx) => {
+  async function* copyData() {
     for await (const batch of source.stream(read, { batchSize: COPY_BATCH_ROWS })) {
       if (context.signal.aborted) throw new Error('The run was cancelled');
-      await tx.query(write, [JSON.stringify(batch)]);
+      let chunk = '';
+      for (const row of batch) {
+        chunk += `${keys.map((k) => copyField(row[k])).join('\t')}\n`;
+        if (chunk.length >= COPY_CHUNK_CHARS) {
+          yield chunk;
+          chunk = '';
+        }
+      }
       written += batch.length;
+      if (chunk) yield chunk;
       if (performance.now() - reported > PROGRESS_EVERY_MS) {
         reported = performance.now();
         await context.progress({ phase: 'copying', mode: 'streamed_copy', rows_written: written });
       }
     }
-  });
+  }
+  await target.transaction((tx) =>
+    pipeline(
+      Readable.from(copyData(), { objectMode: false }),
+      tx.copyFrom(
+        `COPY ${qualified(staging)} (${columns.map((c) => quoteIdent(c.name)).join(', ')}) FROM STDIN`,
+      ),
+    ),
+  );
   return written;
 }
 

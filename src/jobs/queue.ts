@@ -20,6 +20,14 @@ import type { JobRunStatus } from './job-run.entity.ts';
  * that run with `created: false` (idempotent: a double-clicked "materialize" shows the run already
  * under way) instead of an error; a route that wants 409 can turn `created: false` into one.
  *
+ * Dead workers: pg-boss (v11) only notices a worker that died mid-run when the attempt's expiry
+ * (timeoutSeconds, hours for a materialization) has passed. So a running attempt beats on its row
+ * (`updated_at`) every quarter of `heartbeatTimeoutSeconds`, and every process sweeps for running
+ * rows that missed their beats for longer: it claims the row back to queued (or failed on the last
+ * attempt) and fails the pg-boss job, which pg-boss then retries. Every write of an attempt names
+ * its retry count, so an attempt that was taken over (or cancelled) can no longer write its row;
+ * its next beat finds that and aborts it: a run completes once.
+ *
  * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
  * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
  * a job handler (or any code) holding a transaction on the embedded database must not call
@@ -129,6 +137,8 @@ export interface JobQueueDeps {
   pollingIntervalSeconds?: number;
   /** How long stop() lets running handlers finish before failing them over to a retry. */
   stopTimeoutMs?: number;
+  /** A running attempt whose row has not been beaten on for this long has lost its worker (≥ 2). */
+  heartbeatTimeoutSeconds?: number;
 }
 
 const KIND_DEFAULTS: Required<JobKindOptions> = {
@@ -141,6 +151,7 @@ const KIND_DEFAULTS: Required<JobKindOptions> = {
 };
 
 const MAX_ERROR_LENGTH = 4000;
+const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 60;
 const MAX_LIST = 500;
 
 const asDate = (v: unknown) => (v == null ? null : v instanceof Date ? v : new Date(v as string));
@@ -216,6 +227,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   const inFlight = new Map<string, InFlight>();
   let state: 'created' | 'started' | 'stopped' = 'created';
   const pollingIntervalSeconds = Math.max(0.5, deps.pollingIntervalSeconds ?? 1);
+  const heartbeatTimeoutSeconds = Math.max(
+    2,
+    deps.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+  );
+  let sweepTimer: NodeJS.Timeout | undefined;
+  let sweeping: Promise<void> | undefined;
 
   const sql = async (query: string, params: unknown[] = []): Promise<Record<string, any>[]> =>
     orm.em.fork().getConnection().execute(query, params);
@@ -231,8 +248,24 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     );
     // Cancelled (or deleted with its organization) while it waited: nothing to do.
     if (!row) return null;
-    const flight: InFlight = { controller: new AbortController(), final: job.retryCount >= job.retryLimit };
+    const attempt = job.retryCount;
+    const flight: InFlight = { controller: new AbortController(), final: attempt >= job.retryLimit };
     inFlight.set(runId, flight);
+    const heartbeat = setInterval(
+      () => {
+        sql(
+          `update job_runs set updated_at = now() where id = ? and status = 'running' and retry_count = ? returning id`,
+          [runId, attempt],
+        ).then(
+          (beaten) => {
+            if (beaten.length === 0) flight.controller.abort();
+          },
+          // The database is unreachable: the attempt's own statements fail too; the next beat retries.
+          (error) => logger.debug({ err: error, runId }, 'job run heartbeat failed'),
+        );
+      },
+      (heartbeatTimeoutSeconds * 1000) / 4,
+    );
     const context: JobContext = {
       runId,
       organizationId: row.organization_id,
@@ -241,8 +274,9 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       signal: flight.controller.signal,
       async progress(progress) {
         const updated = await sql(
-          `update job_runs set progress = ?::jsonb, updated_at = now() where id = ? and status = 'running' returning id`,
-          [JSON.stringify(progress), runId],
+          `update job_runs set progress = ?::jsonb, updated_at = now()
+           where id = ? and status = 'running' and retry_count = ? returning id`,
+          [JSON.stringify(progress), runId, attempt],
         );
         if (updated.length === 0) {
           flight.controller.abort();
@@ -255,8 +289,8 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       const result = await registration.handler(row.payload ?? {}, context);
       await sql(
         `update job_runs set status = 'succeeded', result = ?::jsonb, error = null, finished_at = now(), updated_at = now()
-         where id = ? and status = 'running'`,
-        [result ? JSON.stringify(result) : null, runId],
+         where id = ? and status = 'running' and retry_count = ?`,
+        [result ? JSON.stringify(result) : null, runId, attempt],
       );
       logger.info({ runId, kind }, 'job run succeeded');
       return null;
@@ -266,14 +300,64 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       // With retries left the run waits for the next attempt (still active: the singleton holds).
       await sql(
         `update job_runs set status = ?, error = ?, finished_at = case when ? then now() end, updated_at = now()
-         where id = ? and status = 'running'`,
-        [flight.final ? 'failed' : 'queued', message, flight.final, runId],
+         where id = ? and status = 'running' and retry_count = ?`,
+        [flight.final ? 'failed' : 'queued', message, flight.final, runId, attempt],
       );
       logger.warn({ runId, kind, attempt: context.attempt, err: error }, 'job run attempt failed');
       throw error;
     } finally {
+      clearInterval(heartbeat);
       inFlight.delete(runId);
     }
+  }
+
+  /**
+   * Running rows whose worker stopped beating (killed, or cut off from the database for longer than
+   * the timeout): the row goes back to queued (failed after the last attempt) in one conditional
+   * update, so one process claims it, and the pg-boss job is failed so that pg-boss retries it.
+   */
+  async function sweepDeadAttempts(): Promise<void> {
+    const stale = await sql(
+      `select id, kind, retry_count from job_runs
+       where status = 'running' and updated_at < now() - ? * interval '1 second'`,
+      [heartbeatTimeoutSeconds],
+    );
+    for (const row of stale) {
+      const registration = registrations.get(row.kind);
+      if (!registration || inFlight.has(row.id)) continue;
+      const final = Number(row.retry_count) >= registration.options.retryLimit;
+      const message = `Interrupted: its worker stopped responding for more than ${heartbeatTimeoutSeconds} s`;
+      const [claimed] = await sql(
+        `update job_runs set status = ?, error = ?, finished_at = case when ? then now() end, updated_at = now()
+         where id = ? and status = 'running' and retry_count = ?
+           and updated_at < now() - ? * interval '1 second'
+         returning id`,
+        [final ? 'failed' : 'queued', message, final, row.id, row.retry_count, heartbeatTimeoutSeconds],
+      );
+      if (!claimed) continue;
+      logger.warn({ runId: row.id, kind: row.kind, final }, 'job run lost its worker');
+      const job = await boss.getJobById(row.kind, row.id);
+      if (job?.state === 'active') await boss.fail(row.kind, row.id, { message });
+      else if (!job || ['completed', 'cancelled', 'failed'].includes(job.state))
+        // pg-boss will not hand the job out again: the row must not wait for it.
+        await sql(
+          `update job_runs set status = 'failed', finished_at = now(), updated_at = now()
+           where id = ? and status = 'queued'`,
+          [row.id],
+        );
+    }
+  }
+
+  function scheduleSweeps(): void {
+    const sweep = () => {
+      sweeping = sweepDeadAttempts()
+        .catch((error) => logger.warn({ err: error }, 'sweeping for dead job runs failed'))
+        .finally(() => {
+          if (state === 'started')
+            sweepTimer = setTimeout(sweep, (heartbeatTimeoutSeconds * 1000) / 2).unref();
+        });
+    };
+    sweep();
   }
 
   async function setUpKind(kind: string, registration: Registration): Promise<void> {
@@ -425,6 +509,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       await boss.start();
       state = 'started';
       for (const [kind, registration] of registrations) await setUpKind(kind, registration);
+      scheduleSweeps();
     },
 
     async stop() {
@@ -433,6 +518,8 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
         return;
       }
       state = 'stopped';
+      clearTimeout(sweepTimer);
+      await sweeping;
       await boss.stop({ graceful: true, timeout: deps.stopTimeoutMs ?? 10_000, close: true });
       // Handlers that outlived the grace period: pg-boss failed their jobs over to a retry (or to
       // failed on the last attempt); the rows say the same, and the handlers are asked to stop.

@@ -3,6 +3,7 @@ import type { Request } from 'express';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
 import type { Principal } from '../auth/principal.ts';
+import { tenantSession } from '../auth/tenancy.ts';
 
 export interface Context {
   deps: AppDeps;
@@ -14,6 +15,8 @@ export interface Context {
   userAgent: string | null;
   bearer: string | null;
   signal?: AbortSignal;
+  /** Puts the rest of the request under the organization's row-level security (src/auth/tenancy.ts). */
+  setTenant(organizationId: string): void;
 }
 
 /** The context after the authentication middleware: the caller is known. */
@@ -27,13 +30,31 @@ function bearerOf(header: string | undefined): string | null {
 }
 
 export function createContextFactory(deps: AppDeps, transport: Context['transport']) {
-  return ({ req }: { req: Request }): Context => ({
-    deps,
-    em: deps.orm.em.fork() as EntityManager,
-    transport,
-    requestId: String((req as { id?: unknown }).id ?? randomUUID()),
-    ipAddress: req.ip ?? req.socket.remoteAddress ?? 'unknown',
-    userAgent: req.get('user-agent') ?? null,
-    bearer: bearerOf(req.get('authorization')),
-  });
+  return ({ req }: { req: Request }): Context => {
+    let em: EntityManager | undefined;
+    let tenant: string | undefined;
+    return {
+      deps,
+      // Forked on first use: a request answered from caches (a session lookup) never pays for it.
+      get em() {
+        if (!em) {
+          em = deps.orm.em.fork() as EntityManager;
+          if (tenant) em.setSessionContext(tenantSession(tenant));
+        }
+        return em;
+      },
+      setTenant(organizationId: string) {
+        tenant = organizationId;
+        em?.setSessionContext(tenantSession(organizationId));
+      },
+      transport,
+      requestId: String((req as { id?: unknown }).id ?? randomUUID()),
+      // Resolved on use: only logins and session creation read it, and trusted-proxy parsing is not free.
+      get ipAddress() {
+        return req.ip ?? req.socket.remoteAddress ?? 'unknown';
+      },
+      userAgent: req.get('user-agent') ?? null,
+      bearer: bearerOf(req.get('authorization')),
+    };
+  };
 }

@@ -45,7 +45,9 @@ function isDatabaseUnavailable(error: unknown): boolean {
   const code = (error as { code?: string } | null)?.code;
   if (code && CONNECTION_ERROR_CODES.has(code)) return true;
   const message = (error as Error | null)?.message ?? '';
-  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(message);
+  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect|not queryable/i.test(
+    message,
+  );
 }
 
 /** Turns anything a service or the ORM threw into an AppError; unknown errors stay internal. */

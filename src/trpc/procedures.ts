@@ -1,6 +1,7 @@
 import { AppError } from '../app-error.ts';
 import { hasPermission, type Permission } from '../auth/permissions.ts';
 import type { Principal } from '../auth/principal.ts';
+import type { AuthedContext } from './context.ts';
 import { organizationOf } from '../auth/tenancy.ts';
 import { t } from './init.ts';
 import { toTRPCError } from './errors.ts';
@@ -26,7 +27,7 @@ function guarded(check?: (principal: Principal) => void) {
   return t.procedure.use(async ({ ctx, meta, next }) => {
     let principal: Principal | null;
     try {
-      principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx.em, ctx.bearer) : null;
+      principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx, ctx.bearer) : null;
       if (!principal) throw new AppError('UNAUTHORIZED', 'Missing or invalid credentials');
       if (principal.mustChangePassword && !meta?.allowPendingPasswordChange)
         throw new AppError(
@@ -35,10 +36,15 @@ function guarded(check?: (principal: Principal) => void) {
           { reason: 'PASSWORD_CHANGE_REQUIRED' },
         );
       check?.(principal);
+      if (principal.organizationId && !principal.isSuperAdmin) ctx.setTenant(principal.organizationId);
     } catch (error) {
       throw toTRPCError(error);
     }
-    const result = await next({ ctx: { principal } });
+    // The principal joins the request's own context object rather than a copy: tRPC copies the context
+    // for `next({ ctx })` (reading every property, so the lazily forked entity manager would be forked),
+    // and passes it on unchanged for `next()` — which an absent `ctx` here amounts to.
+    (ctx as AuthedContext).principal = principal;
+    const result = await next({ ctx: undefined as unknown as { principal: Principal } });
     if (!result.ok) throw toTRPCError(result.error);
     return result;
   });

@@ -3,12 +3,14 @@ import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import pg from 'pg';
 import Cursor from 'pg-cursor';
+import { from as copyFrom } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
 import type { ConnectionConfig } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
 import { assertReadOnlySql } from './sql-guard.ts';
 import type {
+  AggregateOptions,
   IntrospectOptions,
   QueryResult,
   ReadOptions,
@@ -306,8 +308,10 @@ class PostgresWarehouse implements Warehouse {
     context: ErrorContext,
   ): Promise<T> {
     return this.#withClient(async (client) => {
-      await client.query('begin transaction read only');
-      await client.query(`set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`);
+      // One round trip for both (no parameters: the simple protocol takes two statements).
+      await client.query(
+        `begin transaction read only; set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`,
+      );
       const result = await fn(client);
       await client.query('commit');
       return result;
@@ -410,6 +414,16 @@ class PostgresWarehouse implements Warehouse {
     );
   }
 
+  async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
+    // What can fail at run time is a user's checked expression (a cast, a division): a 400 with the
+    // database's message, as for user SQL.
+    return this.#readOnly(
+      options.timeoutMs ?? this.settings.statementTimeoutMs,
+      async (client) => (await client.query(sql, options.params)).rows,
+      'user-sql',
+    );
+  }
+
   async #describe(client: pg.PoolClient, fields: pg.FieldDef[]) {
     const unknown = [...new Set(fields.map((f) => f.dataTypeID))].filter(
       (oid) => !this.entry.typeNames.has(oid),
@@ -461,6 +475,7 @@ class PostgresWarehouse implements Warehouse {
             const res = await client.query<R>(text, params);
             return { rows: res.rows, rowCount: res.rowCount ?? 0 };
           },
+          copyFrom: (text: string) => client.query(copyFrom(text)),
         });
         await client.query('commit');
         return result;

@@ -1,3 +1,4 @@
+import type { Writable } from 'node:stream';
 import type { ConnectionConfig } from './config.ts';
 
 /** A relation of a warehouse as introspection reports it. */
@@ -67,6 +68,12 @@ export interface ReadOptions {
   params?: unknown[];
 }
 
+export interface AggregateOptions {
+  params?: unknown[];
+  /** statement_timeout; default WAREHOUSE_STATEMENT_TIMEOUT_MS. */
+  timeoutMs?: number;
+}
+
 export interface StreamOptions {
   params?: unknown[];
   batchSize?: number;
@@ -90,6 +97,11 @@ export interface WarehouseTransaction {
     sql: string,
     params?: unknown[],
   ): Promise<{ rows: R[]; rowCount: number }>;
+  /**
+   * A `COPY … FROM STDIN` on the transaction's connection, as a stream taking COPY text-format lines
+   * (with backpressure); the statement completes when the stream finishes.
+   */
+  copyFrom(sql: string): Writable;
 }
 
 /**
@@ -112,6 +124,13 @@ export interface Warehouse {
    * statement_timeout and a row cap.
    */
   readOnlyQuery(sql: string, options?: ReadOptions): Promise<QueryResult>;
+  /**
+   * One statement that dimas generated itself (statistics, profiling): a READ ONLY transaction with a
+   * statement_timeout, without the SQL guard's parse (which costs more than running a wide profile
+   * statement) or a row cap. Never give it user text: only generated SQL whose user-supplied fragments
+   * were checked as expressions, and which bounds its own result rows.
+   */
+  aggregate(sql: string, options?: AggregateOptions): Promise<Record<string, unknown>[]>;
   /** A read-only statement streamed in batches through a cursor; nothing is held beyond one batch. */
   stream(sql: string, options?: StreamOptions): AsyncGenerator<Record<string, unknown>[]>;
   /** DDL/DML in one transaction: committed when `fn` resolves, rolled back when it throws. */

@@ -134,12 +134,10 @@ async function findRole(scope: CallerScope, roleId: number): Promise<RoleEntity>
 export async function listRoles(scope: CallerScope) {
   const organization = organizationOf(scope.principal);
   const roles = await scope.em.find(Role, { organization }, { orderBy: { id: 'asc' } });
-  const counts: { role_id: number; n: number }[] = await scope.em
-    .getConnection()
-    .execute(
-      'select ur.role_id, count(*)::int as n from user_roles ur join roles r on r.id = ur.role_id where r.organization_id = ? group by ur.role_id',
-      [organization],
-    );
+  const counts: { role_id: number; n: number }[] = await scope.em.execute(
+    'select ur.role_id, count(*)::int as n from user_roles ur join roles r on r.id = ur.role_id where r.organization_id = ? group by ur.role_id',
+    [organization],
+  );
   const byRole = new Map(counts.map((c) => [c.role_id, c.n]));
   return { roles: roles.map((r) => roleView(r, byRole.get(r.id))) };
 }

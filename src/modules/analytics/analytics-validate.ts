@@ -177,12 +177,11 @@ export async function lowCardinalityColumns(
 ): Promise<ColumnProfile[]> {
   const list = candidates.slice(0, 40);
   if (!list.length) return [];
-  const result = await warehouse.readOnlyQuery(
+  // Generated from quoted identifiers only: no user text, so no SQL guard parse of a wide statement.
+  const [row = {}] = await warehouse.aggregate(
     `SELECT count(*)::float8 AS n, ${list.map((c, i) => `count(DISTINCT ${quoteIdent(c.name)})::float8 AS d${i}`).join(', ')} ` +
       `FROM (SELECT ${list.map((c) => quoteIdent(c.name)).join(', ')} FROM ${qualified(table)} LIMIT ${PROFILE_SAMPLE_ROWS}) s`,
-    { limit: 1 },
   );
-  const row = result.rows[0] ?? {};
   return list
     .map((c, i) => ({ name: c.name, type: c.type, distinct: Number(row[`d${i}`] ?? 0) }))
     .filter((c) => c.distinct >= 2 && c.distinct <= MAX_SEGMENT_VALUES);

@@ -55,9 +55,9 @@ export const analyticsRouter = router({
 
   status: read
     .meta(rest('GET', `${base}/status/{hypothesis_id}`, 'Analysis execution status of a hypothesis', tag))
-    .input(s.hypothesisIdInput)
+    .input(s.statusInput)
     .output(s.statusOutput)
-    .query(({ ctx, input }) => analytics.hypothesisStatus(ctx, input.hypothesis_id)),
+    .query(({ ctx, input }) => analytics.hypothesisStatus(ctx, input.hypothesis_id, input.wait_ms)),
 
   miningResults: read
     .meta(

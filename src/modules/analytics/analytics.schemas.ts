@@ -174,6 +174,21 @@ export const runOutput = z.object({
   created: z.boolean().describe('false when a run of this hypothesis was already under way and is returned'),
 });
 
+/** Long enough to cover most tests, short enough for proxies that close idle requests. */
+export const MAX_STATUS_WAIT_MS = 25_000;
+
+export const statusInput = hypothesisIdInput.extend({
+  wait_ms: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_STATUS_WAIT_MS)
+    .default(0)
+    .describe(
+      'Wait up to this long for a queued or running test to end before answering (long polling); 0 answers at once',
+    ),
+});
+
 export const statusOutput = z.object({
   hypothesis_id: z.string(),
   status: z.enum(HYPOTHESIS_STATUSES),

@@ -120,12 +120,11 @@ export async function listMetrics(
       where.push(clause);
       params.push(value);
     }
-  const conn = scope.em.getConnection();
-  const [{ total }] = await conn.execute(
+  const [{ total }] = await scope.em.execute(
     `select count(*) as total from audience_performance_metrics where ${where.join(' and ')}`,
     params,
   );
-  const rows = await conn.execute(
+  const rows = await scope.em.execute(
     `select ${METRIC_COLUMNS} from audience_performance_metrics where ${where.join(' and ')}
       order by date desc, ad_platform, campaign_id, id limit ? offset ?`,
     [...params, input.limit, input.offset],
@@ -166,8 +165,7 @@ export async function recordConversion(
 ) {
   const { audience, workspace } = await findAudience(scope, input.audience_id);
   const organization = organizationOf(scope.principal);
-  const conn = scope.em.getConnection();
-  const [inserted] = await conn.execute(
+  const [inserted] = await scope.em.execute(
     `insert into audience_conversions
        (id, organization_id, workspace_id, audience_id, customer_id, event, value, currency, occurred_at, external_id,
         ad_platform, campaign_id, created_at)
@@ -190,7 +188,7 @@ export async function recordConversion(
     ],
   );
   if (inserted) return { conversion: conversionView(inserted), created: true };
-  const [existing] = await conn.execute(
+  const [existing] = await scope.em.execute(
     'select * from audience_conversions where organization_id = ? and external_id = ?',
     [organization, input.external_id],
   );

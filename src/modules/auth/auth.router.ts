@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import {
   authedProcedure,
   permissionProcedure,
@@ -12,7 +11,6 @@ import * as s from './auth.schemas.ts';
 import * as auth from './auth.service.ts';
 
 const tag = 'auth';
-const none = z.object({});
 const pending = { allowPendingPasswordChange: true };
 
 export const authRouter = router({
@@ -20,7 +18,6 @@ export const authRouter = router({
     .meta(
       publicRest('GET', '/api/auth/organizations', 'List organizations available for login selection', tag),
     )
-    .input(none)
     .output(s.publicOrganizationsOutput)
     .query(({ ctx }) => auth.listPublicOrganizations(ctx)),
 
@@ -40,13 +37,11 @@ export const authRouter = router({
 
   session: authedProcedure
     .meta(rest('GET', '/api/auth/session', 'Current session information', tag, pending))
-    .input(none)
     .output(s.sessionOutput)
     .query(({ ctx }) => auth.sessionInfo(ctx.principal)),
 
   logout: authedProcedure
     .meta(rest('POST', '/api/auth/logout', 'Log out: end the current session', tag, pending))
-    .input(none)
     .output(successOutput)
     .mutation(({ ctx }) => auth.logout(ctx)),
 
@@ -72,7 +67,6 @@ export const authRouter = router({
 
   getPreferences: authedProcedure
     .meta(rest('GET', '/api/auth/preferences', "Current user's preferences", tag))
-    .input(none)
     .output(s.preferencesOutput)
     .query(({ ctx }) => auth.getPreferences(ctx)),
 
@@ -193,7 +187,6 @@ export const authRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.logFilesOutput)
     .query(({ ctx }) => auth.listLogFiles(ctx)),
 });

@@ -100,7 +100,7 @@ async function completeLogin(scope: ClientScope, user: UserEntity, key: string) 
   await scope.em.nativeDelete(LoginFailure, { username: key });
   user.lastLoginAt = new Date();
   const session = await createSession(scope.em, user.id, ttlMs, scope);
-  const principal = await scope.deps.authenticator.authenticate(scope.em, session.token);
+  const principal = await scope.deps.authenticator.authenticate(scope, session.token);
   return { token: session.token, expires_at: session.expiresAt, user: principalInfo(principal!) };
 }
 
@@ -152,8 +152,7 @@ export function sessionInfo(principal: Principal) {
 
 export async function listSessions(scope: CallerScope, page: { limit: number; offset: number }) {
   const organization = organizationOf(scope.principal);
-  const conn = scope.em.getConnection();
-  const rows = await conn.execute(
+  const rows = await scope.em.execute(
     `select s.id, s.user_id, u.username, s.created_at, s.expires_at, s.ip_address, s.user_agent,
             count(*) over ()::int as total
      from sessions s join users u on u.id = s.user_id

@@ -45,15 +45,14 @@ type Draft = Event extends infer E ? (E extends Event ? Omit<E, 'seq'> : never) 
 // ---- the run row: lock, heartbeat, cancel ----
 
 async function acquireRun(scope: CallerScope, workspace: WorkspaceEntity, mode: LlmMode): Promise<string> {
-  const conn = scope.em.getConnection();
-  await conn.execute(
+  await scope.em.execute(
     `update discovery_runs
         set status = case when cancel_requested_at is null then 'failed' else 'cancelled' end,
             reason = 'the process running it stopped responding', finished_at = now()
       where workspace_id = ? and status = 'running' and heartbeat_at < now() - make_interval(secs => ?)`,
     [workspace.id, STALE_AFTER_SECONDS],
   );
-  const [row] = await conn.execute(
+  const [row] = await scope.em.execute(
     `insert into discovery_runs (id, organization_id, workspace_id, started_by, status, mode, started_at, heartbeat_at)
      values (gen_random_uuid(), ?, ?, ?, 'running', ?, now(), now())
      on conflict (workspace_id) where status = 'running' do nothing
@@ -61,7 +60,7 @@ async function acquireRun(scope: CallerScope, workspace: WorkspaceEntity, mode: 
     [workspace.organization.id, workspace.id, scope.principal.id, mode],
   );
   if (row) return row.id as string;
-  const [running] = await conn.execute(
+  const [running] = await scope.em.execute(
     `select id, started_at from discovery_runs where workspace_id = ? and status = 'running'`,
     [workspace.id],
   );
@@ -93,11 +92,10 @@ class RunControl {
   }
 
   async #beat(em: EntityManager = this.deps.orm.em.fork() as EntityManager): Promise<void> {
-    const [row] = await em
-      .getConnection()
-      .execute(`update discovery_runs set heartbeat_at = now() where id = ? returning cancel_requested_at`, [
-        this.runId,
-      ]);
+    const [row] = await em.execute(
+      `update discovery_runs set heartbeat_at = now() where id = ? returning cancel_requested_at`,
+      [this.runId],
+    );
     if (row?.cancel_requested_at) this.#cancel.abort();
   }
 
@@ -134,13 +132,10 @@ async function finishRun(
   reason: string | null,
   summary: Record<string, unknown> | null,
 ) {
-  await deps.orm.em
-    .fork()
-    .getConnection()
-    .execute(
-      `update discovery_runs set status = ?, reason = ?, summary = ?, finished_at = now() where id = ? and status = 'running'`,
-      [status, reason, summary ? JSON.stringify(summary) : null, runId],
-    );
+  await (deps.orm.em.fork() as EntityManager).execute(
+    `update discovery_runs set status = ?, reason = ?, summary = ?, finished_at = now() where id = ? and status = 'running'`,
+    [status, reason, summary ? JSON.stringify(summary) : null, runId],
+  );
 }
 
 /** Marks the caller's running discoveries cancelled; each stops at its next step, in whichever process. */
@@ -334,15 +329,8 @@ export async function* discover(
     );
 
     // 2. Profile each table in SQL (one statement per table) and detect value patterns.
-    // Generated SQL, not the user's: it skips the SQL guard of readOnlyQuery (whose parse of a wide
-    // profile statement costs more than running it) but keeps its read-only transaction and timeout.
-    const timeoutMs = Math.floor(scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS);
-    const run = (sql: string, params: unknown[]) =>
-      warehouse.transaction(async (tx) => {
-        // One round trip for both settings (no parameters: the simple protocol takes two statements).
-        await tx.query(`set transaction read only; set local statement_timeout = ${timeoutMs}`);
-        return (await tx.query(sql, params)).rows;
-      });
+    // Generated SQL, not the user's: no SQL guard parse (it costs more than running a wide profile).
+    const run = (sql: string, params: unknown[]) => warehouse.aggregate(sql, { params });
     const sources: SourceTable[] = [];
     for (const [i, table] of tables.entries()) {
       const why = await control.halt(scope.em);

@@ -187,12 +187,10 @@ async function latestRun(
   workspace: WorkspaceEntity,
   tableName: string,
 ): Promise<JobRunView | null> {
-  const [row] = await scope.em
-    .getConnection()
-    .execute(
-      `select id from job_runs where organization_id = ? and kind = ? and singleton_key = ? order by created_at desc limit 1`,
-      [workspace.organization.id, MATERIALIZE_MAPPING_KIND, materializeKey(workspace, tableName)],
-    );
+  const [row] = await scope.em.execute(
+    `select id from job_runs where organization_id = ? and kind = ? and singleton_key = ? order by created_at desc limit 1`,
+    [workspace.organization.id, MATERIALIZE_MAPPING_KIND, materializeKey(workspace, tableName)],
+  );
   return row ? scope.deps.jobs.getRun(row.id, workspace.organization.id) : null;
 }
 

@@ -131,12 +131,10 @@ export async function storeSnapshots(
       runId: keys.runId ?? null,
     });
   await em.flush();
-  await em
-    .getConnection()
-    .execute(
-      `delete from monitoring_metric_snapshots where workspace_id = ? and measured_at < now() - make_interval(days => ?)`,
-      [keys.workspaceId, SNAPSHOT_RETENTION_DAYS],
-    );
+  await em.execute(
+    `delete from monitoring_metric_snapshots where workspace_id = ? and measured_at < now() - make_interval(days => ?)`,
+    [keys.workspaceId, SNAPSHOT_RETENTION_DAYS],
+  );
 }
 
 /** The REST/tRPC shape of one measured table. */

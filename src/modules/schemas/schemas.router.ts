@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { permissionProcedure, router } from '../../trpc/procedures.ts';
 import { rest } from '../../trpc/openapi-meta.ts';
 import * as s from './schemas.schemas.ts';
@@ -12,7 +11,6 @@ import * as reverseEtl from './reverse-etl.service.ts';
 const tag = 'schemas';
 const read = permissionProcedure('workspace.read');
 const write = permissionProcedure('workspace.write');
-const none = z.object({});
 const config = '/api/api/schema/config';
 
 export const schemasRouter = router({
@@ -25,7 +23,6 @@ export const schemasRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.allSchemasOutput)
     .query(({ ctx }) => schemas.listAllSchemas(ctx)),
 
@@ -40,7 +37,6 @@ export const schemasRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(ss.syncStatusOutput)
     .query(({ ctx }) => sync.syncStatus(ctx)),
 
@@ -79,7 +75,6 @@ export const schemasRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(ss.connectionsOutput)
     .query(({ ctx }) => reverseEtl.listConnections(ctx)),
 
@@ -107,7 +102,6 @@ export const schemasRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(q.qualityConfigsSummaryOutput)
     .query(({ ctx }) => quality.qualityConfigsSummary(ctx)),
 
@@ -239,7 +233,6 @@ export const schemasRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.workspaceSchemaOutput)
     .query(({ ctx }) => schemas.getWorkspaceSchema(ctx)),
 
@@ -258,13 +251,11 @@ export const schemasRouter = router({
 
   workspaceDelete: write
     .meta(rest('DELETE', '/api/schemas/workspace', 'Delete the workspace schema.json', tag))
-    .input(none)
     .output(s.saveSchemaOutput)
     .mutation(({ ctx }) => schemas.deleteWorkspaceSchema(ctx)),
 
   templates: read
     .meta(rest('GET', '/api/schemas/templates', 'List the library schema templates', tag))
-    .input(none)
     .output(s.templatesOutput)
     .query(() => schemas.listTemplates()),
 

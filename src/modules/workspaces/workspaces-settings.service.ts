@@ -168,9 +168,10 @@ async function preferencesView(scope: CallerScope, stored: Stored) {
 }
 
 async function saCurrent(scope: CallerScope): Promise<string | null> {
-  const [row] = await scope.em
-    .getConnection()
-    .execute('select current_workspace_id as id from service_accounts where id = ?', [scope.principal.id]);
+  const [row] = await scope.em.execute(
+    'select current_workspace_id as id from service_accounts where id = ?',
+    [scope.principal.id],
+  );
   return row?.id ?? null;
 }
 

@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { authedProcedure, permissionProcedure, router } from '../../trpc/procedures.ts';
 import { rest } from '../../trpc/openapi-meta.ts';
 import { successOutput } from '../../trpc/common-schemas.ts';
@@ -15,7 +14,6 @@ const tag = 'workspaces';
 const read = permissionProcedure('workspace.read');
 const write = permissionProcedure('workspace.write');
 const manage = permissionProcedure('settings.manage');
-const none = z.object({});
 const base = '/api/workspaces';
 
 /*
@@ -86,7 +84,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.userPreferencesOutput)
     .query(({ ctx }) => settings.getUserPreferences(ctx)),
 
@@ -125,7 +122,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.userPreferencesOutput)
     .mutation(({ ctx }) => settings.writeUserPreferences(ctx, {}, 'reset')),
 
@@ -138,7 +134,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.globalSettingsOutput)
     .query(({ ctx }) => settings.getGlobalSettings(ctx)),
 
@@ -170,7 +165,6 @@ export const workspacesRouter = router({
 
   current: read
     .meta(rest('GET', `${base}/current`, 'Details of the current workspace (409 when none is selected)', tag))
-    .input(none)
     .output(s.workspaceDetailOutput)
     .query(({ ctx }) => workspaces.getCurrentWorkspace(ctx)),
 
@@ -183,7 +177,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.sourceConfigOutput)
     .query(({ ctx }) => workspaces.getSourceConfig(ctx)),
 
@@ -209,7 +202,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.schemaCheckOutput)
     .query(({ ctx }) => workspaces.checkTargetSchema(ctx)),
 
@@ -222,7 +214,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.schemaContentOutput)
     .query(({ ctx }) => workspaces.targetSchemaContent(ctx)),
 
@@ -235,7 +226,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.availableSchemasOutput)
     .query(({ ctx }) => workspaces.availableSchemas(ctx)),
 
@@ -261,7 +251,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.workflowStatusOutput)
     .query(({ ctx }) => workspaces.workflowStatus(ctx)),
 
@@ -274,13 +263,11 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.metricsOutput)
     .query(({ ctx }) => workspaces.workspaceMetrics(ctx)),
 
   schema: read
     .meta(rest('GET', `${base}/schema`, 'Schema of the current workspace (null when none is assigned)', tag))
-    .input(none)
     .output(s.currentSchemaOutput)
     .query(({ ctx }) => workspaces.currentSchema(ctx)),
 
@@ -319,7 +306,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.flushOutput)
     .mutation(({ ctx }) => ops.flushRequestCache(ctx)),
 
@@ -332,7 +318,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.flushOutput)
     .mutation(({ ctx }) => ops.flushMappingCache(ctx)),
 
@@ -345,7 +330,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(s.benchmarkOutput)
     .mutation(({ ctx }) => ops.runBenchmark(ctx)),
 
@@ -358,7 +342,6 @@ export const workspacesRouter = router({
         tag,
       ),
     )
-    .input(none)
     .output(db.testStoredPasswordOutput)
     .mutation(({ ctx }) => database.testStoredPassword(ctx)),
 

@@ -91,13 +91,12 @@ async function selectedWorkspaceId(scope: CallerScope): Promise<string | null> {
   const { principal } = scope;
   const cached = await selectionCache.get(scope);
   if (cached !== undefined) return cached;
-  const conn = scope.em.getConnection();
   const [row] =
     principal.kind === 'user'
-      ? await conn.execute(`select preferences->>'${CURRENT_KEY}' as id from users where id = ?`, [
+      ? await scope.em.execute(`select preferences->>'${CURRENT_KEY}' as id from users where id = ?`, [
           principal.id,
         ])
-      : await conn.execute('select current_workspace_id as id from service_accounts where id = ?', [
+      : await scope.em.execute('select current_workspace_id as id from service_accounts where id = ?', [
           principal.id,
         ]);
   const id = typeof row?.id === 'string' && UUID.test(row.id) ? row.id : null;
@@ -113,11 +112,10 @@ interface Usage {
 async function usageOf(scope: CallerScope): Promise<Usage> {
   const currentId = await selectedWorkspaceId(scope);
   if (scope.principal.kind !== 'user') return { currentId, lastUsed: {} };
-  const [row] = await scope.em
-    .getConnection()
-    .execute(`select preferences->'${LAST_USED_KEY}' as last_used from users where id = ?`, [
-      scope.principal.id,
-    ]);
+  const [row] = await scope.em.execute(
+    `select preferences->'${LAST_USED_KEY}' as last_used from users where id = ?`,
+    [scope.principal.id],
+  );
   const lastUsed = row?.last_used && typeof row.last_used === 'object' ? row.last_used : {};
   return { currentId, lastUsed };
 }
@@ -142,13 +140,10 @@ async function storeSelection(scope: CallerScope, workspaceId: string | null): P
     user.preferences = preferences;
     await scope.em.flush();
   } else {
-    await scope.em
-      .getConnection()
-      .execute('update service_accounts set current_workspace_id = ? where id = ? and organization_id = ?', [
-        workspaceId,
-        principal.id,
-        organizationOf(principal),
-      ]);
+    await scope.em.execute(
+      'update service_accounts set current_workspace_id = ? where id = ? and organization_id = ?',
+      [workspaceId, principal.id, organizationOf(principal)],
+    );
   }
   await selectionCache.set(scope, workspaceId);
 }
@@ -246,12 +241,10 @@ async function assertNameAvailable(scope: CallerScope, name: string, exceptId?: 
       'BAD_REQUEST',
       `The workspace name ${name} is reserved: /api/workspaces/${lower} is a route of its own (reserved: ${RESERVED_WORKSPACE_NAMES.join(', ')})`,
     );
-  const [row] = await scope.em
-    .getConnection()
-    .execute('select id, name from workspaces where organization_id = ? and lower(name) = ?', [
-      organizationOf(scope.principal),
-      lower,
-    ]);
+  const [row] = await scope.em.execute(
+    'select id, name from workspaces where organization_id = ? and lower(name) = ?',
+    [organizationOf(scope.principal), lower],
+  );
   if (row && row.id !== exceptId)
     throw new AppError('CONFLICT', `A workspace named ${row.name} already exists in this organization`);
 }
@@ -332,12 +325,10 @@ export async function deleteWorkspace(scope: CallerScope, name: string) {
   const organization = organizationOf(scope.principal);
   await scope.em.remove(workspace).flush();
   // Users who had it selected keep a dangling id, which currentWorkspace answers with 409.
-  await scope.em
-    .getConnection()
-    .execute(
-      `update users set preferences = (preferences - '${CURRENT_KEY}') where organization_id = ? and preferences->>'${CURRENT_KEY}' = ?`,
-      [organization, workspace.id],
-    );
+  await scope.em.execute(
+    `update users set preferences = (preferences - '${CURRENT_KEY}') where organization_id = ? and preferences->>'${CURRENT_KEY}' = ?`,
+    [organization, workspace.id],
+  );
   // Cached selections of it fall through to currentWorkspace's 409 (and are dropped there).
   invalidateWorkspaceCaches(organization, workspace.id);
   return { success: true as const, message: `Workspace ${name} deleted` };
