@@ -257,7 +257,8 @@ describe('user feature overrides', () => {
     expect(featureOf(res.body, 'llm_matching')).toMatchObject({ user_value: true, enabled: true });
 
     // What other areas read through isFeatureEnabled follows the same order.
-    const principalOf = async (token: string) => (await server.deps.authenticator.authenticate(em(), token))!;
+    const principalOf = async (token: string) =>
+      (await server.deps.authenticator.authenticate({ em: em() }, token))!;
     expect(
       await isFeatureEnabled({ em: em(), principal: await principalOf(viewer.token) }, 'llm_matching'),
     ).toBe(true);

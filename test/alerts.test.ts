@@ -1,8 +1,8 @@
-import pg from 'pg';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { CallerScope } from '../src/deps.ts';
 import { putColumnMonitoring, putColumnTest } from '../src/modules/schemas/quality-configs.service.ts';
 import { enqueueMonitoringRun, runDueMonitoring } from '../src/jobs/monitoring-run.ts';
@@ -13,23 +13,7 @@ import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
  * 127.0.0.1:5432, dropped at the end): a null-rate threshold crossed raises one alert however many
  * runs see it, a dismissal (with snooze) hides it, and fixing the data resolves it.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_alert_').toLowerCase();
-const urlOf = (db: string) => {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${db}`;
-  return url.toString();
-};
-
-async function sql(db: string, text: string, params: unknown[] = []) {
-  const client = new pg.Client({ connectionString: db === 'postgres' ? ADMIN_URL : urlOf(db) });
-  await client.connect();
-  try {
-    return (await client.query(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('alert');
 
 const targetSchema = {
   name: 'crm',
@@ -56,16 +40,6 @@ let workspaceId: string;
 let otherWorkspaceName: string;
 let scope: CallerScope;
 
-async function until<T>(what: string, read: () => Promise<T>, done: (v: T) => boolean, ms = 45_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 150));
-  }
-}
-
 /** One monitoring run on demand, awaited; returns its summary. */
 async function monitoringRun(reason: 'on_demand' | 'materialization' = 'on_demand') {
   const queued = await enqueueMonitoringRun(server.deps, {
@@ -87,20 +61,16 @@ const active = (query: Record<string, any> = {}, token = tenant.admin.token) =>
 const dismiss = (id: string, body: unknown, token = tenant.admin.token) =>
   call(server, 'POST', `/api/api/alerts/${id}/dismiss`, { token, body });
 const setNullEmails = (count: number) =>
-  sql(
-    warehouseDb,
+  warehouse.sql(
     `update crm.contacts set email = case when id <= $1 then null else 'c' || id || '@x.com' end`,
     [count],
   );
 
 beforeAll(async () => {
-  await sql('postgres', `create database "${warehouseDb}"`);
-  await sql(
-    warehouseDb,
-    `create schema crm;
+  await warehouse.create();
+  await warehouse.sql(`create schema crm;
      create table crm.contacts (id integer primary key, email text, updated_at timestamptz default now());
-     insert into crm.contacts (id, email) select g, 'c' || g || '@x.com' from generate_series(1, 10) g;`,
-  );
+     insert into crm.contacts (id, email) select g, 'c' || g || '@x.com' from generate_series(1, 10) g;`);
   await setNullEmails(1);
   server = await startTestServer();
   tenant = await createTenant(server);
@@ -120,7 +90,7 @@ beforeAll(async () => {
           type: 'postgres',
           host: '127.0.0.1',
           port: 5432,
-          database: warehouseDb,
+          database: warehouse.name,
           user: 'postgres',
           schemas: ['crm'],
         },
@@ -138,7 +108,7 @@ beforeAll(async () => {
   workspaceId = (
     await em.findOneOrFail(Workspace, { name: workspaceName, organization: tenant.organization.id })
   ).id;
-  const principal = await server.deps.authenticator.authenticate(em, tenant.admin.token);
+  const principal = await server.deps.authenticator.authenticate({ em }, tenant.admin.token);
   scope = { em, deps: server.deps, principal: principal! };
   // The monitoring configuration under test (through the schemas area's service).
   await putColumnMonitoring(
@@ -151,7 +121,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql('postgres', `drop database if exists "${warehouseDb}" with (force)`);
+  await warehouse.drop();
 });
 
 describe('monitoring runs and alerts', () => {
@@ -298,15 +268,14 @@ describe('monitoring runs and alerts', () => {
   });
 
   it('raises column test failures and missing tables as alerts', async () => {
-    await sql(
-      warehouseDb,
+    await warehouse.sql(
       `alter table crm.contacts drop constraint contacts_pkey; insert into crm.contacts (id, email) values (1, 'dup@x.com')`,
     );
     const run = await monitoringRun();
     expect(run.failures.map((f: any) => f.check_key)).toEqual(
       expect.arrayContaining(['test:crm.contacts:id:unique']),
     );
-    await sql(warehouseDb, `alter table crm.contacts rename to contacts_old`);
+    await warehouse.sql(`alter table crm.contacts rename to contacts_old`);
     const missing = await monitoringRun();
     expect(missing.failures.map((f: any) => f.check_key)).toContain('monitor:crm.contacts::table_exists');
     const res = await active({ severity: 'error' });
@@ -316,6 +285,6 @@ describe('monitoring runs and alerts', () => {
       'monitor:crm.contacts:email:null_rate',
       'test:crm.contacts:id:unique',
     ]);
-    await sql(warehouseDb, `alter table crm.contacts_old rename to contacts`);
+    await warehouse.sql(`alter table crm.contacts_old rename to contacts`);
   });
 });

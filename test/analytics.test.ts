@@ -1,11 +1,11 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import pg from 'pg';
 import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
+import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
 import type { StatsQuery } from '../src/stats/sql.ts';
 import { statSpecOf } from '../src/modules/analytics/analytics-spec.ts';
@@ -22,33 +22,13 @@ const jStat = jStatModule.jStat ?? jStatModule;
  * The seeded data is built so outcomes are known: spend is 25 higher for plan "pro"; `flat` has exactly
  * the same values in both plans (t = 0, p = 1); region is balanced across plans.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_an_').toLowerCase();
-const warehouseUrl = (() => {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${warehouseDb}`;
-  return url.toString();
-})();
-
-async function sql<R extends Record<string, unknown> = Record<string, any>>(
-  url: string,
-  text: string,
-  params: unknown[] = [],
-): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<R>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('an');
 
 const targetConfig = {
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: warehouseDb,
+  database: warehouse.name,
   user: 'postgres',
   schemas: ['mkt'],
 };
@@ -104,21 +84,6 @@ async function setUpWorkspace(token: string, name: string) {
   expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }
 
-async function until<T>(
-  what: string,
-  read: () => Promise<T>,
-  done: (value: T) => boolean,
-  timeoutMs = 45_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
-}
-
 const SPEND_BY_PLAN = {
   statement: 'Pro customers spend more than basic ones',
   table: 'customers',
@@ -150,17 +115,12 @@ async function tested(id: string, token = tenant.admin.token, extra: Record<stri
 }
 
 beforeAll(async () => {
-  await sql(ADMIN_URL, `create database "${warehouseDb}"`);
-  await sql(warehouseUrl, 'create schema mkt');
-  await sql(
-    warehouseUrl,
-    `create table mkt.customers (customer_id integer primary key, plan text not null, region text not null,
+  await warehouse.create();
+  await warehouse.sql('create schema mkt');
+  await warehouse.sql(`create table mkt.customers (customer_id integer primary key, plan text not null, region text not null,
        is_mobile boolean not null, spend numeric(12,2) not null, converted boolean not null, flat integer not null,
-       email text)`,
-  );
-  await sql(
-    warehouseUrl,
-    `insert into mkt.customers
+       email text)`);
+  await warehouse.sql(`insert into mkt.customers
      select i,
             case when i % 2 = 0 then 'basic' else 'pro' end,
             (array['north', 'south', 'east'])[1 + (i / 2) % 3],
@@ -169,8 +129,7 @@ beforeAll(async () => {
             (i * 31) % 10 < case when i % 2 = 1 then 4 else 2 end,
             (i / 2) % 17,
             'c' || i || '@example.com'
-       from generate_series(0, 599) as i`,
-  );
+       from generate_series(0, 599) as i`);
   server = await startTestServer();
   tenant = await createTenant(server);
   other = await createTenant(server);
@@ -188,7 +147,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql(ADMIN_URL, `drop database if exists "${warehouseDb}" with (force)`);
+  await warehouse.drop();
 });
 
 describe('POST /api/analytics/execute', () => {
@@ -216,10 +175,7 @@ describe('POST /api/analytics/execute', () => {
   });
 
   it('refuses mutating statements, and they change nothing', async () => {
-    const before = await sql(
-      warehouseUrl,
-      'select count(*)::int as n, sum(spend)::text as s from mkt.customers',
-    );
+    const before = await warehouse.sql('select count(*)::int as n, sum(spend)::text as s from mkt.customers');
     for (const statement of [
       'delete from mkt.customers',
       'update mkt.customers set spend = 0',
@@ -236,12 +192,9 @@ describe('POST /api/analytics/execute', () => {
     const nextval = await api('POST', '/execute', { body: { sql: "select nextval('nope')" } });
     expect(nextval.status).toBe(400);
     expect(
-      await sql(warehouseUrl, 'select count(*)::int as n, sum(spend)::text as s from mkt.customers'),
+      await warehouse.sql('select count(*)::int as n, sum(spend)::text as s from mkt.customers'),
     ).toEqual(before);
-    const tables = await sql(
-      warehouseUrl,
-      "select count(*)::int as n from pg_tables where schemaname = 'mkt'",
-    );
+    const tables = await warehouse.sql("select count(*)::int as n from pg_tables where schemaname = 'mkt'");
     expect(tables[0].n).toBe(1);
   });
 
@@ -353,7 +306,7 @@ describe('hypotheses', () => {
     });
 
     // The engine on the same data, straight through a pg client.
-    const pool = new pg.Pool({ connectionString: warehouseUrl, max: 1 });
+    const pool = new pg.Pool({ connectionString: warehouse.url, max: 1 });
     const query: StatsQuery = async (text, params) => (await pool.query(text, params)).rows;
     const stored = (await api('GET', `/hypotheses/${hypothesisId}`)).body;
     const engine = await runStatTest(
@@ -373,8 +326,7 @@ describe('hypotheses', () => {
     expect(status.result.statistic).toBeCloseTo(engine.statistic, 9);
 
     // From first principles: sample means and variances, Welch–Satterthwaite df, Student t tail (jStat).
-    const rows = await sql<{ plan: string; spend: string }>(
-      warehouseUrl,
+    const rows = await warehouse.sql<{ plan: string; spend: string }>(
       'select plan, spend from mkt.customers',
     );
     const values = (plan: string) => rows.filter((r) => r.plan === plan).map((r) => Number(r.spend));
@@ -438,14 +390,38 @@ describe('hypotheses', () => {
     expect((await api('GET', `/status/${hypothesisId}`, { token: null })).status).toBe(401);
   });
 
+  it('status with wait_ms answers once the run has ended, with the result it recorded', async () => {
+    const started = await api('POST', '/hypotheses/test', {
+      body: { hypothesis_id: hypothesisId, test: 'welch_t' },
+    });
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    const waited = await api('GET', `/status/${hypothesisId}`, {
+      token: viewer.token,
+      query: { wait_ms: 20_000 },
+    });
+    expect(waited.status).toBe(200);
+    expect(waited.body).toMatchObject({
+      run: { id: started.body.run_id, status: 'succeeded' },
+      status: 'tested',
+      significant: true,
+    });
+    expect(waited.body.result.test).toBe('welch_t');
+    // A run that is over: the answer does not wait.
+    const before = Date.now();
+    const again = await api('GET', `/status/${hypothesisId}`, { query: { wait_ms: 20_000 } });
+    expect(again.body.run.id).toBe(started.body.run_id);
+    expect(Date.now() - before).toBeLessThan(2000);
+    for (const wait_ms of [-1, 25_001, 'soon'])
+      expect((await api('GET', `/status/${hypothesisId}`, { query: { wait_ms } })).status).toBe(400);
+  });
+
   it('mines segments by lift and support with GROUPING SETS', async () => {
     const res = await api('GET', `/results/mining/${hypothesisId}`, {
       token: viewer.token,
       query: { min_support: 0.1 },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const [mean] = await sql<{ mean: number }>(
-      warehouseUrl,
+    const [mean] = await warehouse.sql<{ mean: number }>(
       'select avg(spend)::float8 as mean from mkt.customers',
     );
     expect(res.body.total.n).toBe(600);
@@ -454,8 +430,7 @@ describe('hypotheses', () => {
     expect(top.segment).toEqual({ plan: 'pro' });
     expect(top.support).toBeCloseTo(0.5, 12);
     expect(top.lift).toBeGreaterThan(1);
-    const [pro] = await sql<{ mean: number }>(
-      warehouseUrl,
+    const [pro] = await warehouse.sql<{ mean: number }>(
       "select avg(spend)::float8 as mean from mkt.customers where plan = 'pro'",
     );
     expect(top.lift).toBeCloseTo(pro.mean / mean.mean, 9);
@@ -501,8 +476,7 @@ describe('hypothesis generation (offline mode)', () => {
       test: 'welch_t',
     });
     // eta² = between-group / total sum of squares, here over all 600 rows (the sample holds them all).
-    const rows = await sql<{ plan: string; spend: string }>(
-      warehouseUrl,
+    const rows = await warehouse.sql<{ plan: string; spend: string }>(
       'select plan, spend from mkt.customers',
     );
     const all = rows.map((r) => Number(r.spend));
@@ -546,46 +520,19 @@ describe('hypothesis generation (offline mode)', () => {
 });
 
 describe('hypothesis generation (openai mode, against a local OpenAI-compatible endpoint)', () => {
-  let llm: Server;
-  let llmUrl: string;
   let answer: unknown;
-  let requests = 0;
+  const llm = fakeOpenAi({ model: 'fake-model', whenEmpty: () => ({ content: JSON.stringify(answer) }) });
+  let llmUrl: string;
 
   beforeAll(async () => {
-    llm = createServer((req, res) => {
-      requests++;
-      req.resume();
-      req.on('end', () => {
-        res.setHeader('content-type', 'application/json');
-        res.end(
-          JSON.stringify({
-            id: 'x',
-            object: 'chat.completion',
-            created: 0,
-            model: 'fake-model',
-            choices: [
-              {
-                index: 0,
-                finish_reason: 'stop',
-                message: { role: 'assistant', content: JSON.stringify(answer) },
-              },
-            ],
-            usage: { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 },
-          }),
-        );
-      });
-    });
-    await new Promise<void>((resolve) => llm.listen(0, '127.0.0.1', resolve));
-    llmUrl = `http://127.0.0.1:${(llm.address() as AddressInfo).port}/v1`;
+    llmUrl = await llm.start();
   });
 
-  afterAll(async () => {
-    await new Promise((resolve) => llm?.close(resolve));
-  });
+  afterAll(() => llm.close());
 
   async function scopeOf(token: string) {
     const em = server.deps.orm.em.fork() as EntityManager;
-    const principal = (await server.deps.authenticator.authenticate(em, token))!;
+    const principal = (await server.deps.authenticator.authenticate({ em }, token))!;
     return { em, deps: server.deps, principal };
   }
 
@@ -664,7 +611,7 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(unusable.fallback?.reason).toBe('invalid_answer');
     expect(unusable.hypotheses).toHaveLength(2);
 
-    const before = requests;
+    const before = llm.requests.length;
     const failing = await generateHypotheses(
       scope,
       { business_context: 'spend', count: 1, save: false },
@@ -673,7 +620,7 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(failing.mode).toBe('offline');
     expect(failing.fallback?.reason).toBe('llm_error');
     expect(failing.hypotheses).toHaveLength(1);
-    expect(requests).toBe(before);
+    expect(llm.requests.length).toBe(before);
   });
 });
 

@@ -1,8 +1,8 @@
 import { mkdtempSync } from 'node:fs';
-import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.ts';
 import { TEST_SECRET_KEY } from './helpers/constants.ts';
 import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
@@ -76,6 +76,9 @@ describe('HTTP basics', () => {
   it('sends the security headers of helmet and no x-powered-by', async () => {
     const res = await call(server, 'GET', '/api/health');
     expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(res.headers.get('x-frame-options')).toBe('SAMEORIGIN');
+    expect(res.headers.get('content-security-policy')).toBe("default-src 'none';frame-ancestors 'none'");
+    expect(res.headers.get('strict-transport-security')).toMatch(/max-age=\d+/);
     expect(res.headers.get('x-powered-by')).toBeNull();
   });
 });
@@ -129,42 +132,15 @@ describe('an internal error', () => {
   });
 });
 
-/**
- * A TCP relay in front of the database, so a test can make the database vanish for one server (the
- * embedded database is closed instead; the shared PostgreSQL server must stay up for everyone else).
- */
-async function relayTo(target: URL) {
-  const sockets = new Set<Socket>();
-  const relay = createServer((client) => {
-    const upstream = connect(Number(target.port || 5432), target.hostname);
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on('error', () => {});
-      s.on('close', () => sockets.delete(s));
-    }
-    client.pipe(upstream).pipe(client);
-  });
-  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
-  const url = new URL(target);
-  url.hostname = '127.0.0.1';
-  url.port = String((relay.address() as AddressInfo).port);
-  return {
-    url: url.toString(),
-    cut: () => {
-      relay.close();
-      for (const s of sockets) s.destroy();
-    },
-  };
-}
-
 describe('a server whose database is gone', () => {
   let broken: TestServer;
   let token: string;
   let cut: () => Promise<void> | void;
+  let relay: TcpProxy | undefined;
   beforeAll(async () => {
     const databaseUrl = inject('databaseUrl');
     if (databaseUrl) {
-      const relay = await relayTo(new URL(databaseUrl));
+      relay = await startTcpProxy(new URL(databaseUrl));
       const env = loadEnv({
         PORT: '0',
         DIMAS_DATA_DIR: mkdtempSync(join(inject('scratchDir'), 'broken-')),
@@ -189,6 +165,7 @@ describe('a server whose database is gone', () => {
   afterAll(async () => {
     broken.db.close = async () => {};
     await broken?.close();
+    await relay?.close();
   });
 
   it('answers health with 503', async () => {

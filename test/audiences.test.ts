@@ -1,9 +1,9 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 
@@ -12,30 +12,10 @@ import { runDueExports } from '../src/modules/audiences/audiences-exports.servic
  * 127.0.0.1:5432 (never the control-plane database) holding the customer table, created here and
  * dropped at the end, in both test modes (embedded and server control plane).
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_aud_').toLowerCase();
-const destinationDb = unique('dimas_aud_dest_').toLowerCase();
-const urlOf = (db: string) => {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${db}`;
-  return url.toString();
-};
+const warehouse = scratchDatabase('aud');
+const destination = scratchDatabase('aud_dest');
 
-async function sql<R extends Record<string, unknown> = Record<string, any>>(
-  db: string,
-  text: string,
-  params: unknown[] = [],
-): Promise<R[]> {
-  const client = new pg.Client({ connectionString: db === 'postgres' ? ADMIN_URL : urlOf(db) });
-  await client.connect();
-  try {
-    return (await client.query<R>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
-
-const targetConfig = (db = warehouseDb) => ({
+const targetConfig = (db = warehouse.name) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
@@ -96,21 +76,6 @@ async function setUpWorkspace(t: Tenant, name: string) {
     body: { target_schema: targetSchema },
   });
   expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
-
-async function until<T>(
-  what: string,
-  read: () => Promise<T>,
-  done: (value: T) => boolean,
-  timeoutMs = 45_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
 }
 
 async function materialized(id: string, token = tenant.admin.token) {
@@ -181,18 +146,13 @@ const RULES = {
 };
 
 beforeAll(async () => {
-  await sql('postgres', `create database "${warehouseDb}"`);
-  await sql('postgres', `create database "${destinationDb}"`);
-  await sql(warehouseDb, `create schema crm`);
-  await sql(
-    warehouseDb,
-    `create table crm.customers (customer_id integer primary key, email text, country text, age integer,
-       lifetime_value numeric(12,2), is_subscribed boolean, signup_date date, last_seen_at timestamptz, profile jsonb)`,
-  );
+  await warehouse.create();
+  await destination.create();
+  await warehouse.sql(`create schema crm`);
+  await warehouse.sql(`create table crm.customers (customer_id integer primary key, email text, country text, age integer,
+       lifetime_value numeric(12,2), is_subscribed boolean, signup_date date, last_seen_at timestamptz, profile jsonb)`);
   // 600 deterministic customers; a few e-mails need CSV quoting (comma, quote).
-  await sql(
-    warehouseDb,
-    `insert into crm.customers
+  await warehouse.sql(`insert into crm.customers
      select i,
             case when i % 50 = 0 then 'odd,"name"' || i || '@example.com'
                  when i % 7 = 0 then 'user' || i || '@other.org'
@@ -204,8 +164,7 @@ beforeAll(async () => {
             date '2020-01-01' + (i % 900),
             now() - ((i % 60) || ' days')::interval - interval '1 hour',
             jsonb_build_object('i', i)
-       from generate_series(1, 600) i`,
-  );
+       from generate_series(1, 600) i`);
   server = await startTestServer();
   tenant = await createTenant(server);
   other = await createTenant(server);
@@ -231,8 +190,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql('postgres', `drop database if exists "${warehouseDb}" with (force)`);
-  await sql('postgres', `drop database if exists "${destinationDb}" with (force)`);
+  await warehouse.drop();
+  await destination.drop();
 });
 
 describe('audience end to end', () => {
@@ -253,7 +212,7 @@ describe('audience end to end', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     audienceId = res.body.id;
     expect(res.body).toMatchObject({
-      target_database: warehouseDb,
+      target_database: warehouse.name,
       target_schema: 'crm',
       target_table: 'customers',
       identifier_columns: ['customer_id'],
@@ -266,7 +225,7 @@ describe('audience end to end', () => {
 
     const done = await materialized(audienceId);
     expect(done.materialization.status, done.materialization.error).toBe('succeeded');
-    const [{ n }] = await sql(warehouseDb, HAND_COUNT_SQL);
+    const [{ n }] = await warehouse.sql(HAND_COUNT_SQL);
     expect(n).toBeGreaterThan(20);
     const size = await api('GET', `/${audienceId}/size`);
     expect(size.body).toMatchObject({ row_count: n, materialized: true, stale: false, status: 'succeeded' });
@@ -280,10 +239,9 @@ describe('audience end to end', () => {
       'profile',
     ]);
     // The stable view and the versioned table in the warehouse hold exactly the members.
-    const [view] = await sql(warehouseDb, `select count(*)::int as n from ${done.materialization.table}`);
+    const [view] = await warehouse.sql(`select count(*)::int as n from ${done.materialization.table}`);
     expect(view.n).toBe(n);
-    const [table] = await sql(
-      warehouseDb,
+    const [table] = await warehouse.sql(
       `select count(*)::int as n from ${done.materialization.versioned_table}`,
     );
     expect(table.n).toBe(n);
@@ -293,10 +251,9 @@ describe('audience end to end', () => {
     const before = (await api('GET', `/${audienceId}`)).body.materialization.versioned_table;
     const after = await materialized(audienceId);
     expect(after.materialization.versioned_table).not.toBe(before);
-    const [old] = await sql(warehouseDb, `select to_regclass($1) as r`, [before]);
+    const [old] = await warehouse.sql(`select to_regclass($1) as r`, [before]);
     expect(old.r).toBeNull();
-    const tables = await sql(
-      warehouseDb,
+    const tables = await warehouse.sql(
       `select count(*)::int as n from pg_tables where schemaname = 'dimas_audiences' and tablename like $1`,
       [`a_${audienceId.replaceAll('-', '')}%`],
     );
@@ -367,7 +324,7 @@ describe('audience end to end', () => {
           type: 'postgres',
           host: '127.0.0.1',
           port: 5432,
-          database: destinationDb,
+          database: destination.name,
           user: 'postgres',
           password: 'not-needed-with-trust',
           schema: 'marketing',
@@ -385,12 +342,10 @@ describe('audience end to end', () => {
     expect(JSON.stringify(res.body)).not.toContain('not-needed-with-trust');
     const finished = await exportFinished(audienceId, res.body.export.id, res.body.run.run_id);
     expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
-    const rows = await sql(
-      destinationDb,
+    const rows = await destination.sql(
       'select id, country_code, profile from marketing.audience_members order by id',
     );
-    const source = await sql(
-      warehouseDb,
+    const source = await warehouse.sql(
       `select customer_id as id, country as country_code, profile from (${HAND_COUNT_SQL.replace('count(*)::int as n', '*')}) x order by 1`,
     );
     expect(rows).toEqual(source);
@@ -400,7 +355,7 @@ describe('audience end to end', () => {
     });
     expect(again.status, JSON.stringify(again.body)).toBe(200);
     await exportFinished(audienceId, res.body.export.id, again.body.run.run_id);
-    const [count] = await sql(destinationDb, 'select count(*)::int as n from marketing.audience_members');
+    const [count] = await destination.sql('select count(*)::int as n from marketing.audience_members');
     expect(count.n).toBe(source.length);
   });
 
@@ -720,7 +675,7 @@ describe('audience end to end', () => {
       audience.materialization.versioned_table,
     ]);
     for (const relation of res.body.dropped) {
-      const [row] = await sql(warehouseDb, `select to_regclass($1) as r`, [relation]);
+      const [row] = await warehouse.sql(`select to_regclass($1) as r`, [relation]);
       expect(row.r).toBeNull();
     }
     expect((await api('GET', `/${audienceId}`)).status).toBe(404);
@@ -799,10 +754,7 @@ describe('audience definitions', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const done = await materialized(res.body.id);
     expect(done.materialization.status, done.materialization.error).toBe('succeeded');
-    const [{ n }] = await sql(
-      warehouseDb,
-      `select count(*)::int as n from crm.customers where country = 'FR'`,
-    );
+    const [{ n }] = await warehouse.sql(`select count(*)::int as n from crm.customers where country = 'FR'`);
     expect(done.materialization.row_count).toBe(n);
 
     const conditions = [
@@ -822,11 +774,9 @@ describe('audience definitions', () => {
     expect(rules.status, JSON.stringify(rules.body)).toBe(200);
     const ran = await materialized(rules.body.id);
     expect(ran.materialization.status, ran.materialization.error).toBe('succeeded');
-    const [hand] = await sql(
-      warehouseDb,
-      `select count(*)::int as n from crm.customers where customer_id in (1,2,4,5,6,8,9,10) and age between 20 and 70
-         and country <> 'GB' and email like 'user%'`,
-    );
+    const [hand] =
+      await warehouse.sql(`select count(*)::int as n from crm.customers where customer_id in (1,2,4,5,6,8,9,10) and age between 20 and 70
+         and country <> 'GB' and email like 'user%'`);
     expect(ran.materialization.row_count).toBe(hand.n);
 
     // A SQL audience whose SELECT lacks the identifier column fails, and says why.
@@ -842,7 +792,7 @@ describe('audience definitions', () => {
   it('lists the audiences of the current target database/schema only', async () => {
     const listed = await api('GET', '');
     expect(listed.status).toBe(200);
-    expect(listed.body).toMatchObject({ target_database: warehouseDb, target_schema: 'crm' });
+    expect(listed.body).toMatchObject({ target_database: warehouse.name, target_schema: 'crm' });
     expect(listed.body.total).toBeGreaterThan(0);
     expect(listed.body.audiences.some((a: any) => a.id === otherAudienceId)).toBe(false);
     const dup = await api('POST', '', {
@@ -856,12 +806,12 @@ describe('audience definitions', () => {
     // Pointing the workspace at another database hides them.
     const moved = await call(server, 'POST', `/api/workspaces/${workspaceName}/config`, {
       token: tenant.admin.token,
-      body: { target_config: targetConfig(destinationDb) },
+      body: { target_config: targetConfig(destination.name) },
     });
     expect(moved.status).toBe(200);
     try {
       const hidden = await api('GET', '');
-      expect(hidden.body).toMatchObject({ target_database: destinationDb, total: 0, audiences: [] });
+      expect(hidden.body).toMatchObject({ target_database: destination.name, total: 0, audiences: [] });
       const id = listed.body.audiences[0].id;
       expect((await api('POST', `/${id}/materialize`)).status).toBe(409);
     } finally {

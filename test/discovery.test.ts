@@ -1,13 +1,12 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { createTRPCClient, httpLink, httpSubscriptionLink, splitLink } from '@trpc/client';
 import { EventSource } from 'eventsource';
 import { createParser } from 'eventsource-parser';
-import pg from 'pg';
 import superjson from 'superjson';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
+import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { AppRouter } from '../src/trpc/router.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 import { planMapping, proposeJoin } from '../src/modules/discovery/discovery-plan.ts';
@@ -18,25 +17,13 @@ import type { IntrospectedTable } from '../src/warehouse/warehouse.ts';
  * parser, the tRPC subscription through @trpc/client, cancel, disconnect, the per-workspace lock, and
  * openai mode against a local OpenAI-compatible server (valid, malformed, budget spent).
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_disc_').toLowerCase();
-const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
-
-async function sql(url: string, text: string, params: unknown[] = []) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const source = scratchDatabase('disc');
 
 const sourceConfig = (schemas: string[], tables?: string[]) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: source.name,
   user: 'postgres',
   password: 'trust',
   schemas,
@@ -80,47 +67,26 @@ let superAdmin: string;
 
 // ---------------------------------------------------------------- a local OpenAI-compatible server
 
-interface Canned {
-  status?: number;
-  content?: string;
-}
-let llm: Server;
+// The model named in answers is the one the workspace's parameters ask for.
+const llm = fakeOpenAi({ model: 'test-model' });
+const { queue: llmQueue, requests: llmRequests } = llm;
 let llmUrl: string;
-const llmQueue: Canned[] = [];
-const llmRequests: { headers: IncomingMessage['headers']; body: any }[] = [];
-
-function answer(res: ServerResponse, c: Canned) {
-  if (c.status && c.status !== 200) {
-    res.writeHead(c.status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }));
-    return;
-  }
-  res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(
-    JSON.stringify({
-      id: 'chatcmpl-test',
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: 'test-model',
-      choices: [
-        { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: c.content ?? '' } },
-      ],
-      usage: { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 },
-    }),
-  );
-}
 
 // ---------------------------------------------------------------- helpers
 
 /** A workspace of the tenant's admin, selected, over the scratch source and the target schema above. */
-async function workspaceFor(t: Tenant, options: { schemas?: string[]; tables?: string[] } = {}) {
+async function workspaceFor(
+  t: Tenant,
+  options: { schemas?: string[]; tables?: string[] } = {},
+  on: TestServer = server,
+) {
   const name = unique('disc');
-  const created = await call(server, 'POST', '/api/workspaces/create', {
+  const created = await call(on, 'POST', '/api/workspaces/create', {
     token: t.admin.token,
     body: { name, select: true },
   });
   expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+  const res = await call(on, 'POST', `/api/workspaces/${name}/config`, {
     token: t.admin.token,
     body: {
       source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
@@ -147,9 +113,10 @@ async function stream(
   token: string,
   body: unknown = {},
   onEvent: (e: DiscoveryEvent, ids: string[]) => boolean | void | Promise<boolean | void> = () => {},
+  on: TestServer = server,
 ) {
   const controller = new AbortController();
-  const res = await fetch(`${server.url}/api/workspaces/discover`, {
+  const res = await fetch(`${on.url}/api/workspaces/discover`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -237,10 +204,8 @@ function trpc(token: string) {
 // ---------------------------------------------------------------- setup
 
 beforeAll(async () => {
-  await sql(ADMIN_URL, `create database "${dbName}"`);
-  await sql(
-    dbUrl,
-    `create schema crm; create schema slow;
+  await source.create();
+  await source.sql(`create schema crm; create schema slow;
      create table crm.customers (id integer primary key, first_name text, last_name text, email text,
        phone text, city text, country text, created_at timestamptz default now());
      create table crm.orders (id integer primary key, customer_id integer references crm.customers (id),
@@ -260,19 +225,8 @@ beforeAll(async () => {
          (i) =>
            `create view slow.zz_wait_${i} as select g as id, pg_sleep(0.25)::text as nap from generate_series(1, 4) g;`,
        )
-       .join('\n')}`,
-  );
-  llm = createServer((req, res) => {
-    let raw = '';
-    req.on('data', (chunk) => (raw += chunk));
-    req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return void res.writeHead(404).end();
-      llmRequests.push({ headers: req.headers, body: JSON.parse(raw) });
-      answer(res, llmQueue.shift() ?? { status: 500 });
-    });
-  });
-  await new Promise<void>((resolve) => llm.listen(0, '127.0.0.1', resolve));
-  llmUrl = `http://127.0.0.1:${(llm.address() as AddressInfo).port}/v1`;
+       .join('\n')}`);
+  llmUrl = await llm.start();
 
   server = await startTestServer();
   tenant = await createTenant(server);
@@ -282,9 +236,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  llm?.closeAllConnections();
-  await new Promise((resolve) => llm?.close(resolve));
-  await sql(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+  await llm.close();
+  await source.drop();
 });
 
 // ---------------------------------------------------------------- the agent
@@ -447,6 +400,36 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
     // The lock is released with the run: the next one starts.
     const next = await stream(tenant.admin.token, { tables: ['customers'] });
     expect(next.events.at(-1)!.type).toBe('completed');
+  });
+
+  it('caps the event streams one user holds open (429 with retry_after), and frees the slot at the end', async () => {
+    // Its own server (in embedded mode its own database too), so its own organization.
+    const capped = await startTestServer({ SSE_MAX_STREAMS_PER_USER: '1' });
+    try {
+      const owner = await createTenant(capped);
+      await workspaceFor(owner, { schemas: ['slow'] }, capped);
+      let refused: Awaited<ReturnType<typeof call>> | undefined;
+      const first = await stream(
+        owner.admin.token,
+        {},
+        async (e) => {
+          if (e.type !== 'table_profiled' || refused) return;
+          refused = await call(capped, 'POST', '/api/workspaces/discover', {
+            token: owner.admin.token,
+            body: {},
+          });
+          await call(capped, 'POST', '/api/workspaces/discover/cancel', { token: owner.admin.token });
+        },
+        capped,
+      );
+      expect(refused!.status).toBe(429);
+      expect(refused!.body).toMatchObject({ code: 'TOO_MANY_REQUESTS', retry_after: 5 });
+      expect(first.events.at(-1)!.type).toBe('cancelled');
+      const next = await stream(owner.admin.token, { tables: ['customers'] }, undefined, capped);
+      expect(next.events.at(-1)!.type).toBe('completed');
+    } finally {
+      await capped.close();
+    }
   });
 
   it('stops at the next step when cancelled and keeps what was written consistent', async () => {
@@ -863,12 +846,7 @@ describe('GET /api/analytics/budget/status', () => {
     });
     expect(new Date(res.body.period_start).getUTCDate()).toBe(1);
     expect((await call(server, 'GET', '/api/analytics/budget/status')).status).toBe(401);
-    const noRole = unique('role');
-    await call(server, 'POST', '/api/admin/roles', {
-      token: t.admin.token,
-      body: { name: noRole, permissions: [] },
-    });
-    const nobody = await t.addUser([noRole]);
+    const nobody = await t.addUserWithoutPermissions();
     expect((await call(server, 'GET', '/api/analytics/budget/status', { token: nobody.token })).status).toBe(
       403,
     );

@@ -1,33 +1,22 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { enqueueMonitoringRun } from '../src/jobs/monitoring-run.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
+import { SavedQuery } from '../src/modules/queries/queries.entity.ts';
+import { createContextFactory } from '../src/trpc/context.ts';
+import { createCallerFactory } from '../src/trpc/procedures.ts';
+import { tenantSession } from '../src/auth/tenancy.ts';
+import { appRouter } from '../src/trpc/router.ts';
 
 /**
  * Two organizations with the same shapes of data; every id-taking route called as B's admin with
  * A's identifiers answers 404 (403 where the guard refuses first) and never carries A's data.
  * The target warehouse is a scratch database on 127.0.0.1:5432, created here and dropped at the end.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_iso_').toLowerCase();
-const urlOf = (db: string) => {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${db}`;
-  return url.toString();
-};
-
-async function sql(db: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: db === 'postgres' ? ADMIN_URL : urlOf(db) });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('iso');
 
 const targetSchema = {
   name: 'crm',
@@ -89,7 +78,7 @@ async function build(): Promise<Shapes> {
         type: 'postgres',
         host: '127.0.0.1',
         port: 5432,
-        database: warehouseDb,
+        database: warehouse.name,
         user: 'postgres',
         schemas: ['crm'],
       },
@@ -208,14 +197,11 @@ async function build(): Promise<Shapes> {
 }
 
 beforeAll(async () => {
-  await sql('postgres', `create database "${warehouseDb}"`);
-  await sql(warehouseDb, `create schema crm`);
-  await sql(
-    warehouseDb,
-    `create table crm.customers (customer_id integer primary key, email text, country text, plan text, spend numeric);
+  await warehouse.create();
+  await warehouse.sql(`create schema crm`);
+  await warehouse.sql(`create table crm.customers (customer_id integer primary key, email text, country text, plan text, spend numeric);
      insert into crm.customers select i, case when i % 4 = 0 then null else 'user' || i || '@example.com' end, case when i % 2 = 0 then 'US' else 'DE' end,
-       case when i % 3 = 0 then 'pro' else 'basic' end, case when i % 3 = 0 then 1000 + i else i end from generate_series(1, 200) i`,
-  );
+       case when i % 3 = 0 then 'pro' else 'basic' end, case when i % 3 = 0 then 1000 + i else i end from generate_series(1, 200) i`);
   server = await startTestServer();
   a = await build();
   b = await build();
@@ -223,7 +209,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql('postgres', `drop database if exists "${warehouseDb}" with (force)`).catch(() => undefined);
+  await warehouse.drop().catch(() => undefined);
 });
 
 /** Every id-taking route with A's identifiers, and a body that passes validation. */
@@ -418,3 +404,102 @@ describe('tenant isolation', () => {
     expect(JSON.stringify(list.body)).not.toContain(a.audience_id);
   });
 });
+
+describe('row-level security (the second wall)', () => {
+  /** Every table the policies cover, and the rows of A and B in each, counted as the owner (no policy applies). */
+  async function tenantTables(em: EntityManager) {
+    return (await em.execute(
+      `select c.relname as name from pg_class c join pg_namespace n on n.oid = c.relnamespace
+       where n.nspname = 'public' and c.relkind = 'r' and c.relrowsecurity order by 1`,
+    )) as { name: string }[];
+  }
+  const asTenant = (organizationId: string) => {
+    const em = server.deps.orm.em.fork() as EntityManager;
+    em.setSessionContext(tenantSession(organizationId));
+    return em;
+  };
+
+  it('covers every table with an organization_id, and the tables owned through a parent', async () => {
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const withOrganization = (await em.execute(
+      `select table_name as name from information_schema.columns
+       where table_schema = 'public' and column_name = 'organization_id' order by 1`,
+    )) as { name: string }[];
+    const covered = new Set((await tenantTables(em)).map((t) => t.name));
+    for (const { name } of withOrganization) expect(covered, name).toContain(name);
+    for (const name of ['organizations', 'sessions', 'user_roles', 'service_account_roles'])
+      expect(covered).toContain(name);
+  });
+
+  it('returns nothing of another organization to a query without a tenant filter', async () => {
+    const owner = server.deps.orm.em.fork() as EntityManager;
+    const em = asTenant(b.tenant.organization.id);
+    let foreignRowsSeenByOwner = 0;
+    for (const { name } of await tenantTables(owner)) {
+      const unfiltered = `select count(*)::int as n from "${name}"`;
+      const [{ n: all }] = (await owner.execute(unfiltered)) as { n: number }[];
+      const [{ n: visible }] = (await em.execute(unfiltered)) as { n: number }[];
+      const [{ n: own }] = (await owner.execute(
+        ['organizations', 'sessions', 'user_roles', 'service_account_roles'].includes(name)
+          ? `select count(*)::int as n from "${name}" t where ${ownedBy(name)}`
+          : `select count(*)::int as n from "${name}" where organization_id = ?`,
+        [b.tenant.organization.id],
+      )) as { n: number }[];
+      expect(visible, name).toBe(own);
+      foreignRowsSeenByOwner += all - own;
+    }
+    // The owner does see A's rows (and everyone else's): the policies, not an empty table, hid them.
+    expect(foreignRowsSeenByOwner).toBeGreaterThan(0);
+    // Through the entity manager as well: a find without a filter.
+    const queries = await em.find(SavedQuery, {});
+    expect(queries.length).toBeGreaterThan(0);
+    expect(queries.map((q) => q.organization.id)).toEqual(queries.map(() => b.tenant.organization.id));
+    expect(queries.map((q) => q.id)).not.toContain(a.query_id);
+  });
+
+  it('refuses to write a row into another organization, and to change or delete its rows', async () => {
+    const em = asTenant(b.tenant.organization.id);
+    await expect(
+      em.execute(
+        `insert into saved_queries (id, organization_id, name, sql, owner_id, owner_name, created_at, updated_at)
+         values (gen_random_uuid(), ?, 'planted', 'select 1', ?, 'x', now(), now())`,
+        [a.tenant.organization.id, b.tenant.admin.id],
+      ),
+    ).rejects.toThrow(/row-level security/);
+    const affected = async (statement: string) =>
+      ((await em.execute(statement, [a.query_id], 'run')) as unknown as { affectedRows: number })
+        .affectedRows;
+    expect(await affected(`update saved_queries set name = 'stolen' where id = ?`)).toBe(0);
+    expect(await affected(`delete from saved_queries where id = ?`)).toBe(0);
+    const owner = server.deps.orm.em.fork() as EntityManager;
+    const [row] = (await owner.execute(`select name from saved_queries where id = ?`, [a.query_id])) as {
+      name: string;
+    }[];
+    expect(row.name).toBe(a.query_name);
+  });
+
+  it('is switched on by the guard for every request of an organization member, and not for a super admin', async () => {
+    const contextOf = createContextFactory(server.deps, 'internal');
+    const request = (token: string) =>
+      ({
+        headers: { authorization: `Bearer ${token}` },
+        get: (h: string) => (h === 'authorization' ? `Bearer ${token}` : undefined),
+        socket: {},
+      }) as never;
+    const member = contextOf({ req: request(b.tenant.admin.token) });
+    await createCaller(member).queries.list({});
+    expect(member.em.getSessionContext()).toEqual(tenantSession(b.tenant.organization.id));
+    const admin = contextOf({ req: request(await superAdminToken(server)) });
+    await createCaller(admin).auth.adminListOrganizations({ limit: 10, offset: 0 });
+    expect(admin.em.getSessionContext()).toBeUndefined();
+  });
+});
+
+const createCaller = createCallerFactory(appRouter);
+
+function ownedBy(table: string): string {
+  if (table === 'organizations') return `t.id = ?`;
+  if (table === 'service_account_roles')
+    return `exists (select 1 from service_accounts p where p.id = t.service_account_id and p.organization_id = ?)`;
+  return `exists (select 1 from users p where p.id = t.user_id and p.organization_id = ?)`;
+}

@@ -11,6 +11,7 @@ import {
 } from '../src/llm/profile.ts';
 import { matchTable } from '../src/llm/offline-matcher.ts';
 import { f1Of, loadFixtures, loadTargetTable, scoreMatch } from './helpers/matching-fixtures.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 describe('value patterns', () => {
   it.each([
@@ -76,21 +77,15 @@ let run: QueryRunner;
 let close: () => Promise<void>;
 
 beforeAll(async () => {
-  const serverUrl = process.env.TEST_DATABASE_URL;
-  if (serverUrl) {
-    const name = `dimas_profile_${process.pid}_${Date.now()}`;
-    const admin = new pg.Client({ connectionString: serverUrl });
-    await admin.connect();
-    await admin.query(`create database "${name}"`);
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    const client = new pg.Client({ connectionString: url.toString() });
+  if (process.env.TEST_DATABASE_URL) {
+    const scratch = scratchDatabase('profile');
+    await scratch.create();
+    const client = new pg.Client({ connectionString: scratch.url });
     await client.connect();
     run = async (sql, params) => (await client.query(sql, params)).rows;
     close = async () => {
       await client.end();
-      await admin.query(`drop database if exists "${name}" with (force)`);
-      await admin.end();
+      await scratch.drop();
     };
   } else {
     const db = await PGlite.create();

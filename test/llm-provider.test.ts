@@ -1,5 +1,3 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../src/app-error.ts';
@@ -9,68 +7,20 @@ import { LlmManager, llmManager, matchTableWithProvider, type MatchContext } fro
 import { DEFAULT_LLM_PARAMETERS, costOf, type LlmParameters } from '../src/llm/parameters.ts';
 import type { SourceTable, TargetTable } from '../src/llm/offline-matcher.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
+import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { createTenant, type Tenant } from './helpers/api.ts';
 
 // ---------------------------------------------------------------- a local OpenAI-compatible server
 
-interface Canned {
-  status?: number;
-  content?: string;
-  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
-  delayMs?: number;
-}
-
-let llm: Server;
+const llm = fakeOpenAi();
+const { queue, requests } = llm;
 let llmUrl: string;
-const queue: Canned[] = [];
-const requests: { headers: IncomingMessage['headers']; body: any; url: string }[] = [];
-
-function answer(res: ServerResponse, c: Canned) {
-  if (c.status && c.status !== 200) {
-    res.writeHead(c.status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }));
-    return;
-  }
-  res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(
-    JSON.stringify({
-      id: 'chatcmpl-test',
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: 'test-model-0613',
-      choices: [
-        { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: c.content ?? '' } },
-      ],
-      ...(c.usage === null
-        ? {}
-        : { usage: c.usage ?? { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500 } }),
-    }),
-  );
-}
 
 beforeAll(async () => {
-  llm = createServer((req, res) => {
-    let raw = '';
-    req.on('data', (chunk) => (raw += chunk));
-    req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/chat/completions') {
-        res.writeHead(404).end();
-        return;
-      }
-      requests.push({ headers: req.headers, body: JSON.parse(raw), url: req.url });
-      const c = queue.shift() ?? { status: 500 };
-      if (c.delayMs) setTimeout(() => !res.destroyed && answer(res, c), c.delayMs);
-      else answer(res, c);
-    });
-  });
-  await new Promise<void>((resolve) => llm.listen(0, '127.0.0.1', resolve));
-  llmUrl = `http://127.0.0.1:${(llm.address() as AddressInfo).port}/v1`;
+  llmUrl = await llm.start();
 });
 
-afterAll(async () => {
-  llm.closeAllConnections();
-  await new Promise((resolve) => llm.close(resolve));
-});
+afterAll(() => llm.close());
 
 // ---------------------------------------------------------------- the matching problem
 

@@ -3,10 +3,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The whole path over HTTP on a real PostgreSQL warehouse: a target table mapped from two joined
@@ -15,22 +16,12 @@ import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
  * script gives the same rows from CSV exports.
  */
 const run = promisify(execFile);
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const sourceDb = unique('dimas_e2e_').toLowerCase();
-const otherDb = unique('dimas_e2e_tgt_').toLowerCase();
-const urlOf = (db: string) => ADMIN_URL.replace(/\/[^/]*$/, `/${db}`);
+const source = scratchDatabase('e2e');
+const otherTarget = scratchDatabase('e2e_tgt');
 // Every value as PostgreSQL prints it, so SQL, Python and the expectations compare as text.
 const rawText = { getTypeParser: () => (value: string) => value } as unknown as typeof pg.types;
-
-async function sql(db: string, text: string, params: unknown[] = []) {
-  const client = new pg.Client({ connectionString: urlOf(db), types: rawText });
-  await client.connect();
-  try {
-    return await client.query(text, params);
-  } finally {
-    await client.end();
-  }
-}
+const sql = (db: ScratchDatabase, text: string, params: unknown[] = []) =>
+  withClient(db.url, (client) => client.query(text, params), { types: rawText });
 
 const config = (database: string, schemas: string[]) => ({
   type: 'postgres',
@@ -90,12 +81,12 @@ let workDir: string;
 const workspace = unique('e2e');
 
 beforeAll(async () => {
-  await sql('postgres', `create database "${sourceDb}"`).catch(async () => {
+  await source.create().catch(async () => {
     throw new Error('cannot create the scratch database');
   });
-  await sql('postgres', `create database "${otherDb}"`);
+  await otherTarget.create();
   await sql(
-    sourceDb,
+    source,
     `create schema shop;
      create schema crm;
      create table shop.customers (id integer primary key, email text, phone text, first_name text, last_name text, signup text);
@@ -119,8 +110,8 @@ beforeAll(async () => {
   const configured = await call(server, 'POST', `/api/workspaces/${workspace}/config`, {
     token,
     body: {
-      source_config: config(sourceDb, ['shop']),
-      target_config: config(sourceDb, ['crm']),
+      source_config: config(source.name, ['shop']),
+      target_config: config(source.name, ['crm']),
       target_schema: schema,
     },
   });
@@ -130,7 +121,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   if (workDir) rmSync(workDir, { recursive: true, force: true });
-  for (const db of [sourceDb, otherDb]) await sql('postgres', `drop database if exists "${db}" with (force)`);
+  for (const db of [source, otherTarget]) await db.drop();
 });
 
 const api = (method: string, path: string, body?: unknown, query?: Record<string, string>) =>
@@ -152,7 +143,7 @@ async function materializeAndWait(table: string) {
   }
 }
 
-async function targetRows(db: string) {
+async function targetRows(db: ScratchDatabase) {
   const res = await sql(db, `select ${COLUMNS.join(', ')} from crm.customer_profiles order by customer_id`);
   return res.rows.map((r) => COLUMNS.map((c) => r[c] as string | null));
 }
@@ -270,7 +261,7 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       target_table: 'crm.customer_profiles',
     });
     expect(mapping.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
-    expect(await targetRows(sourceDb)).toEqual(EXPECTED);
+    expect(await targetRows(source)).toEqual(EXPECTED);
   });
 
   it('gives the same rows with the generated Python script', async () => {
@@ -278,7 +269,7 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(code.status, JSON.stringify(code.body)).toBe(200);
     writeFileSync(join(workDir, code.body.filename), code.body.code);
     for (const table of ['customers', 'loyalty']) {
-      const res = await sql(sourceDb, `select * from shop.${table}`);
+      const res = await sql(source, `select * from shop.${table}`);
       const cell = (v: string | null) =>
         v === null ? '\\N' : /[",\n\r]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v;
       const names = res.fields.map((f) => f.name);
@@ -301,7 +292,7 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       .map((line) => line.split(',').map((v) => (v === '\\N' ? null : v.replace(/^"(.*)"$/, '$1'))));
     expect(header).toEqual(COLUMNS);
     rows.sort((a, b) => Number(a[0]) - Number(b[0]));
-    expect(rows).toEqual(await targetRows(sourceDb));
+    expect(rows).toEqual(await targetRows(source));
   });
 
   it('diffs a change on the data, and a failed run leaves the previous content', async () => {
@@ -330,9 +321,9 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     const failed = await materializeAndWait('customer_profiles');
     expect(failed.run.status).toBe('failed');
     expect(failed.run.error).toMatch(/invalid input syntax for type integer/);
-    expect(await targetRows(sourceDb)).toEqual(EXPECTED);
+    expect(await targetRows(source)).toEqual(EXPECTED);
     const leftovers = await sql(
-      sourceDb,
+      source,
       `select tablename from pg_tables where schemaname = 'crm' and tablename <> 'customer_profiles'`,
     );
     expect(leftovers.rows).toEqual([]);
@@ -350,12 +341,12 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
         .status,
     ).toBe(200);
     res = await api('POST', `/api/workspaces/${workspace}/config`, {
-      target_config: config(otherDb, ['crm']),
+      target_config: config(otherTarget.name, ['crm']),
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const { run } = await materializeAndWait('customer_profiles');
     expect(run.status, run.error).toBe('succeeded');
     expect(run.result).toMatchObject({ rows_written: 4, mode: 'streamed_copy' });
-    expect(await targetRows(otherDb)).toEqual(EXPECTED);
+    expect(await targetRows(otherTarget)).toEqual(EXPECTED);
   });
 });

@@ -1,8 +1,8 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
 
@@ -10,25 +10,13 @@ import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
  * The mappings routes one by one: success, no token (401), missing permission (403), bad input
  * (400 naming what is wrong) and another organization (404), over a real PostgreSQL source database.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_map_').toLowerCase();
-const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
-
-async function exec(url: string, text: string) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('map');
 
 const config = (schemas: string[]) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: warehouse.name,
   user: 'postgres',
   password: 'trust',
   schemas,
@@ -95,26 +83,19 @@ async function setUpWorkspace(t: Tenant, name: string, tables = schema.tables) {
 }
 
 beforeAll(async () => {
-  await exec(ADMIN_URL, `create database "${dbName}"`);
-  await exec(
-    dbUrl,
-    `create schema shop; create schema mart;
+  await warehouse.create();
+  await warehouse.sql(`create schema shop; create schema mart;
      create table shop.customers (id integer primary key, email text, name text, age integer);
      create table shop.orders (id integer primary key, customer_id integer, total numeric(10,2));
      create table shop.odd (customer_ref text, label text);
      insert into shop.customers values (1, 'A@X.IO', 'ann', 30), (2, 'b@x.io', 'bob', null), (3, null, 'cy', 41);
-     insert into shop.orders values (10, 1, 5.50), (11, 1, 4.50), (12, 3, 20);`,
-  );
+     insert into shop.orders values (10, 1, 5.50), (11, 1, 4.50), (12, 3, 20);`);
   server = await startTestServer();
   tenant = await createTenant(server);
   token = tenant.admin.token;
   await setUpWorkspace(tenant, workspace);
   viewer = await tenant.addUser(['viewer']);
-  const noRole = unique('role');
-  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(
-    200,
-  );
-  nobody = await tenant.addUser([noRole]);
+  nobody = await tenant.addUserWithoutPermissions();
   for (const user of [viewer, nobody])
     await call(server, 'POST', '/api/workspaces/select', {
       token: user.token,
@@ -126,7 +107,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await exec(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+  await warehouse.drop();
 });
 
 const ROUTES: [string, string, 'read' | 'write' | 'run'][] = [

@@ -1,8 +1,8 @@
-import pg from 'pg';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
 import { MetricSnapshot } from '../src/modules/monitoring/monitoring.entity.ts';
@@ -17,29 +17,13 @@ import { SchemaConfig } from '../src/modules/schemas/schemas.entity.ts';
  * Monitoring routes over HTTP against a real PostgreSQL warehouse: a scratch database on
  * 127.0.0.1:5432 (never the control-plane database), created here and dropped at the end.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_mon_').toLowerCase();
-const urlOf = (db: string) => {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${db}`;
-  return url.toString();
-};
-
-async function sql(db: string, text: string, params: unknown[] = []) {
-  const client = new pg.Client({ connectionString: db === 'postgres' ? ADMIN_URL : urlOf(db) });
-  await client.connect();
-  try {
-    return (await client.query(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('mon');
 
 const connection = (schema: string) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: warehouseDb,
+  database: warehouse.name,
   user: 'postgres',
   schemas: [schema],
 });
@@ -115,16 +99,6 @@ async function createWorkspace(t: Tenant, name: string, schema: string, withSour
   expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }
 
-async function until<T>(what: string, read: () => Promise<T>, done: (v: T) => boolean, ms = 45_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 150));
-  }
-}
-
 const finished = (runId: string, organizationId: string) =>
   until(
     `run ${runId}`,
@@ -133,10 +107,8 @@ const finished = (runId: string, organizationId: string) =>
   );
 
 beforeAll(async () => {
-  await sql('postgres', `create database "${warehouseDb}"`);
-  await sql(
-    warehouseDb,
-    `create schema shop;
+  await warehouse.create();
+  await warehouse.sql(`create schema shop;
      create table shop.customers (customer_id integer primary key, email text, phone text, score numeric(6,2),
        signup date, updated_at timestamptz);
      insert into shop.customers values
@@ -152,8 +124,7 @@ beforeAll(async () => {
        (102, 2, null, 'd3', '2024-05-01T13:00:00Z'),
        (103, null, 'DAVE@w.com', 'd4', '2024-05-01T14:00:00Z');
      create table shop.prospects (prospect_no integer primary key, email text, phone text);
-     insert into shop.prospects values (1, 'bob@y.com', '555-000-3333'), (2, 'erin@v.com', null);`,
-  );
+     insert into shop.prospects values (1, 'bob@y.com', '555-000-3333'), (2, 'erin@v.com', null);`);
   server = await startTestServer();
   tenant = await createTenant(server);
   other = await createTenant(server);
@@ -181,7 +152,7 @@ beforeAll(async () => {
         type: 'postgres',
         host: '127.0.0.1',
         port: 5432,
-        database: warehouseDb,
+        database: warehouse.name,
         user: 'postgres',
         schema: 'shop',
         ssl: false,
@@ -205,7 +176,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql('postgres', `drop database if exists "${warehouseDb}" with (force)`);
+  await warehouse.drop();
 });
 
 const api = (method: string, path: string, options: { token?: string; query?: Record<string, any> } = {}) =>
@@ -218,7 +189,7 @@ describe('metrics', () => {
     const body = res.body;
     expect(body.workspace_name).toBe(workspaceName);
     expect(body.data_source).toBe('target');
-    expect(body.database).toBe(warehouseDb);
+    expect(body.database).toBe(warehouse.name);
     expect(body.tables.map((t: any) => t.table)).toEqual(['shop.customers', 'shop.events', 'shop.prospects']);
     expect(body.missing_tables).toEqual(['orders']);
     expect(body.errors).toEqual([]);
@@ -329,7 +300,7 @@ describe('identity graph', () => {
     expect((await api('POST', '/identity-graph/create-schema', { token: viewerToken })).status).toBe(403);
     const created = await api('POST', '/identity-graph/create-schema');
     expect(created.status, JSON.stringify(created.body)).toBe(200);
-    expect(created.body).toMatchObject({ created: true, schema: 'shop_identity', database: warehouseDb });
+    expect(created.body).toMatchObject({ created: true, schema: 'shop_identity', database: warehouse.name });
     expect(created.body.build.run_id).toBeTruthy();
     await finished(created.body.build.run_id, tenant.organization.id);
 
@@ -363,9 +334,9 @@ describe('identity graph', () => {
     // prospects is not mapped: erin never appears.
     expect(JSON.stringify(s)).not.toContain('erin');
 
-    expect((await api('GET', '/identity-graph/workspace', { query: { database: warehouseDb } })).status).toBe(
-      200,
-    );
+    expect(
+      (await api('GET', '/identity-graph/workspace', { query: { database: warehouse.name } })).status,
+    ).toBe(200);
     expect((await api('GET', '/identity-graph/workspace', { query: { database: 'elsewhere' } })).status).toBe(
       404,
     );

@@ -36,6 +36,16 @@ describe('OpenAPI document', () => {
     expect(doc.paths['/api/auth/session'].get.security?.length).toBeGreaterThan(0);
     expect(doc.paths['/api/auth/login'].post.security ?? []).toEqual([]);
   });
+
+  it('names the real media type of the streamed answers', async () => {
+    const doc = (await call(server, 'GET', '/api/openapi.json')).body;
+    const typesOf = (path: string, method: string) =>
+      Object.keys(doc.paths[path][method].responses['200'].content);
+    expect(typesOf('/api/workspaces/discover', 'post')).toEqual(['text/event-stream']);
+    expect(typesOf('/api/auth/admin/logs/download', 'get')).toEqual(['application/gzip']);
+    expect(typesOf('/api/workspaces/{workspace_name}/download', 'get')).toEqual(['application/zip']);
+    expect(typesOf('/api/auth/session', 'get')).toEqual(['application/json']);
+  });
 });
 
 describe('API reference page', () => {

@@ -1,32 +1,20 @@
-import pg from 'pg';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The transformation project: generated from committed mappings, its status, model SQL, drift and
  * model tests on sampled source rows of a real PostgreSQL database; guards and other tenants too.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_pipe_').toLowerCase();
-const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
-
-async function exec(url: string, text: string) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('pipe');
 
 const config = (schemas: string[]) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: warehouse.name,
   user: 'postgres',
   password: 'trust',
   schemas,
@@ -68,15 +56,12 @@ async function saveSchema(tierTests: Record<string, unknown>) {
 }
 
 beforeAll(async () => {
-  await exec(ADMIN_URL, `create database "${dbName}"`);
-  await exec(
-    dbUrl,
-    `create schema app; create schema mart;
+  await warehouse.create();
+  await warehouse.sql(`create schema app; create schema mart;
      create table app.users (id integer primary key, email text, plan text, segment integer);
      insert into app.users values (1, 'A@x.io', 'gold', 1), (2, 'a@X.io', 'silver', 2), (3, 'c@x.io', 'tin', 9), (4, null, null, null);
      create table mart.segments (id integer primary key);
-     insert into mart.segments values (1), (2);`,
-  );
+     insert into mart.segments values (1), (2);`);
   server = await startTestServer();
   tenant = await createTenant(server);
   token = tenant.admin.token;
@@ -89,11 +74,7 @@ beforeAll(async () => {
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   await saveSchema({ accepted_values: ['GOLD', 'SILVER'] });
   viewer = await tenant.addUser(['viewer']);
-  const noRole = unique('role');
-  expect((await api('POST', '/api/admin/roles', { body: { name: noRole, permissions: [] } })).status).toBe(
-    200,
-  );
-  nobody = await tenant.addUser([noRole]);
+  nobody = await tenant.addUserWithoutPermissions();
   for (const user of [viewer, nobody])
     await call(server, 'POST', '/api/workspaces/select', {
       token: user.token,
@@ -122,7 +103,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await exec(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+  await warehouse.drop();
 });
 
 const ROUTES: [string, string, 'read' | 'run'][] = [

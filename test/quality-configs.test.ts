@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { parse as parseYaml } from 'yaml';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
 import { runColumnTests } from '../src/quality/rules.ts';
 
@@ -11,25 +11,13 @@ import { runColumnTests } from '../src/quality/rules.ts';
  * connections. The target warehouse and the source are a real PostgreSQL scratch database on
  * 127.0.0.1:5432 (created here, dropped at the end).
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_qc_').toLowerCase();
-const dbUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
-
-async function sql(url: string, text: string) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('qc');
 
 const connection = (schemas: string[], overrides: Record<string, unknown> = {}) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: warehouse.name,
   user: 'postgres',
   password: 'trust',
   schemas,
@@ -77,13 +65,10 @@ const colMonPath = (table: string, column: string) => `${cfg}/columns/${table}/$
 const tableMonPath = (table: string) => `${cfg}/tables/${table}/monitoring`;
 
 beforeAll(async () => {
-  await sql(ADMIN_URL, `create database "${dbName}"`);
-  await sql(
-    dbUrl,
-    `create schema shop;
+  await warehouse.create();
+  await warehouse.sql(`create schema shop;
      create table shop.contacts (id int primary key, email text, updated_at timestamptz, score int);
-     insert into shop.contacts values (1, 'a@x.io', now(), 3), (2, null, now(), 5);`,
-  );
+     insert into shop.contacts values (1, 'a@x.io', now(), 3), (2, null, now(), 5);`);
   server = await startTestServer();
   a = await createTenant(server);
   b = await createTenant(server);
@@ -113,7 +98,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql(ADMIN_URL, `drop database if exists "${dbName}" with (force)`);
+  await warehouse.drop();
 });
 
 describe('column test configs', () => {
@@ -183,31 +168,24 @@ describe('column test configs', () => {
     expect(tests('tier')).toEqual([{ accepted_values: { values: ['gold', 'silver', 'basic'] } }]);
 
     // The summary's configs run unchanged through the quality runner on a real table.
-    await sql(
-      dbUrl,
-      `create schema mart;
+    await warehouse.sql(`create schema mart;
        create table mart.customers (customer_id int, email text, tier text, lifetime_value numeric);
-       insert into mart.customers values (1, 'a@x.io', 'gold', 10), (2, 'bad-email', 'GOLD', -5), (3, null, 'basic', 2);`,
-    );
+       insert into mart.customers values (1, 'a@x.io', 'gold', 10), (2, 'bad-email', 'GOLD', -5), (3, null, 'basic', 2);`);
     const summary = await call(server, 'GET', `${cfg}/summary`, { token: viewer.token });
     const onCustomers = summary.body.column_tests
       .filter((t: { table_name: string }) => t.table_name === 'customers')
       .map((t: { column_name: string; config: unknown }) => ({ column: t.column_name, config: t.config }));
-    const client = new pg.Client({ connectionString: dbUrl });
-    await client.connect();
-    try {
-      const results = await runColumnTests(client, { schema: 'mart', name: 'customers' }, onCustomers);
-      const failing = Object.fromEntries(results.map((r) => [`${r.column}.${r.check}`, r.measured]));
-      expect(failing).toEqual({
-        'email.not_null': 1,
-        'email.unique': 0,
-        'email.regex': 1,
-        'tier.accepted_values': 1,
-        'lifetime_value.range': 1,
-      });
-    } finally {
-      await client.end();
-    }
+    const results = await withClient(warehouse.url, (client) =>
+      runColumnTests(client, { schema: 'mart', name: 'customers' }, onCustomers),
+    );
+    const failing = Object.fromEntries(results.map((r) => [`${r.column}.${r.check}`, r.measured]));
+    expect(failing).toEqual({
+      'email.not_null': 1,
+      'email.unique': 0,
+      'email.regex': 1,
+      'tier.accepted_values': 1,
+      'lifetime_value.range': 1,
+    });
   });
 
   it('answers 400 for bad configs', async () => {
@@ -429,6 +407,14 @@ describe('monitoring configs', () => {
       table_name: 'shop.contacts',
       config: { range: { min: 0, max: 10 } },
     });
+    // schema_type may come in the query of a PUT as well.
+    const byQuery = await call(server, 'PUT', colMonPath('contacts', 'score'), {
+      token: editor.token,
+      query: { schema_type: 'source' },
+      body: { config: { range: { min: 1, max: 9 } } },
+    });
+    expect(byQuery.status, JSON.stringify(byQuery.body)).toBe(200);
+    expect(byQuery.body).toMatchObject({ schema_type: 'source', table_name: 'shop.contacts' });
     // The target side of the same names is separate.
     expect((await call(server, 'GET', tableMonPath('contacts'), { token: viewer.token })).status).toBe(404);
     const missing = await call(server, 'GET', colMonPath('contacts', 'nope'), {
@@ -480,7 +466,7 @@ describe('reverse-ETL connections', () => {
       type: 'postgres',
       host: '127.0.0.1',
       port: 5432,
-      database: dbName,
+      database: warehouse.name,
       user: 'postgres',
       password: 's3cret-pw',
       schema: 'crm',

@@ -16,6 +16,7 @@ import {
   runColumnTests,
 } from '../src/quality/rules.ts';
 import type { SqlRunner } from '../src/quality/sql.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
  * The engines run against a real PostgreSQL server when TEST_DATABASE_URL is set (a scratch
@@ -36,21 +37,15 @@ function counting(query: SqlRunner['query']): SqlRunner & { statements: string[]
 }
 
 beforeAll(async () => {
-  const serverUrl = process.env.TEST_DATABASE_URL;
-  if (serverUrl) {
-    const name = `dimas_quality_${process.pid}_${Date.now()}`;
-    const admin = new pg.Client({ connectionString: serverUrl });
-    await admin.connect();
-    await admin.query(`create database "${name}"`);
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    const client = new pg.Client({ connectionString: url.toString() });
+  if (process.env.TEST_DATABASE_URL) {
+    const scratch = scratchDatabase('quality');
+    await scratch.create();
+    const client = new pg.Client({ connectionString: scratch.url });
     await client.connect();
     db = counting((sql, params) => client.query(sql, params));
     close = async () => {
       await client.end();
-      await admin.query(`drop database if exists "${name}" with (force)`);
-      await admin.end();
+      await scratch.drop();
     };
   } else {
     const lite = await PGlite.create();

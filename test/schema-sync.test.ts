@@ -1,43 +1,28 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * Schema sync, sync status and DDL against a real PostgreSQL warehouse (a scratch database on
  * 127.0.0.1:5432, created here and dropped at the end), and the workspace database routes.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_sync_').toLowerCase();
-const ddlDb = unique('dimas_ddl_').toLowerCase();
+const warehouse = scratchDatabase('sync');
+const ddlTarget = scratchDatabase('ddl');
 const grantRole = unique('dimas_role_').toLowerCase();
-const urlOf = (db: string) => ADMIN_URL.replace(/\/[^/]*$/, `/${db}`);
 
-async function sql(url: string, text: string, params: unknown[] = []) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await client.query(text, params);
-  } finally {
-    await client.end();
-  }
-}
-
-const columnsOf = async (table: string) =>
-  (
-    await sql(
-      urlOf(warehouseDb),
-      `select column_name, data_type, is_nullable from information_schema.columns
-        where table_schema = 'analytics' and table_name = $1 order by ordinal_position`,
-      [table],
-    )
-  ).rows as { column_name: string; data_type: string; is_nullable: string }[];
+const columnsOf = (table: string) =>
+  warehouse.sql<{ column_name: string; data_type: string; is_nullable: string }>(
+    `select column_name, data_type, is_nullable from information_schema.columns
+      where table_schema = 'analytics' and table_name = $1 order by ordinal_position`,
+    [table],
+  );
 
 const targetConfig = (overrides: Record<string, unknown> = {}) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: warehouseDb,
+  database: warehouse.name,
   user: 'postgres',
   password: 'trust-auth-ignores-it',
   schemas: ['analytics'],
@@ -90,9 +75,9 @@ const sync = (body: Record<string, unknown> = {}, token = editor.token) =>
   call(server, 'POST', '/api/schemas/workspace/sync', { token, body });
 
 beforeAll(async () => {
-  await sql(ADMIN_URL, `create database "${warehouseDb}"`);
-  await sql(ADMIN_URL, `create database "${ddlDb}"`);
-  await sql(ADMIN_URL, `create role "${grantRole}"`);
+  await warehouse.create();
+  await ddlTarget.create();
+  await runSql(ADMIN_URL, `create role "${grantRole}"`);
   server = await startTestServer();
   a = await createTenant(server);
   b = await createTenant(server);
@@ -119,9 +104,9 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await sql(ADMIN_URL, `drop database if exists "${warehouseDb}" with (force)`);
-  await sql(ADMIN_URL, `drop database if exists "${ddlDb}" with (force)`);
-  await sql(ADMIN_URL, `drop role if exists "${grantRole}"`);
+  await warehouse.drop();
+  await ddlTarget.drop();
+  await runSql(ADMIN_URL, `drop role if exists "${grantRole}"`);
 });
 
 describe('GET /api/schemas/workspace/ddl', () => {
@@ -142,21 +127,19 @@ describe('GET /api/schemas/workspace/ddl', () => {
     expect(res.body.ddl).toContain(`to "${grantRole}"`);
     expect(res.body.statements.length).toBeGreaterThan(4);
     // The script is idempotent: run it twice on an empty database.
-    await sql(urlOf(ddlDb), res.body.ddl);
-    await sql(urlOf(ddlDb), res.body.ddl);
-    const tables = await sql(
-      urlOf(ddlDb),
+    await ddlTarget.sql(res.body.ddl);
+    await ddlTarget.sql(res.body.ddl);
+    const tables = await ddlTarget.sql(
       `select table_name from information_schema.tables where table_schema = 'analytics' order by 1`,
     );
-    expect(tables.rows.map((r) => r.table_name)).toEqual(['WebEvents', 'customers']);
-    const grants = await sql(
-      urlOf(ddlDb),
+    expect(tables.map((r) => r.table_name)).toEqual(['WebEvents', 'customers']);
+    const grants = await ddlTarget.sql(
       `select count(*)::int as n from information_schema.role_table_grants where grantee = $1 and privilege_type = 'INSERT'`,
       [grantRole],
     );
-    expect(grants.rows[0].n).toBe(2);
-    const comment = await sql(urlOf(ddlDb), `select obj_description('analytics.customers'::regclass) as c`);
-    expect(comment.rows[0].c).toBe("Everyone who bought; it's the key table");
+    expect(grants[0].n).toBe(2);
+    const comment = await ddlTarget.sql(`select obj_description('analytics.customers'::regclass) as c`);
+    expect(comment[0].c).toBe("Everyone who bought; it's the key table");
   });
 
   it('answers 401, 400 for a bad grant_user and 404 without a schema', async () => {
@@ -254,7 +237,7 @@ describe('schema sync', () => {
   });
 
   it('a column added in the warehouse outside dimas shows as drifted', async () => {
-    await sql(urlOf(warehouseDb), 'alter table analytics.customers add column legacy_code text');
+    await warehouse.sql('alter table analytics.customers add column legacy_code text');
     const drifted = await status();
     expect(drifted.body.status).toBe('drifted');
     expect(drifted.body.differences.extra_columns).toEqual([
@@ -263,12 +246,11 @@ describe('schema sync', () => {
     expect(drifted.body.destructive_changes).toEqual([
       'column customers.legacy_code is kept (not in schema.json)',
     ]);
-    await sql(urlOf(warehouseDb), 'alter table analytics.customers drop column legacy_code');
+    await warehouse.sql('alter table analytics.customers drop column legacy_code');
   });
 
   it('refuses destructive changes without allow_destructive, keeping the data', async () => {
-    await sql(
-      urlOf(warehouseDb),
+    await warehouse.sql(
       `insert into analytics.customers (customer_id, email, lifetime_value) values (1, 'a@example.com', 12.5)`,
     );
     const next = schemaDoc();
@@ -286,8 +268,8 @@ describe('schema sync', () => {
       'column customers.lifetime_value is kept (not in schema.json)',
     ]);
     expect(kept.body.statements.join('\n')).not.toMatch(/drop column|alter column .* type/);
-    const row = await sql(urlOf(warehouseDb), 'select lifetime_value from analytics.customers');
-    expect(row.rows).toEqual([{ lifetime_value: '12.5' }]);
+    const row = await warehouse.sql('select lifetime_value from analytics.customers');
+    expect(row).toEqual([{ lifetime_value: '12.5' }]);
     expect(
       (await call(server, 'GET', '/api/workspaces/metrics', { token: viewer.token })).body.schema_sync_status,
     ).toBe('out_of_sync');
@@ -304,7 +286,7 @@ describe('schema sync', () => {
   });
 
   it('runs in one transaction: a change the data refuses leaves everything as it was (409)', async () => {
-    await sql(urlOf(warehouseDb), `insert into analytics.customers (customer_id) values (2)`);
+    await warehouse.sql(`insert into analytics.customers (customer_id) values (2)`);
     const next = schemaDoc();
     next.tables[0].columns = [
       { name: 'customer_id', type: 'bigint', nullable: false, description: 'Key' },
@@ -393,13 +375,13 @@ describe('workspace database routes', () => {
       body: {},
     });
     expect(stored.status, JSON.stringify(stored.body)).toBe(200);
-    expect(stored.body).toMatchObject({ success: true, database: warehouseDb, user: 'postgres' });
+    expect(stored.body).toMatchObject({ success: true, database: warehouse.name, user: 'postgres' });
     const sent = await call(server, 'POST', `${base}/${workspace}/database/test`, {
       token: editor.token,
-      body: { config: targetConfig({ database: ddlDb }) },
+      body: { config: targetConfig({ database: ddlTarget.name }) },
     });
     expect(sent.status).toBe(200);
-    expect(sent.body.database).toBe(ddlDb);
+    expect(sent.body.database).toBe(ddlTarget.name);
     const badPort = await call(server, 'POST', `${base}/${workspace}/database/test`, {
       token: editor.token,
       body: { config: targetConfig({ port: 1 }) },
@@ -415,7 +397,7 @@ describe('workspace database routes', () => {
     // Nothing was saved: the stored target still points at the warehouse database.
     const config = await call(server, 'GET', `${base}/${workspace}/config`, { token: viewer.token });
     expect(config.body.target_config).toMatchObject({
-      database: warehouseDb,
+      database: warehouse.name,
       port: 5432,
       password_set: true,
     });
@@ -443,7 +425,7 @@ describe('workspace database routes', () => {
       body: {},
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body.databases).toEqual(expect.arrayContaining([warehouseDb, ddlDb]));
+    expect(res.body.databases).toEqual(expect.arrayContaining([warehouse.name, ddlTarget.name]));
     expect(res.body.schemas).toContain('analytics');
     const unreachable = await call(server, 'POST', `${base}/${workspace}/database/catalogs`, {
       token: editor.token,

@@ -2,7 +2,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync, inflateRawSync } from 'node:zlib';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
@@ -11,6 +10,7 @@ import { startServer } from '../src/server.ts';
 import type { TestServer } from './helpers/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
 import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
  * Recognizable secrets are seeded through the real routes; then every GET route of the OpenAPI
@@ -27,19 +27,7 @@ const SECRETS = {
 };
 
 /** The target warehouse: a scratch database on 127.0.0.1:5432 (trust auth accepts the seeded password). */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const warehouseDb = unique('dimas_sec_').toLowerCase();
-async function sql(db: string, text: string): Promise<void> {
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${db}`;
-  const client = new pg.Client({ connectionString: url.toString() });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
+const warehouse = scratchDatabase('sec');
 
 let server: TestServer;
 let logDir: string;
@@ -126,15 +114,12 @@ beforeAll(async () => {
   const admin = tenant.admin.token;
   workspace = unique('sec');
 
-  await sql('postgres', `create database "${warehouseDb}"`);
-  await sql(
-    warehouseDb,
-    `create schema crm;
+  await warehouse.create();
+  await warehouse.sql(`create schema crm;
      create table crm.customers (customer_id integer primary key, email text, country text, plan text, spend numeric);
      insert into crm.customers select i, 'user' || i || '@example.com', case when i % 2 = 0 then 'US' else 'DE' end,
        case when i % 3 = 0 then 'pro' else 'basic' end, case when i % 3 = 0 then 1000 + i else i end
-       from generate_series(1, 100) i`,
-  );
+       from generate_series(1, 100) i`);
   const source = (password: string) => ({
     type: 'postgres',
     host: 'db.example.internal',
@@ -154,7 +139,7 @@ beforeAll(async () => {
         type: 'postgres',
         host: '127.0.0.1',
         port: 5432,
-        database: warehouseDb,
+        database: warehouse.name,
         user: 'postgres',
         password: SECRETS.target_password,
         schemas: ['crm'],
@@ -198,7 +183,7 @@ beforeAll(async () => {
           type: 'postgres',
           host: '127.0.0.1',
           port: 5432,
-          database: warehouseDb,
+          database: warehouse.name,
           user: 'postgres',
           password: SECRETS.retl_password,
           schema: 'crm',
@@ -309,7 +294,7 @@ beforeAll(async () => {
 let closed = false;
 afterAll(async () => {
   if (!closed) await server?.close();
-  await sql('postgres', `drop database if exists "${warehouseDb}" with (force)`).catch(() => undefined);
+  await warehouse.drop().catch(() => undefined);
 });
 
 /** A real value for every path parameter of this tenant, or a placeholder. */

@@ -128,7 +128,7 @@ describe('service accounts', () => {
   it('works as a Bearer token on tRPC, with the roles of the account', async () => {
     const { api_key: key } = await createAccount({ roles: ['admin'] });
     const client = trpcWith(key);
-    const session = await client.auth.session.query({});
+    const session = await client.auth.session.query();
     expect(session.kind).toBe('service_account');
     expect(session.user.permissions).toContain('org.admin');
     const accounts = await client.serviceAccounts.list.query({});
@@ -282,7 +282,7 @@ describe('API keys', () => {
     expect(until).toBeLessThanOrEqual(60 * 60_000);
     expect(Math.round((new Date(info.body.expires_at).getTime() - Date.now()) / 86_400_000)).toBe(90);
     // The old key through tRPC too.
-    expect((await trpcWith(oldKey).auth.session.query({})).kind).toBe('service_account');
+    expect((await trpcWith(oldKey).auth.session.query()).kind).toBe('service_account');
 
     // When the grace period is over, the old key is refused.
     await server.deps.orm.em

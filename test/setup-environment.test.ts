@@ -1,36 +1,24 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * POST /api/admin/setup-environment over a real PostgreSQL source: a scratch database on
  * 127.0.0.1:5432 with a small customers table, created here and dropped at the end (both test modes).
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_setup_').toLowerCase();
-const sourceUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
+const sourceDb = scratchDatabase('setup');
 const SOURCE_PASSWORD = 'source-secret-that-must-not-leak';
 const PATH = '/api/admin/setup-environment';
-
-async function run(url: string, statements: string[]) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    for (const s of statements) await client.query(s);
-  } finally {
-    await client.end();
-  }
-}
 
 let server: TestServer;
 let superAdmin: string;
 let tenant: Tenant;
 
 beforeAll(async () => {
-  await run(ADMIN_URL, [`create database "${dbName}"`]);
-  await run(sourceUrl, [
+  await sourceDb.create();
+  await sourceDb.sql(
     `create table customers (
        id integer primary key,
        email text not null,
@@ -39,25 +27,27 @@ beforeAll(async () => {
        phone text,
        city text,
        created_at timestamptz not null default now())`,
+  );
+  await sourceDb.sql(
     `insert into customers (id, email, first_name, last_name, phone, city)
      select g, 'user' || g || '@example.com', 'First' || g, 'Last' || g, '+1 555 010 ' || lpad(g::text, 4, '0'),
             (array['Berlin', 'Paris', 'Lisbon'])[1 + g % 3]
        from generate_series(1, 40) g`,
-  ]);
+  );
   server = await startTestServer();
   [superAdmin, tenant] = await Promise.all([superAdminToken(server), createTenant(server)]);
 });
 
 afterAll(async () => {
   await server?.close();
-  await run(ADMIN_URL, [`drop database if exists "${dbName}" with (force)`]);
+  await sourceDb.drop();
 });
 
 const source = (overrides: Record<string, unknown> = {}) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: sourceDb.name,
   user: 'postgres',
   password: SOURCE_PASSWORD,
   schemas: ['public'],
@@ -128,7 +118,7 @@ describe('setup-environment', () => {
       schema_template: 'customer-360',
       is_current: true,
     });
-    expect(out.workspace.source_config).toMatchObject({ database: dbName, password_set: true });
+    expect(out.workspace.source_config).toMatchObject({ database: sourceDb.name, password_set: true });
     expect(out.workspace.source_config).not.toHaveProperty('password');
     expect(out.schema).toMatchObject({ template_name: 'customer-360', name: 'customer-360' });
     expect(out.schema.tables).toContain('customers');
@@ -189,7 +179,7 @@ describe('setup-environment', () => {
     expect(sourceConfig.status).toBe(200);
     expect(sourceConfig.body.source_config).toMatchObject({
       host: '127.0.0.1',
-      database: dbName,
+      database: sourceDb.name,
       password_set: true,
     });
     expect(JSON.stringify(sourceConfig.body)).not.toContain(SOURCE_PASSWORD);

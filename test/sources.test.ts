@@ -2,9 +2,9 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import pg from 'pg';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, login, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { loadEnv } from '../src/env.ts';
@@ -19,25 +19,13 @@ import type { EntityManager } from '@mikro-orm/postgresql';
  * The sources routes over a real PostgreSQL source: a database of its own on 127.0.0.1:5432 holding
  * the demo shop data set, created here and dropped at the end (both test modes).
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_src_').toLowerCase();
-const sourceUrl = ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`);
-
-async function run(url: string, statements: string[]) {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    for (const s of statements) await client.query(s);
-  } finally {
-    await client.end();
-  }
-}
+const source = scratchDatabase('src');
 
 const sourceConfig = (overrides: Record<string, unknown> = {}) => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: source.name,
   user: 'postgres',
   password: 'not-needed-with-trust',
   schemas: ['shop'],
@@ -71,8 +59,11 @@ async function select(token: string, name: string) {
 }
 
 beforeAll(async () => {
-  await run(ADMIN_URL, [`create database "${dbName}"`]);
-  await run(sourceUrl, [demoSchemaSql(), ...demoSourceStatements(), 'analyze']);
+  await source.create();
+  await withClient(source.url, async (client) => {
+    for (const statement of [demoSchemaSql(), ...demoSourceStatements(), 'analyze'])
+      await client.query(statement);
+  });
   server = await startTestServer({ WAREHOUSE_STATEMENT_TIMEOUT_MS: '1000', WAREHOUSE_ROW_CAP: '200' });
   tenant = await createTenant(server);
   await createWorkspace(tenant.admin.token, 'shop', sourceConfig());
@@ -82,7 +73,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await run(ADMIN_URL, [`drop database if exists "${dbName}" with (force)`]);
+  await source.drop();
 });
 
 describe('GET /api/sources/unified-schema', () => {
@@ -92,7 +83,7 @@ describe('GET /api/sources/unified-schema', () => {
     expect(res.body).toMatchObject({
       workspace_name: 'shop',
       schema_type: 'source',
-      database: dbName,
+      database: source.name,
       schemas: ['shop'],
       flatten: false,
       table_count: 8,
@@ -395,7 +386,7 @@ describe('workspace state and tenancy', () => {
 describe('connection checks the workspaces routes will call', () => {
   async function scopeOf(token: string) {
     const em = server.deps.orm.em.fork() as EntityManager;
-    const principal = (await server.deps.authenticator.authenticate(em, token))!;
+    const principal = (await server.deps.authenticator.authenticate({ em }, token))!;
     return { em, deps: server.deps, principal };
   }
 
@@ -407,10 +398,10 @@ describe('connection checks the workspaces routes will call', () => {
     const sent = connectionConfigSchema.parse(sourceConfig());
     expect(await sources.databaseTest(scope, 'shop', sent)).toMatchObject({
       success: true,
-      database: dbName,
+      database: source.name,
     });
     const catalogs = await sources.databaseCatalogs(scope, 'shop', sent);
-    expect(catalogs.databases).toContain(dbName);
+    expect(catalogs.databases).toContain(source.name);
     expect(catalogs.schemas).toContain('shop');
     await expect(sources.databaseTest(scope, 'shop', { ...sent, port: 1 })).rejects.toMatchObject({
       code: 'UNPROCESSABLE_CONTENT',

@@ -10,6 +10,7 @@ import { runMining } from '../src/stats/mining.ts';
 import type { StatsQuery, StatsSource } from '../src/stats/sql.ts';
 import { runTwoProportion } from '../src/stats/two-proportion.ts';
 import { runWelch } from '../src/stats/welch.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The engine computes sufficient statistics in a real PostgreSQL (the server named by TEST_DATABASE_URL,
@@ -182,32 +183,23 @@ interface Warehouse {
 }
 
 async function openWarehouse(): Promise<Warehouse> {
-  const serverUrl = process.env.TEST_DATABASE_URL;
-  if (!serverUrl) {
+  if (!process.env.TEST_DATABASE_URL) {
     const db = new PGlite();
     return {
       query: async (sql, params) => (await db.query<Record<string, unknown>>(sql, params)).rows,
       close: () => db.close(),
     };
   }
-  const name = `dimas_stats_${process.pid}_${Date.now()}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`create database "${name}"`);
-  await admin.end();
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+  const scratch = scratchDatabase('stats');
+  await scratch.create();
+  const pool = new pg.Pool({ connectionString: scratch.url, max: 2 });
   // Dropping the database WITH (FORCE) may terminate a connection the pool is still closing.
   pool.on('connect', (client) => client.on('error', () => {}));
   return {
     query: async (sql, params) => (await pool.query(sql, params)).rows,
     close: async () => {
       await pool.end();
-      const c = new pg.Client({ connectionString: serverUrl });
-      await c.connect();
-      await c.query(`drop database if exists "${name}" with (force)`);
-      await c.end();
+      await scratch.drop();
     },
   };
 }

@@ -10,6 +10,7 @@ import { generateSelectSql, materializeSql, POSTGRES_TYPES } from '../src/transf
 import { generatePythonScript } from '../src/transform/python.ts';
 import { generateDbtProject, projectFingerprint } from '../src/transform/dbt.ts';
 import { parse as parseYaml } from 'yaml';
+import { scratchDatabase } from './helpers/scratch-db.ts';
 
 const run = promisify(execFile);
 
@@ -18,31 +19,22 @@ const run = promisify(execFile);
  * generated SQL and the generated Python script, fed CSV exports of the same source tables, must
  * produce exactly the same rows.
  */
-const serverUrl =
-  process.env.TEST_WAREHOUSE_URL ??
-  process.env.TEST_DATABASE_URL ??
-  'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = `dimas_transform_${process.pid}_${Date.now()}`;
+const scratch = scratchDatabase('transform');
 let client: pg.Client;
 let workDir: string;
 
 // Every value as PostgreSQL prints it (booleans t/f, numerics with their scale): compare as text.
 const rawText = { getTypeParser: () => (value: string) => value } as unknown as typeof pg.types;
 
-async function connect(database: string): Promise<pg.Client> {
-  const url = new URL(serverUrl);
-  url.pathname = `/${database}`;
-  const c = new pg.Client({ connectionString: url.toString(), types: rawText, options: '-c TimeZone=UTC' });
+async function connect(): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: scratch.url, types: rawText, options: '-c TimeZone=UTC' });
   await c.connect();
   return c;
 }
 
 beforeAll(async () => {
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`create database "${dbName}"`);
-  await admin.end();
-  client = await connect(dbName);
+  await scratch.create();
+  client = await connect();
   workDir = mkdtempSync(join(tmpdir(), 'dimas-transform-'));
   await client.query(`
     create schema shop;
@@ -70,10 +62,7 @@ line', 'o''brien', ' 2024-02-29 ', 'on', '-3.335', null, 'de');
 afterAll(async () => {
   await client?.end();
   if (workDir) rmSync(workDir, { recursive: true, force: true });
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`drop database if exists "${dbName}" with (force)`);
-  await admin.end();
+  await scratch.drop();
 });
 
 const target: TargetTable = {
@@ -318,7 +307,7 @@ describe('materialization into the target table', () => {
     });
     await inTransaction(plan.prepare);
     await client.query(plan.load);
-    const reader = await connect(dbName);
+    const reader = await connect();
     try {
       expect((await reader.query('select customer_id from public.customer_profiles')).rows).toEqual([
         { customer_id: '42' },

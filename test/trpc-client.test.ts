@@ -39,7 +39,7 @@ describe('tRPC client', () => {
     expect(user.organization_id).toBe(tenant.organization.id);
 
     const api = client(token);
-    const session = await api.auth.session.query({});
+    const session = await api.auth.session.query();
     expect(session.expires_at).toBeInstanceOf(Date);
     expect(session.expires_at!.getTime()).toBeGreaterThan(Date.now());
     expect(session.user.username).toBe(tenant.admin.username);
@@ -51,7 +51,7 @@ describe('tRPC client', () => {
   });
 
   it('carries errors with their code and HTTP status, never a stack', async () => {
-    const anonymous = client().auth.session.query({});
+    const anonymous = client().auth.session.query();
     await expect(anonymous).rejects.toBeInstanceOf(TRPCClientError);
     await expect(anonymous).rejects.toMatchObject({ data: { code: 'UNAUTHORIZED', httpStatus: 401 } });
     const error = (await client()

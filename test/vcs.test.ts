@@ -41,7 +41,7 @@ const config = (extra: Record<string, unknown> = {}) => ({
 
 async function scopeOf(token: string): Promise<CallerScope> {
   const em = server.deps.orm.em.fork() as EntityManager;
-  const principal = await server.deps.authenticator.authenticate(em, token);
+  const principal = await server.deps.authenticator.authenticate({ em }, token);
   return { em, deps: server.deps, principal: principal! };
 }
 

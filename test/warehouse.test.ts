@@ -7,29 +7,19 @@ import { assertReadOnlySql, parseSqlExpression } from '../src/warehouse/sql-guar
 import { ddlScript, diffSchema, generateDdl, syncSchema, type SchemaDocument } from '../src/warehouse/ddl.ts';
 import type { Warehouse } from '../src/warehouse/warehouse.ts';
 import { unique } from './helpers/api.ts';
+import { ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The warehouse layer against a real PostgreSQL server: a database of its own on 127.0.0.1:5432
  * (never the control-plane database), created here and dropped at the end, in both test modes.
  */
-const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = unique('dimas_wh_').toLowerCase();
-
-async function admin(sql: string) {
-  const client = new pg.Client({ connectionString: ADMIN_URL });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
+const scratch = scratchDatabase('wh');
 
 const config = (overrides: Partial<ConnectionConfig> = {}): ConnectionConfig => ({
   type: 'postgres',
   host: '127.0.0.1',
   port: 5432,
-  database: dbName,
+  database: scratch.name,
   user: 'postgres',
   schemas: ['small'],
   ssl: false,
@@ -51,7 +41,7 @@ let registry: WarehouseRegistry;
 let warehouse: Warehouse;
 
 beforeAll(async () => {
-  await admin(`create database "${dbName}"`);
+  await scratch.create();
   registry = new WarehouseRegistry({ statementTimeoutMs: 500, rowCap: 50 });
   warehouse = await registry.open(config());
   await warehouse.transaction(async (tx) => {
@@ -79,21 +69,18 @@ beforeAll(async () => {
         `create table big.t${i} (id integer primary key, name text, ${i > 1 ? `prev_id integer references big.t${i - 1} (id),` : ''} created_at date)`,
       );
   });
-  const client = new pg.Client({ connectionString: ADMIN_URL.replace(/\/[^/]*$/, `/${dbName}`) });
-  await client.connect();
-  await client.query('analyze');
-  await client.end();
+  await scratch.sql('analyze');
 });
 
 afterAll(async () => {
   await registry?.close();
-  await admin(`drop database if exists "${dbName}" with (force)`);
+  await scratch.drop();
 });
 
 describe('introspection', () => {
   it('reads tables, views, columns, keys and estimated rows', async () => {
     const schema = await warehouse.introspect();
-    expect(schema.database).toBe(dbName);
+    expect(schema.database).toBe(scratch.name);
     expect(schema.schemas).toEqual(['small']);
     const byName = Object.fromEntries(schema.tables.map((t) => [t.name, t]));
     expect(Object.keys(byName).sort()).toEqual(['big_orders', 'customers', 'orders']);
@@ -147,7 +134,7 @@ describe('introspection', () => {
 
   it('lists the databases and schemas the credentials see', async () => {
     const catalogs = await warehouse.catalogs();
-    expect(catalogs.databases).toContain(dbName);
+    expect(catalogs.databases).toContain(scratch.name);
     expect(catalogs.schemas).toEqual(expect.arrayContaining(['big', 'public', 'small', 'target']));
   });
 });
@@ -265,6 +252,57 @@ describe('read-only queries', () => {
   });
 });
 
+describe('generated aggregates', () => {
+  it('returns every row, with parameters, beyond the row cap of user SQL', async () => {
+    const rows = await warehouse.aggregate(
+      'select country, count(*)::int as n from small.customers where id > $1 group by 1 order by 1',
+      { params: [0] },
+    );
+    expect(rows).toEqual([
+      { country: 'DE', n: 100 },
+      { country: 'FR', n: 50 },
+      { country: 'US', n: 150 },
+    ]);
+    expect(await warehouse.aggregate('select * from small.orders')).toHaveLength(1000);
+  });
+
+  it('runs READ ONLY: a write inside fails and changes nothing', async () => {
+    await expectAppError(
+      warehouse.aggregate('with gone as (delete from small.orders returning *) select count(*) from gone'),
+      'BAD_REQUEST',
+      /read-only transaction/,
+    );
+    await expectAppError(
+      warehouse.aggregate('create table small.written (id integer)'),
+      'BAD_REQUEST',
+      /read-only transaction/,
+    );
+    expect(await warehouse.aggregate('select count(*)::int as n from small.orders')).toEqual([{ n: 1000 }]);
+  });
+
+  it('cuts off a slow statement with the default or the given timeout', async () => {
+    let started = Date.now();
+    const error = await expectAppError(
+      warehouse.aggregate('select pg_sleep(5)'),
+      'UNPROCESSABLE_CONTENT',
+      /statement timeout/,
+    );
+    expect(error.details.reason).toBe('STATEMENT_TIMEOUT');
+    expect(Date.now() - started).toBeLessThan(3000);
+    started = Date.now();
+    await expectAppError(
+      warehouse.aggregate('select pg_sleep(5)', { timeoutMs: 100 }),
+      'UNPROCESSABLE_CONTENT',
+      /statement timeout/,
+    );
+    expect(Date.now() - started).toBeLessThan(400);
+    // Longer than the default (500 ms here), shorter than the timeout given.
+    expect(await warehouse.aggregate('select 1 as one from pg_sleep(0.7)', { timeoutMs: 5000 })).toEqual([
+      { one: 1 },
+    ]);
+  });
+});
+
 describe('sql guard', () => {
   it('classifies read-only statements', async () => {
     expect(await assertReadOnlySql('WITH x AS (SELECT 1) SELECT * FROM x -- comment; delete')).toEqual({
@@ -324,7 +362,7 @@ describe('connections', () => {
 
   it('answers 422 for a password the server refuses', async () => {
     const role = unique('dimas_wh_role_').toLowerCase();
-    await admin(`create role ${role} login password 'right-password'`);
+    await runSql(ADMIN_URL, `create role ${role} login password 'right-password'`);
     const reg = new WarehouseRegistry({ statementTimeoutMs: 1000, rowCap: 10 });
     try {
       // Trust authentication (as on CI machines) accepts any password; then the role itself works.
@@ -340,12 +378,12 @@ describe('connections', () => {
       }
     } finally {
       await reg.close();
-      await admin(`drop role ${role}`);
+      await runSql(ADMIN_URL, `drop role ${role}`);
     }
   });
 
   it('never connects to the control-plane database', async () => {
-    const controlPlaneUrl = `postgresql://postgres@localhost:5432/${dbName}`;
+    const controlPlaneUrl = `postgresql://postgres@localhost:5432/${scratch.name}`;
     expect(await pointsAtControlPlane(config(), controlPlaneUrl)).toBe(true);
     expect(await pointsAtControlPlane(config({ database: 'other' }), controlPlaneUrl)).toBe(false);
     expect(await pointsAtControlPlane(config({ port: 5433 }), controlPlaneUrl)).toBe(false);
@@ -422,7 +460,7 @@ describe('DDL and schema sync', () => {
 
   it('generates DDL that runs on a real database, with grants', async () => {
     const grantee = unique('dimas_reader_').toLowerCase();
-    await admin(`create role ${grantee}`);
+    await runSql(ADMIN_URL, `create role ${grantee}`);
     try {
       const statements = generateDdl(document, { targetSchema: 'ddl_test', grantUser: grantee });
       expect(ddlScript(statements)).toContain('create table if not exists "ddl_test"."order"');
@@ -456,7 +494,7 @@ describe('DDL and schema sync', () => {
       expect(granted.rows[0].ok).toBe(true);
     } finally {
       await warehouse.transaction((tx) => tx.query('drop schema if exists ddl_test cascade'));
-      await admin(`drop role ${grantee}`);
+      await runSql(ADMIN_URL, `drop role ${grantee}`);
     }
   });
 

@@ -40,6 +40,22 @@ export async function call<T = any>(
   return { status: res.status, body: parsed as T, headers: res.headers };
 }
 
+/** Polls `read` until `done` holds of what it returns; past `timeoutMs`, fails with the last value. */
+export async function until<T>(
+  what: string,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs = 45_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+}
+
 let counter = 0;
 /** A name no other test (file, run or process) uses. */
 export function unique(prefix: string): string {
@@ -72,6 +88,8 @@ export interface Tenant {
   admin: TestUser;
   /** Another user of this organization with the given roles (built-in or custom names). */
   addUser(roles: string[], options?: { mustChangePassword?: boolean }): Promise<TestUser>;
+  /** A member whose only role grants nothing: the caller every guard refuses with 403. */
+  addUserWithoutPermissions(): Promise<TestUser>;
 }
 
 /** A new organization with an admin user, signed in: the unit of isolation between tests. */
@@ -96,5 +114,14 @@ export async function createTenant(server: TestServer): Promise<Tenant> {
     return { id: user.id, username, token: await login(server, username, domain) };
   };
   const admin = await addUser(['admin']);
-  return { organization: { id: org.id, domain, name: org.name }, admin, addUser };
+  const addUserWithoutPermissions = async () => {
+    const name = unique('role');
+    const res = await call(server, 'POST', '/api/admin/roles', {
+      token: admin.token,
+      body: { name, permissions: [] },
+    });
+    if (res.status !== 200) throw new Error(`creating an empty role answered ${res.status}`);
+    return addUser([name]);
+  };
+  return { organization: { id: org.id, domain, name: org.name }, admin, addUser, addUserWithoutPermissions };
 }

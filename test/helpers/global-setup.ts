@@ -1,7 +1,6 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { loadEnv } from '../../src/env.ts';
 import { migrate, openDatabase } from '../../src/db/orm.ts';
@@ -13,6 +12,7 @@ import type { AppDeps } from '../../src/deps.ts';
 import { createJobQueue } from '../../src/jobs/queue.ts';
 import { jobQueueConnection } from '../../src/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
+import { scratchDatabase } from './scratch-db.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -37,22 +37,11 @@ export default async function setup(project: TestProject) {
   });
   let databaseUrl = '';
   let dropDatabase: (() => Promise<void>) | undefined;
-  const serverUrl = process.env.TEST_DATABASE_URL;
-  if (serverUrl) {
-    const name = `dimas_test_${process.pid}_${Date.now()}`;
-    const admin = new pg.Client({ connectionString: serverUrl });
-    await admin.connect();
-    await admin.query(`create database "${name}"`);
-    await admin.end();
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    databaseUrl = url.toString();
-    dropDatabase = async () => {
-      const c = new pg.Client({ connectionString: serverUrl });
-      await c.connect();
-      await c.query(`drop database if exists "${name}" with (force)`);
-      await c.end();
-    };
+  if (process.env.TEST_DATABASE_URL) {
+    const controlPlane = scratchDatabase('test');
+    await controlPlane.create();
+    databaseUrl = controlPlane.url;
+    dropDatabase = controlPlane.drop;
   }
   const db = await openDatabase({ databaseUrl: databaseUrl || undefined });
   await migrate(db.orm);

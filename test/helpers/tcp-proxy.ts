@@ -1,0 +1,61 @@
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+
+export interface TcpProxy {
+  /** The target URL with its host and port replaced by the proxy's. */
+  url: string;
+  /** The database vanishes: open connections are destroyed and new ones reset at once. */
+  cut(): void;
+  /** Connections pass again (on the same port, so clients reconnect to the same URL). */
+  restore(): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A TCP relay in front of a PostgreSQL server, so a test can make the database vanish for one
+ * dimas server and come back (the shared PostgreSQL server must stay up for every other test).
+ */
+export async function startTcpProxy(target: URL): Promise<TcpProxy> {
+  const sockets = new Set<Socket>();
+  let open = true;
+  const relay = createServer((client) => {
+    client.on('error', () => {});
+    if (!open) {
+      client.resetAndDestroy();
+      return;
+    }
+    const upstream = connect(Number(target.port || 5432), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => {
+        sockets.delete(s);
+        // Either side gone: the other follows, as a real network failure would show it.
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+  const url = new URL(target);
+  url.hostname = '127.0.0.1';
+  url.port = String((relay.address() as AddressInfo).port);
+  const destroyAll = () => {
+    for (const s of sockets) s.destroy();
+  };
+  return {
+    url: url.toString(),
+    cut() {
+      open = false;
+      destroyAll();
+    },
+    restore() {
+      open = true;
+    },
+    close() {
+      open = false;
+      destroyAll();
+      return new Promise((resolve) => relay.close(() => resolve()));
+    },
+  };
+}
