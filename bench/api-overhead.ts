@@ -3,7 +3,6 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import express from 'express';
 import pino from 'pino';
 import type { EntityManager } from '@mikro-orm/postgresql';
@@ -12,7 +11,7 @@ import { startServer } from '../src/server.ts';
 import { generateToken } from '../src/auth/tokens.ts';
 import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
 import { Organization } from '../src/modules/auth/auth.entity.ts';
-import { formatResult, load, median, type LoadResult } from './harness.ts';
+import { formatResult, load, median, runIfMain, signIn, type LoadResult } from './harness.ts';
 
 /**
  * What the framework costs per request: an authenticated GET /api/auth/session (helmet, cors,
@@ -60,12 +59,7 @@ export default async function apiOverhead(): Promise<void> {
       must_change_password: false,
     },
   );
-  const loginRes = await fetch(`${dimas.url}/api/auth/login`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'bench', domain, password }),
-  });
-  const { token } = (await loginRes.json()) as { token: string };
+  const { token } = await signIn(dimas.url, { domain, username: 'bench', password });
 
   const bare = express();
   bare.get('/session', (_req, res) => {
@@ -128,11 +122,4 @@ export default async function apiOverhead(): Promise<void> {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href)
-  apiOverhead().then(
-    () => process.exit(0),
-    (error) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
+runIfMain(import.meta.url, apiOverhead);

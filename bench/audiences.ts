@@ -5,46 +5,44 @@
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names a server on which two scratch databases are created and dropped afterwards: the control plane
- * of an in-process dimas server, and the target warehouse holding the customer table.
+ * of the dimas server (in process for the dashboard, whose statements are counted on its connection),
+ * and the target warehouse holding the customer table.
  * BENCH_EXPORT_ROWS (default 1,000,000) sizes the table; BENCH_AUDIENCES (default 1,000) the dashboard.
  *
  * 1. Dashboard: audiences (each with exports, metrics and conversions) are inserted straight into
  *    the control plane at 10 and at BENCH_AUDIENCES; GET /dashboard is called over HTTP and every
  *    control-plane statement issued during the call is counted. It must not grow with the audiences.
- * 2. Export: an audience of every customer is materialized (a job), then exported to CSV (a job)
- *    over HTTP. Throughput and the process's peak RSS during the export are printed (target < 300 MB:
- *    the export streams from a cursor with constant memory).
+ * 2. Export: the in-process server stops and the server starts again as a child process, the way
+ *    `npm start` runs it (bench/harness.ts startServer), so that its RSS is its own. An audience of
+ *    every customer is materialized (a job), then exported to CSV (a job) over HTTP. Throughput and
+ *    the server's peak RSS during the export, sampled from /proc, are printed (target < 300 MB: the
+ *    export streams from a cursor with constant memory).
  */
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
 import { createLogger } from '../src/logger.ts';
 import { startServer, type RunningServer } from '../src/server.ts';
-import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
-import { assertReadOnlySql } from '../src/warehouse/sql-guard.ts';
+import {
+  addAdmin,
+  benchDatabaseUrl,
+  median,
+  postgresConfig,
+  rssMb,
+  runIfMain,
+  serverEnv,
+  signIn,
+  startServer as startChildServer,
+  stopServer,
+  urlFor,
+} from './harness.ts';
 
 const RSS_TARGET_MB = 300;
 const PASSWORD = 'bench-password-audiences';
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-
-async function http(server: RunningServer, token: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(new URL(path, server.url), {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const json = (await res.json()) as any;
-  if (res.status !== 200)
-    throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
-  return json;
-}
 
 async function until<T>(
   read: () => Promise<T>,
@@ -132,30 +130,22 @@ async function seedAudiences(
 }
 
 export async function runAudiencesBench() {
-  const serverUrl =
-    process.env.BENCH_DATABASE_URL ??
-    process.env.TEST_DATABASE_URL ??
-    'postgresql://postgres@127.0.0.1:5432/postgres';
+  const serverUrl = benchDatabaseUrl();
   const exportRows = Number(process.env.BENCH_EXPORT_ROWS ?? 1_000_000);
   const audienceCount = Number(process.env.BENCH_AUDIENCES ?? 1000);
   const controlDb = `dimas_bench_aud_cp_${process.pid}`;
   const warehouseDb = `dimas_bench_aud_wh_${process.pid}`;
-  const urlOf = (db: string) => {
-    const url = new URL(serverUrl);
-    url.pathname = `/${db}`;
-    return url.toString();
-  };
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();
   await admin.query(`create database "${controlDb}"`);
   await admin.query(`create database "${warehouseDb}"`);
   const dataDir = mkdtempSync(join(tmpdir(), 'dimas-bench-aud-'));
-  const warehouse = new pg.Client({ connectionString: urlOf(warehouseDb) });
-  const cp = new pg.Client({ connectionString: urlOf(controlDb) });
+  const warehouse = new pg.Client({ connectionString: urlFor(serverUrl, warehouseDb) });
+  const cp = new pg.Client({ connectionString: urlFor(serverUrl, controlDb) });
   let server: RunningServer | undefined;
+  let child: Awaited<ReturnType<typeof startChildServer>> | undefined;
   try {
     await warehouse.connect();
-    const target = new URL(serverUrl);
     await warehouse.query('create schema crm');
     await warehouse.query(
       `create table crm.customers (customer_id integer primary key, email text, country text, age integer,
@@ -172,50 +162,23 @@ export async function runAudiencesBench() {
       `warehouse crm.customers: ${exportRows} rows loaded in ${(performance.now() - loadStarted).toFixed(0)} ms`,
     );
 
-    const env = loadEnv({
-      PORT: '0',
-      DATABASE_URL: urlOf(controlDb),
-      DIMAS_DATA_DIR: dataDir,
-      DIMAS_SECRET_KEY: randomBytes(32).toString('hex'),
-      SEED_DEMO: 'false',
+    const environment = {
+      ...serverEnv(urlFor(serverUrl, controlDb), dataDir),
       LOG_LEVEL: 'silent',
       AUTH_CACHE_TTL_MS: '0',
-    });
+    };
+    const env = loadEnv(environment);
     const db = await openDatabase({ databaseUrl: env.DATABASE_URL });
     server = await startServer(env, { db, seed: false, logger: createLogger({ level: 'silent' }) });
-    const em = server.deps.orm.em.fork() as EntityManager;
-    const org = await createOrganizationRecord(em, { name: 'Bench', domain: `bench-${process.pid}.test` });
-    await createUser(
-      { em, deps: server.deps },
-      {
-        organizationId: org.id,
-        isSuperAdmin: false,
-        username: 'bench',
-        password: PASSWORD,
-        roles: ['admin'],
-        must_change_password: false,
-      },
-    );
-    const login = await fetch(new URL('/api/auth/login', server.url), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ username: 'bench', domain: org.domain, password: PASSWORD }),
-    });
-    const token = ((await login.json()) as { token: string }).token;
-    const workspace = await http(server, token, 'POST', '/api/workspaces/create', {
+    const tenantAdmin = { domain: `bench-${process.pid}.test`, username: 'bench', password: PASSWORD };
+    const org = await addAdmin(server.deps.orm.em.fork() as EntityManager, tenantAdmin);
+    const { api } = await signIn(server.url, tenantAdmin);
+    const workspace = await api('POST', '/api/workspaces/create', {
       name: 'bench',
       select: true,
-      target_config: {
-        type: 'postgres',
-        host: target.hostname,
-        port: Number(target.port || 5432),
-        database: warehouseDb,
-        user: decodeURIComponent(target.username) || 'postgres',
-        ...(target.password ? { password: decodeURIComponent(target.password) } : {}),
-        schemas: ['crm'],
-      },
+      target_config: postgresConfig(serverUrl, warehouseDb, ['crm']),
     });
-    await http(server, token, 'POST', '/api/workspaces/bench/config', {
+    await api('POST', '/api/workspaces/bench/config', {
       target_schema: {
         name: 'crm',
         tables: [
@@ -247,15 +210,15 @@ export async function runAudiencesBench() {
         (await cp.query('select count(*) from audiences where workspace_id = $1', [wsId])).rows[0].count,
       );
       if (n > existing) await seedAudiences(cp, org.id, wsId, warehouseDb, n - existing);
-      await http(server!, token, 'GET', '/api/api/audiences/dashboard');
+      await api('GET', '/api/api/audiences/dashboard');
       let answered = 0;
       const statements = await countStatements(server!, async () => {
-        answered = (await http(server!, token, 'GET', '/api/api/audiences/dashboard')).audiences.length;
+        answered = (await api('GET', '/api/api/audiences/dashboard')).audiences.length;
       });
       const times: number[] = [];
       for (let i = 0; i < 5; i++) {
         const started = performance.now();
-        await http(server!, token, 'GET', '/api/api/audiences/dashboard');
+        await api('GET', '/api/api/audiences/dashboard');
         times.push(performance.now() - started);
       }
       const audienceStatements = statements.filter((s) => /audience/.test(s)).length;
@@ -272,16 +235,20 @@ export async function runAudiencesBench() {
     console.log(`dashboard statements constant in the number of audiences: ${constant ? 'yes' : 'NO'}`);
 
     // ---- 2. export ----
-    const audience = await http(server, token, 'POST', '/api/api/audiences', {
+    await server.close();
+    server = undefined;
+    child = await startChildServer(environment);
+    const { api: exportApi } = await signIn(child.url, tenantAdmin);
+    const audience = await exportApi('POST', '/api/api/audiences', {
       name: 'everyone',
       target_table: 'customers',
       definition: { type: 'rules', rules: { all: [] } },
       attribute_columns: ['email', 'country', 'age', 'lifetime_value', 'signup_date'],
     });
     const materializeStarted = performance.now();
-    const run = await http(server, token, 'POST', `/api/api/audiences/${audience.id}/materialize`);
+    const run = await exportApi('POST', `/api/api/audiences/${audience.id}/materialize`);
     const done = await until(
-      () => http(server!, token, 'GET', `/api/api/audiences/${audience.id}`),
+      () => exportApi('GET', `/api/api/audiences/${audience.id}`),
       (a) =>
         a.materialization.run_id === run.run_id && ['succeeded', 'failed'].includes(a.materialization.status),
     );
@@ -291,35 +258,24 @@ export async function runAudiencesBench() {
       `materialize: ${done.materialization.row_count} rows in ${(performance.now() - materializeStarted).toFixed(0)} ms (job duration ${done.materialization.duration_ms} ms)`,
     );
 
-    // The SQL guard compiles its WASM parser on first use (a one-off of a few hundred MB of compiler
-    // memory and seconds); a running server has long done so, so it is warmed before measuring.
-    await assertReadOnlySql('select 1');
-    global.gc?.();
-    const baseline = process.memoryUsage().rss;
-    let peak = baseline;
-    let atPeak = process.memoryUsage();
-    const sampler = setInterval(() => {
-      const usage = process.memoryUsage();
-      if (usage.rss > peak) [peak, atPeak] = [usage.rss, usage];
-    }, 20);
+    const pid = child.child.pid!;
+    const baseline = rssMb(pid);
+    let peakMb = baseline;
+    const sampler = setInterval(() => (peakMb = Math.max(peakMb, rssMb(pid))), 20);
     const exportStarted = performance.now();
-    const created = await http(server, token, 'POST', '/api/api/audiences/exports', {
+    const created = await exportApi('POST', '/api/api/audiences/exports', {
       audience_id: audience.id,
       destination: { type: 'csv' },
     });
     const finished = await until(
       async () =>
-        (await http(server!, token, 'GET', `/api/api/audiences/${audience.id}/exports`)).exports.find(
+        (await exportApi('GET', `/api/api/audiences/${audience.id}/exports`)).exports.find(
           (e: any) => e.id === created.export.id,
         ),
       (e) => e.last_run?.run_id === created.run.run_id && ['succeeded', 'failed'].includes(e.last_run.status),
     );
     const exportMs = performance.now() - exportStarted;
     clearInterval(sampler);
-    const mb = (n: number) => `${(n / 2 ** 20).toFixed(0)} MB`;
-    console.log(
-      `at the peak: heap used ${mb(atPeak.heapUsed)} of ${mb(atPeak.heapTotal)}, external ${mb(atPeak.external)}, array buffers ${mb(atPeak.arrayBuffers)}`,
-    );
     const jobMs =
       new Date(finished.last_run.finished_at).getTime() - new Date(finished.last_run.started_at).getTime();
     console.log(
@@ -330,13 +286,12 @@ export async function runAudiencesBench() {
     const file = join(dataDir, 'audience-exports', org.id, `${created.export.id}.csv`);
     const bytes = statSync(file).size;
     const lines = readFileSync(file, 'utf8').split('\n').length - 2;
-    const peakMb = peak / 2 ** 20;
     console.log(
       `CSV export: ${finished.rows_exported} rows (${lines} data lines), ${(bytes / 2 ** 20).toFixed(1)} MB in ${(exportMs / 1000).toFixed(2)} s ` +
         `= ${Math.round(finished.rows_exported / (exportMs / 1000))} rows/s, ${(bytes / 2 ** 20 / (exportMs / 1000)).toFixed(1)} MB/s`,
     );
     console.log(
-      `server RSS: ${(baseline / 2 ** 20).toFixed(0)} MB before, peak ${peakMb.toFixed(0)} MB during the export ` +
+      `server RSS: ${baseline.toFixed(0)} MB before, peak ${peakMb.toFixed(0)} MB during the export ` +
         `(target < ${RSS_TARGET_MB} MB): ${peakMb < RSS_TARGET_MB ? 'ok' : 'OVER'}`,
     );
     return {
@@ -350,6 +305,7 @@ export async function runAudiencesBench() {
     };
   } finally {
     await server?.close().catch(() => undefined);
+    if (child) await stopServer(child.child);
     await warehouse.end().catch(() => undefined);
     await cp.end().catch(() => undefined);
     await admin.query(`drop database if exists "${controlDb}" with (force)`);
@@ -359,12 +315,7 @@ export async function runAudiencesBench() {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  runAudiencesBench().then(
-    (r) => process.exit(r.dashboard.constant && r.export.ok ? 0 : 1),
-    (error) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, async () => {
+  const r = await runAudiencesBench();
+  return r.dashboard.constant && r.export.ok;
+});

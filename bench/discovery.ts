@@ -10,11 +10,9 @@
  *
  * It creates two scratch databases (control plane, source) on that server and drops them at the end.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { createParser } from 'eventsource-parser';
 import pg from 'pg';
@@ -22,10 +20,19 @@ import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
 import { createLogger } from '../src/logger.ts';
 import { startServer } from '../src/server.ts';
-import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
 import { introspectCatalog } from '../src/warehouse/introspect.ts';
 import { profileTable } from '../src/llm/profile.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
+import {
+  addAdmin,
+  benchDatabaseUrl,
+  median,
+  postgresConfig,
+  runIfMain,
+  serverEnv,
+  signIn,
+  urlFor,
+} from './harness.ts';
 
 export interface DiscoveryBenchResult {
   tables: number;
@@ -42,7 +49,6 @@ export interface DiscoveryBenchResult {
   process_max_rss_mb: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
 
 /** Twenty columns drawn from what real exports hold, so the matcher has real work (and real ties). */
@@ -122,11 +128,7 @@ export async function runDiscoveryBench(
     log?: (line: string) => void;
   } = {},
 ): Promise<DiscoveryBenchResult> {
-  const serverUrl =
-    options.serverUrl ??
-    process.env.BENCH_DATABASE_URL ??
-    process.env.TEST_DATABASE_URL ??
-    'postgresql://postgres@127.0.0.1:5432/postgres';
+  const serverUrl = options.serverUrl ?? benchDatabaseUrl();
   const tables = options.tables ?? Number(process.env.BENCH_TABLES ?? 500);
   const rows = options.rows ?? Number(process.env.BENCH_ROWS ?? 200);
   const iterations = options.iterations ?? Number(process.env.BENCH_ITERATIONS ?? 3);
@@ -135,17 +137,12 @@ export async function runDiscoveryBench(
   const tag = `${process.pid}_${Date.now()}`;
   const controlName = `dimas_bench_disc_ctl_${tag}`;
   const sourceName = `dimas_bench_disc_src_${tag}`;
-  const urlOf = (db: string) => {
-    const u = new URL(serverUrl);
-    u.pathname = `/${db}`;
-    return u.toString();
-  };
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();
   await admin.query(`create database "${controlName}"`);
   await admin.query(`create database "${sourceName}"`);
   const dataDir = mkdtempSync(join(tmpdir(), 'dimas-bench-discovery-'));
-  const source = new pg.Client({ connectionString: urlOf(sourceName) });
+  const source = new pg.Client({ connectionString: urlFor(serverUrl, sourceName) });
   let running: Awaited<ReturnType<typeof startServer>> | undefined;
   try {
     let t0 = performance.now();
@@ -153,68 +150,20 @@ export async function runDiscoveryBench(
     await source.query(sourceDdl(tables, rows));
     log(`source: ${tables} tables × 20 columns × ${rows} rows in ${Math.round(performance.now() - t0)} ms`);
 
-    const env = loadEnv({
-      PORT: '0',
-      DATABASE_URL: urlOf(controlName),
-      DIMAS_DATA_DIR: dataDir,
-      DIMAS_SECRET_KEY: randomBytes(32).toString('hex'),
-      SUPERADMIN_PASSWORD: randomBytes(12).toString('hex'),
-      SEED_DEMO: 'false',
-      LOG_LEVEL: 'silent',
-    });
+    const env = loadEnv({ ...serverEnv(urlFor(serverUrl, controlName), dataDir), LOG_LEVEL: 'silent' });
     const db = await openDatabase({ databaseUrl: env.DATABASE_URL });
     running = await startServer(env, { db, seed: false, logger: createLogger({ level: 'silent' }) });
-    const em = running.deps.orm.em.fork() as EntityManager;
-    const org = await createOrganizationRecord(em, { name: 'Bench', domain: `bench${tag}.test` });
-    await createUser(
-      { em, deps: running.deps },
-      {
-        organizationId: org.id,
-        isSuperAdmin: false,
-        username: 'bench',
-        password: 'bench-password-123',
-        roles: ['admin'],
-        must_change_password: false,
-      },
-    );
-    const api = async (method: string, path: string, body?: unknown, token?: string) => {
-      const res = await fetch(`${running!.url}${path}`, {
-        method,
-        headers: {
-          'content-type': 'application/json',
-          ...(token ? { authorization: `Bearer ${token}` } : {}),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const json = await res.json();
-      if (res.status !== 200)
-        throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
-      return json;
-    };
-    const { token } = await api('POST', '/api/auth/login', {
-      username: 'bench',
-      domain: `bench${tag}.test`,
-      password: 'bench-password-123',
-    });
-    const sourceConfig = {
-      type: 'postgres',
-      host: new URL(serverUrl).hostname,
-      port: Number(new URL(serverUrl).port || 5432),
-      database: sourceName,
-      user: decodeURIComponent(new URL(serverUrl).username) || 'postgres',
-      password: decodeURIComponent(new URL(serverUrl).password) || 'unused',
-      schemas: ['src'],
-    };
+    const tenantAdmin = { domain: `bench${tag}.test`, username: 'bench', password: 'bench-password-123' };
+    await addAdmin(running.deps.orm.em.fork() as EntityManager, tenantAdmin);
+    const { api, token } = await signIn(running.url, tenantAdmin);
     const template = JSON.parse(
       readFileSync(new URL('../seeds/schemas/customer-360.json', import.meta.url), 'utf8'),
     );
-    await api('POST', '/api/workspaces/create', { name: 'bench', select: true }, token);
-    await api(
-      'POST',
-      '/api/workspaces/bench/config',
-      { source_config: sourceConfig, target_schema: template },
-      token,
-    );
+    await api('POST', '/api/workspaces/create', { name: 'bench', select: true });
+    await api('POST', '/api/workspaces/bench/config', {
+      source_config: postgresConfig(serverUrl, sourceName, ['src']),
+      target_schema: template,
+    });
 
     // The bare work: the catalog queries and one profiling statement per table, on one plain connection.
     const run = async (sql: string, params: unknown[]) => (await source.query(sql, params)).rows;
@@ -292,11 +241,6 @@ export async function runDiscoveryBench(
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  try {
-    await runDiscoveryBench();
-  } catch (error) {
-    console.error(error);
-    process.exitCode = 1;
-  }
-}
+runIfMain(import.meta.url, async () => {
+  await runDiscoveryBench();
+});

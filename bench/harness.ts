@@ -1,9 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import autocannon from 'autocannon';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { openDatabase } from '../src/db/orm.ts';
+import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
+import type { Scope } from '../src/deps.ts';
 
 export interface LoadResult {
   label: string;
@@ -66,6 +70,15 @@ export const median = (values: number[]) => {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 };
 
+/** The PostgreSQL server on which benchmarks create their scratch databases. */
+export function benchDatabaseUrl(): string {
+  return (
+    process.env.BENCH_DATABASE_URL ??
+    process.env.TEST_DATABASE_URL ??
+    'postgresql://postgres@127.0.0.1:5432/postgres'
+  );
+}
+
 export function urlFor(base: string, database: string): string {
   const url = new URL(base);
   url.pathname = `/${database}`;
@@ -87,10 +100,24 @@ export function rssMb(pid: number): number {
   return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
 }
 
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * `npm start` (`tsx [node options] src/main.ts`) as `node [node options] --import tsx src/main.ts`:
+ * the same server with the same V8 options, without the tsx launcher's parent process, so that the
+ * child's pid is the server's own.
+ */
+function startArguments(): string[] {
+  const start: string = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
+  const [launcher, ...rest] = start.trim().split(/\s+/);
+  if (launcher !== 'tsx' || !rest.length) throw new Error(`unexpected start script: ${start}`);
+  return [...rest.slice(0, -1), '--import', 'tsx', rest.at(-1)!];
+}
+
 /** The dimas server as a child process (so its memory is measured alone), resolved once it listens. */
 export function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: join(dirname(fileURLToPath(import.meta.url)), '..'),
+  const child = spawn(process.execPath, startArguments(), {
+    cwd: root,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -103,4 +130,180 @@ export function startServer(env: Record<string, string>): Promise<{ child: Child
     });
     child.once('exit', (code) => reject(new Error(`the server exited with ${code}: ${out}`)));
   });
+}
+
+/** The environment of a benchmark's child server over the control-plane database `databaseUrl`. */
+export function serverEnv(databaseUrl: string, dataDir: string): Record<string, string> {
+  return {
+    DATABASE_URL: databaseUrl,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DIMAS_DATA_DIR: dataDir,
+    DIMAS_SECRET_KEY: '1f'.repeat(32),
+    SUPERADMIN_PASSWORD: 'bench-superadmin-password',
+    SEED_DEMO: 'false',
+    LOG_LEVEL: 'warn',
+  };
+}
+
+/** Stops a child server and waits for it to exit (SIGKILL for a crash). */
+export async function stopServer(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill(signal);
+  await exited;
+}
+
+export interface Admin {
+  domain: string;
+  username: string;
+  password: string;
+}
+
+/** An organization with one admin, written with `em` (an in-process server's, or one opened for it). */
+export async function addAdmin(em: EntityManager, admin: Admin) {
+  const org = await createOrganizationRecord(em, { name: admin.domain, domain: admin.domain });
+  await createUser({ em } as Scope, {
+    organizationId: org.id,
+    isSuperAdmin: false,
+    username: admin.username,
+    password: admin.password,
+    roles: ['admin'],
+    must_change_password: false,
+  });
+  return org;
+}
+
+/** An organization with one admin, written straight into the control plane a child server migrated. */
+export async function createAdmin(databaseUrl: string, admin: Admin): Promise<void> {
+  const db = await openDatabase({ databaseUrl });
+  try {
+    await addAdmin(db.orm.em.fork() as EntityManager, admin);
+  } finally {
+    await db.close();
+  }
+}
+
+export type JsonApi = (method: string, path: string, body?: unknown) => Promise<Record<string, any>>;
+
+/** A REST client signed in as `admin`; any answer but 200 throws with the status and the body. */
+export async function signIn(baseUrl: string, admin: Admin): Promise<{ api: JsonApi; token: string }> {
+  let token = '';
+  const api: JsonApi = async (method, path, body) => {
+    const res = await fetch(new URL(path, baseUrl), {
+      method,
+      headers: {
+        'content-type': 'application/json',
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const json = (await res.json()) as Record<string, any>;
+    if (res.status !== 200)
+      throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
+    return json;
+  };
+  token = (await api('POST', '/api/auth/login', admin)).token;
+  return { api, token };
+}
+
+/** A workspace connection config naming `database` on the server of `baseUrl`. */
+export function postgresConfig(baseUrl: string, database: string, schemas: string[]) {
+  const url = new URL(baseUrl);
+  return {
+    type: 'postgres',
+    host: url.hostname,
+    port: Number(url.port || 5432),
+    database,
+    user: decodeURIComponent(url.username) || 'postgres',
+    password: decodeURIComponent(url.password) || 'unused',
+    schemas,
+  };
+}
+
+export interface MappedColumn {
+  name: string;
+  type: string;
+  nullable?: boolean;
+  /** Copied from this source field (`table.column`)… */
+  sourceField?: string;
+  /** …or computed by this SQL expression. */
+  expression?: string;
+}
+
+/**
+ * A selected workspace whose one target table is mapped from one source table and committed, ready
+ * to materialize. Returns the committed SQL.
+ */
+export async function setUpMapping(
+  api: JsonApi,
+  options: {
+    workspace: string;
+    sourceConfig: Record<string, unknown>;
+    targetConfig: Record<string, unknown>;
+    table: string;
+    primaryKey: string[];
+    sourceTable: string;
+    columns: MappedColumn[];
+  },
+): Promise<string> {
+  await api('POST', '/api/workspaces/create', { name: options.workspace, select: true });
+  await api('POST', `/api/workspaces/${options.workspace}/config`, {
+    source_config: options.sourceConfig,
+    target_config: options.targetConfig,
+    target_schema: {
+      name: options.workspace,
+      tables: [
+        {
+          name: options.table,
+          primary_key: options.primaryKey,
+          columns: options.columns.map(({ name, type, nullable }) => ({ name, type, nullable })),
+        },
+      ],
+    },
+  });
+  const mapping = `/api/mappings/${options.table}`;
+  await api('POST', `${mapping}/tables`, { source_table: options.sourceTable, relationship: 'primary' });
+  for (const column of options.columns) {
+    if (column.sourceField)
+      await api('POST', `${mapping}/connection`, {
+        connection: { source_field: column.sourceField, target_field: column.name },
+      });
+    else if (column.expression)
+      await api('POST', `${mapping}/transformation`, {
+        transformation: { target_field: column.name, expression: column.expression },
+      });
+  }
+  return (await api('POST', `${mapping}/commit-transformation`, { message: 'bench' })).sql;
+}
+
+/** Queues a materialization of `table` and polls its mapping until the run ends; a failed run throws. */
+export async function materialize(
+  api: JsonApi,
+  table: string,
+): Promise<{ runId: string; result: Record<string, unknown> }> {
+  const { run_id: runId } = await api('POST', `/api/mappings/${table}/materialize`, {});
+  for (;;) {
+    const run = (await api('GET', `/api/mappings/${table}`)).materialization.last_run;
+    if (run?.run_id === runId && run.status === 'succeeded') return { runId, result: run.result };
+    if (run?.run_id === runId && ['failed', 'cancelled'].includes(run.status))
+      throw new Error(`run ${run.status}: ${run.error}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Runs a benchmark's `main` when its file is the entry point (`npx tsx bench/x.ts`, bench/run.ts), not
+ * when it is imported. Exits 1 when `main` throws or answers false (a missed target), else 0: handles
+ * a benchmark leaves open (pools, sockets) must not keep the process alive.
+ */
+export function runIfMain(importMetaUrl: string, main: () => Promise<boolean | void>): void {
+  if (importMetaUrl !== pathToFileURL(process.argv[1] ?? '').href) return;
+  main().then(
+    (passed) => process.exit(passed === false ? 1 : 0),
+    (error) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
 }

@@ -14,20 +14,29 @@
  * time (target ≤ 1.25×, best of two each), and the server's RSS before and at peak during the
  * same-database and the cross-database (streamed copy) runs (target: flat, < 300 MB).
  */
-import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import type { EntityManager } from '@mikro-orm/postgresql';
-import { openDatabase } from '../src/db/orm.ts';
-import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
-import type { Scope } from '../src/deps.ts';
-import { rssMb, startServer, urlFor, withClient } from './harness.ts';
+import {
+  benchDatabaseUrl,
+  createAdmin,
+  materialize,
+  postgresConfig,
+  rssMb,
+  runIfMain,
+  serverEnv,
+  setUpMapping,
+  signIn,
+  startServer,
+  stopServer,
+  urlFor,
+  withClient,
+} from './harness.ts';
 
 const TARGET_RATIO = 1.25;
 const RSS_LIMIT_MB = 300;
 const PASSWORD = 'bench-password-long-enough';
+const TABLE = 'events_clean';
 
 const EXPRESSIONS: Record<string, [string, string]> = {
   email: ['text', 'lower(trim(events.email))'],
@@ -75,15 +84,12 @@ async function watchRss<T>(
 }
 
 export default async function main() {
-  const base =
-    process.env.BENCH_DATABASE_URL ??
-    process.env.TEST_DATABASE_URL ??
-    'postgresql://postgres@127.0.0.1:5432/postgres';
+  const base = benchDatabaseUrl();
   const rows = Number(process.env.BENCH_ROWS ?? 1_000_000);
   const tag = `${process.pid}_${Date.now()}`;
   const [controlDb, warehouseDb, otherDb] = ['cp', 'wh', 'wh2'].map((k) => `dimas_bench_${k}_${tag}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'dimas-bench-'));
-  let server: { child: ChildProcess; url: string } | undefined;
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
   await withClient(base, async (c) => {
     for (const db of [controlDb, warehouseDb, otherDb]) await c.query(`create database "${db}"`);
   });
@@ -106,101 +112,33 @@ export default async function main() {
 
     const controlUrl = urlFor(base, controlDb);
     server = await startServer({
-      DATABASE_URL: controlUrl,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DIMAS_DATA_DIR: dataDir,
-      DIMAS_SECRET_KEY: '1f'.repeat(32),
-      SUPERADMIN_PASSWORD: 'bench-superadmin-password',
-      SEED_DEMO: 'false',
-      LOG_LEVEL: 'warn',
+      ...serverEnv(controlUrl, dataDir),
       WAREHOUSE_STATEMENT_TIMEOUT_MS: '600000',
     });
     const pid = server.child.pid!;
     const startedMb = rssMb(pid);
 
-    // A tenant with an admin, straight into the control plane the server migrated.
-    const db = await openDatabase({ databaseUrl: controlUrl });
-    const em = db.orm.em.fork() as EntityManager;
-    const org = await createOrganizationRecord(em, { name: 'Bench', domain: `bench-${tag}.test` });
-    await createUser({ em } as Scope, {
-      organizationId: org.id,
-      isSuperAdmin: false,
-      username: 'bench',
-      password: PASSWORD,
-      roles: ['admin'],
-      must_change_password: false,
-    });
-    await db.close();
-
-    const api = async (method: string, path: string, body?: unknown) => {
-      const res = await fetch(new URL(path, server!.url), {
-        method,
-        headers: {
-          'content-type': 'application/json',
-          ...(token ? { authorization: `Bearer ${token}` } : {}),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const json = (await res.json()) as Record<string, any>;
-      if (res.status !== 200)
-        throw new Error(`${method} ${path} answered ${res.status}: ${JSON.stringify(json)}`);
-      return json;
-    };
-    let token = '';
-    token = (
-      await api('POST', '/api/auth/login', {
-        username: 'bench',
-        domain: `bench-${tag}.test`,
-        password: PASSWORD,
-      })
-    ).token;
-    const config = (database: string, schemas: string[]) => ({
-      type: 'postgres',
-      host: new URL(base).hostname,
-      port: Number(new URL(base).port || 5432),
-      database,
-      user: decodeURIComponent(new URL(base).username) || 'postgres',
-      password: decodeURIComponent(new URL(base).password) || 'unused',
-      schemas,
-    });
+    const admin = { domain: `bench-${tag}.test`, username: 'bench', password: PASSWORD };
+    await createAdmin(controlUrl, admin);
+    const { api } = await signIn(server.url, admin);
     const columns = [
-      { name: 'id', type: 'bigint', nullable: false },
-      ...Object.entries(EXPRESSIONS).map(([name, [type]]) => ({ name, type })),
+      { name: 'id', type: 'bigint', nullable: false, sourceField: 'events.id' },
+      ...Object.entries(EXPRESSIONS).map(([name, [type, expression]]) => ({ name, type, expression })),
     ];
-    await api('POST', '/api/workspaces/create', { name: 'bench', select: true });
-    await api('POST', '/api/workspaces/bench/config', {
-      source_config: config(warehouseDb, ['src']),
-      target_config: config(warehouseDb, ['mart']),
-      target_schema: { name: 'bench', tables: [{ name: 'events_clean', primary_key: ['id'], columns }] },
-    });
-    await api('POST', '/api/mappings/events_clean/tables', {
-      source_table: 'src.events',
-      relationship: 'primary',
-    });
-    await api('POST', '/api/mappings/events_clean/connection', {
-      connection: { source_field: 'events.id', target_field: 'id' },
-    });
-    for (const [target_field, [, expression]] of Object.entries(EXPRESSIONS))
-      await api('POST', '/api/mappings/events_clean/transformation', {
-        transformation: { target_field, expression },
-      });
-    const committed = await api('POST', '/api/mappings/events_clean/commit-transformation', {
-      message: 'bench',
+    const committedSql = await setUpMapping(api, {
+      workspace: 'bench',
+      sourceConfig: postgresConfig(base, warehouseDb, ['src']),
+      targetConfig: postgresConfig(base, warehouseDb, ['mart']),
+      table: TABLE,
+      primaryKey: ['id'],
+      sourceTable: 'src.events',
+      columns,
     });
 
     async function viaApi(): Promise<{ ms: number; result: Record<string, unknown> }> {
       const started = performance.now();
-      const { run_id } = await api('POST', '/api/mappings/events_clean/materialize', {});
-      for (;;) {
-        const mapping = await api('GET', '/api/mappings/events_clean');
-        const run = mapping.materialization.last_run;
-        if (run?.run_id === run_id && run.status === 'succeeded')
-          return { ms: performance.now() - started, result: run.result };
-        if (run?.run_id === run_id && ['failed', 'cancelled'].includes(run.status))
-          throw new Error(`run ${run.status}: ${run.error}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      const { result } = await materialize(api, TABLE);
+      return { ms: performance.now() - started, result };
     }
 
     // The baseline: the committed SQL as one INSERT … SELECT into an identical table, with pg.
@@ -210,7 +148,7 @@ export default async function main() {
         await c.query(`drop table if exists mart.events_direct`);
         await c.query(`create table mart.events_direct (like mart.events_clean including all)`);
         const started = performance.now();
-        await c.query(`insert into mart.events_direct (${names})\n${committed.sql}`);
+        await c.query(`insert into mart.events_direct (${names})\n${committedSql}`);
         return performance.now() - started;
       });
     }
@@ -235,7 +173,9 @@ export default async function main() {
     );
     if (count !== rows) throw new Error(`the target holds ${count} rows, expected ${rows}`);
 
-    await api('POST', '/api/workspaces/bench/config', { target_config: config(otherDb, ['mart']) });
+    await api('POST', '/api/workspaces/bench/config', {
+      target_config: postgresConfig(base, otherDb, ['mart']),
+    });
     const cross = await watchRss(pid, viaApi);
     if (cross.result.result.mode !== 'streamed_copy' || cross.result.result.rows_written !== rows)
       throw new Error(`unexpected run result ${JSON.stringify(cross.result.result)}`);
@@ -256,10 +196,7 @@ export default async function main() {
       `server RSS: started ${startedMb.toFixed(0)} MB, idle after a run ${idleMb.toFixed(0)} MB, peak same-database ${samePeak.toFixed(0)} MB, peak cross-database ${cross.peakMb.toFixed(0)} MB (target < ${RSS_LIMIT_MB} MB) ${Math.max(samePeak, cross.peakMb) < RSS_LIMIT_MB ? 'OK' : 'OVER TARGET'}`,
     );
   } finally {
-    if (server) {
-      server.child.kill('SIGTERM');
-      await new Promise((r) => server!.child.once('exit', r));
-    }
+    if (server) await stopServer(server.child);
     rmSync(dataDir, { recursive: true, force: true });
     await withClient(base, async (c) => {
       for (const db of [controlDb, warehouseDb, otherDb])
@@ -268,12 +205,4 @@ export default async function main() {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main().then(
-    () => process.exit(0),
-    (error) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, main);

@@ -10,10 +10,10 @@
  * The baseline is the single aggregate statement a person would write by hand for the same
  * measures, run in the same process on the same table; the printed ratio is ours / hand-written.
  */
-import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { computeTableMetrics, type ColumnInput, type MetricsOptions } from '../src/quality/metrics.ts';
 import { resolveIdentities } from '../src/quality/identity-graph.ts';
+import { benchDatabaseUrl, median, runIfMain, urlFor } from './harness.ts';
 
 const TYPES = ['integer', 'bigint', 'double precision', 'numeric', 'text', 'date', 'timestamptz', 'boolean'];
 const TARGET_RATIO = 1.3;
@@ -55,8 +55,6 @@ async function time(work: () => Promise<unknown>): Promise<number> {
   await work();
   return performance.now() - started;
 }
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 async function compare(
   client: pg.Client,
@@ -126,19 +124,14 @@ async function identityBench(client: pg.Client, identifiers: number) {
 }
 
 export async function runMetricsBench() {
-  const serverUrl =
-    process.env.BENCH_DATABASE_URL ??
-    process.env.TEST_DATABASE_URL ??
-    'postgresql://postgres@127.0.0.1:5432/postgres';
+  const serverUrl = benchDatabaseUrl();
   const rows = Number(process.env.BENCH_ROWS ?? 1_000_000);
   const identifiers = Number(process.env.BENCH_IDENTIFIERS ?? 1_000_000);
   const name = `dimas_bench_metrics_${process.pid}`;
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();
   await admin.query(`create database "${name}"`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  const client = new pg.Client({ connectionString: url.toString() });
+  const client = new pg.Client({ connectionString: urlFor(serverUrl, name) });
   try {
     await client.connect();
     const columns = columnsOf(20);
@@ -181,12 +174,7 @@ export async function runMetricsBench() {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  runMetricsBench().then(
-    (r) => process.exit(r.approximate <= TARGET_RATIO && r.exact <= TARGET_RATIO && r.identity.ok ? 0 : 1),
-    (error) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, async () => {
+  const r = await runMetricsBench();
+  return r.approximate <= TARGET_RATIO && r.exact <= TARGET_RATIO && r.identity.ok;
+});
