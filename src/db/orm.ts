@@ -4,6 +4,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import { MikroORM, defineConfig, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { createEmbeddedDialect, openEmbeddedPostgres } from './embedded.ts';
+import { CONNECTION_WAIT_MS, releaseClientsWhoseConnectionDied } from './pool.ts';
 import { LoginFailure, Organization, Session, User } from '../modules/auth/auth.entity.ts';
 import { Role } from '../modules/admin/admin.entity.ts';
 import {
@@ -60,8 +61,18 @@ const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations
 export type DatabaseKind = 'embedded' | 'server';
 
 export function ormConfig(connection: { clientUrl: string } | { driverOptions: unknown }): Options {
+  const server =
+    'clientUrl' in connection
+      ? {
+          driverOptions: {
+            onPoolCreated: releaseClientsWhoseConnectionDied,
+            connectionTimeoutMillis: CONNECTION_WAIT_MS,
+          },
+        }
+      : {};
   return defineConfig({
     ...connection,
+    ...server,
     dbName: 'clientUrl' in connection ? undefined : 'postgres',
     entities,
     extensions: [Migrator],
