@@ -16,6 +16,10 @@ try {
 // embedded mode keeps the optimizing tier, which PGlite's executor needs. Set before the parser loads.
 if (env.DATABASE_URL) setFlagsFromString('--no-wasm-tier-up --no-wasm-dynamic-tiering');
 
+// A reader of stdout that goes away (a log shipper restarting, a closed terminal) must not take the
+// API down with an EPIPE: the log files in the data directory still receive every line.
+process.stdout.on('error', () => {});
+
 const running = await startServer(env);
 const { logger } = running.deps;
 logger.info({ url: running.url, database: running.deps.dbKind }, 'dimas is listening');
