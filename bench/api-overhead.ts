@@ -1,13 +1,13 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
-import pino from 'pino';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { loadEnv } from '../src/env.ts';
 import { startServer } from '../src/server.ts';
+import { createLogger, flushLogFile } from '../src/logger.ts';
 import { generateToken } from '../src/auth/tokens.ts';
 import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
 import { Organization } from '../src/modules/auth/auth.entity.ts';
@@ -37,12 +37,8 @@ export default async function apiOverhead(): Promise<void> {
     ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
     ...(process.env.AUTH_CACHE_TTL_MS ? { AUTH_CACHE_TTL_MS: process.env.AUTH_CACHE_TTL_MS } : {}),
   });
-  // The production log file without the copy on stdout, which would drown the figures.
-  mkdirSync(join(dataDir, 'logs'), { recursive: true });
-  const logger = pino(
-    { level: env.LOG_LEVEL, redact: ['req.headers.authorization', 'req.headers.cookie'] },
-    pino.destination({ dest: join(dataDir, 'logs', 'dimas.log'), sync: false }),
-  );
+  // The production logger and its log file, without the copy on stdout, which would drown the figures.
+  const logger = createLogger({ level: env.LOG_LEVEL, logDir: join(dataDir, 'logs'), stdout: false });
   const dimas = await startServer(env, { logger });
   const em = dimas.deps.orm.em.fork() as EntityManager;
   const domain = `bench-${Date.now().toString(36)}.local`;
@@ -117,7 +113,7 @@ export default async function apiOverhead(): Promise<void> {
     bareServer.close();
     await em.fork().nativeDelete(Organization, { id: org.id });
     await dimas.close();
-    logger.flush();
+    await flushLogFile(logger);
     rmSync(dataDir, { recursive: true, force: true });
   }
 }

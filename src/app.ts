@@ -10,12 +10,12 @@ import type { AppDeps } from './deps.ts';
 import { appRouter } from './trpc/router.ts';
 import { createCallerFactory } from './trpc/procedures.ts';
 import { createContextFactory } from './trpc/context.ts';
-import { openApiDocument } from './trpc/openapi.ts';
+import { STREAMED_ROUTES, openApiDocument } from './trpc/openapi.ts';
 import { createRestHandler } from './trpc/rest.ts';
 import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
 import { AppError, type AppErrorCode } from './app-error.ts';
 import { packageVersion } from './version.ts';
-import { requestLogger } from './logger.ts';
+import { flushLogFile, requestLogger } from './logger.ts';
 
 const require = createRequire(import.meta.url);
 const createCaller = createCallerFactory(appRouter);
@@ -28,6 +28,15 @@ export function sendError(res: Response, error: unknown): void {
   if (!res.headersSent) res.status(status).json({ message, code: trpcError.code, ...errorExtras(trpcError) });
   else res.destroy();
 }
+
+const API_SECURITY_HEADERS: [string, string][] = [
+  ['Content-Security-Policy', "default-src 'none';frame-ancestors 'none'"],
+  ['Cross-Origin-Resource-Policy', 'same-origin'],
+  ['Referrer-Policy', 'no-referrer'],
+  ['Strict-Transport-Security', 'max-age=31536000; includeSubDomains'],
+  ['X-Content-Type-Options', 'nosniff'],
+  ['X-Frame-Options', 'SAMEORIGIN'],
+];
 
 export function createApp(deps: AppDeps) {
   const app = express();
@@ -46,20 +55,12 @@ export function createApp(deps: AppDeps) {
   });
   // Everything else answers JSON or files: the headers that protect such answers (OWASP's REST
   // cheat sheet) — no sniffing, no framing, no loading as a resource of another site, HTTPS only, no
-  // referrer. Helmet's HTML-only headers (opener and origin-agent isolation, DNS prefetch, IE download
-  // and XSS-filter switches, Flash policies) are left out: each is work on every response for nothing.
-  const apiHeaders = helmet({
-    contentSecurityPolicy: {
-      useDefaults: false,
-      directives: { 'default-src': ["'none'"], 'frame-ancestors': ["'none'"] },
-    },
-    crossOriginOpenerPolicy: false,
-    originAgentCluster: false,
-    xDnsPrefetchControl: false,
-    xDownloadOptions: false,
-    xPermittedCrossDomainPolicies: false,
-    xXssProtection: false,
-  });
+  // referrer. Helmet's HTML-only headers are left out, and the fixed values are set in one pass rather
+  // than by helmet's chain of middlewares, which rebuilt the policy string on every request.
+  const apiHeaders = (_req: Request, res: Response, next: NextFunction) => {
+    for (const [name, value] of API_SECURITY_HEADERS) res.setHeader(name, value);
+    next();
+  };
   app.use((req, res, next) => (req.path.startsWith('/api/docs') ? pageHeaders : apiHeaders)(req, res, next));
   const origins = deps.env.CORS_ORIGINS.split(',')
     .map((o) => o.trim())
@@ -68,6 +69,9 @@ export function createApp(deps: AppDeps) {
   if (origins.length) app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
   app.use(requestLogger(deps.logger));
   app.use(express.json({ limit: deps.env.BODY_LIMIT }));
+  const restContext = createContextFactory(deps, 'rest');
+  // First: the API routes are the traffic, and express would otherwise test every route below first.
+  app.use(createRestHandler(appRouter, restContext, STREAMED_ROUTES));
 
   app.get('/api/health', async (_req, res) => {
     try {
@@ -83,13 +87,12 @@ export function createApp(deps: AppDeps) {
   });
   mountApiReference(app);
 
-  const restContext = createContextFactory(deps, 'rest');
-
   /** Binary downloads: the procedure guards and lists, the route streams. */
   app.get('/api/auth/admin/logs/download', async (req, res) => {
     try {
       const ctx = restContext({ req });
       const { files } = await createCaller(ctx).auth.adminLogsDownload();
+      await flushLogFile(deps.logger);
       const dir = join(deps.env.dataDir, 'logs');
       res.setHeader('content-type', 'application/gzip');
       res.setHeader(
@@ -208,7 +211,6 @@ export function createApp(deps: AppDeps) {
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
   );
-  app.use(createRestHandler(appRouter, restContext));
   app.use((_req, res) => void res.status(404).json({ message: 'Not found', code: 'NOT_FOUND' }));
 
   app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {

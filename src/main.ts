@@ -1,6 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { loadEnv } from './env.ts';
 import { startServer } from './server.ts';
+import { flushLogFile } from './logger.ts';
 
 let env;
 try {
@@ -36,7 +37,7 @@ async function shutdown(signal: string) {
   try {
     await running.close();
     console.log('dimas stopped cleanly');
-    logger.flush();
+    await flushLogFile(logger);
     process.exit(0);
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');

@@ -4,10 +4,16 @@ import { appRouter } from './router.ts';
 let cached: ReturnType<typeof generateOpenApiDocument> | undefined;
 
 /**
- * Routes whose 200 is not JSON: app.ts streams them, and the generator would call every answer
- * application/json. Binary downloads carry no schema; the discovery stream keeps the event schema.
+ * Routes whose 200 is not JSON: app.ts streams them (the REST adapter leaves them alone), and the
+ * generator would call every answer application/json. Binary downloads carry no schema; the discovery
+ * stream keeps the event schema.
  */
-const STREAMED: { method: 'get' | 'post'; path: string; contentType: string; binary: boolean }[] = [
+export const STREAMED_ROUTES: {
+  method: 'get' | 'post';
+  path: string;
+  contentType: string;
+  binary: boolean;
+}[] = [
   { method: 'post', path: '/api/workspaces/discover', contentType: 'text/event-stream', binary: false },
   { method: 'get', path: '/api/auth/admin/logs/download', contentType: 'application/gzip', binary: true },
   {
@@ -19,7 +25,7 @@ const STREAMED: { method: 'get' | 'post'; path: string; contentType: string; bin
 ];
 
 function describeStreamedResponses(document: ReturnType<typeof generateOpenApiDocument>) {
-  for (const route of STREAMED) {
+  for (const route of STREAMED_ROUTES) {
     const ok = document.paths?.[route.path]?.[route.method]?.responses?.['200'];
     if (!ok || !('content' in ok) || !ok.content?.['application/json']) continue;
     const schema = route.binary

@@ -4,7 +4,10 @@ import { TRPCError, type AnyProcedure, type AnyRouter } from '@trpc/server';
 import {
   getErrorShape,
   getHTTPStatusCodeFromError,
-  type ProcedureCallOptions,
+  getTRPCErrorFromUnknown,
+  middlewareMarker,
+  type AnyMiddlewareFunction,
+  type MiddlewareResult,
 } from '@trpc/server/unstable-core-do-not-import';
 import type { AppErrorCode } from '../app-error.ts';
 import type { Context } from './context.ts';
@@ -17,6 +20,8 @@ type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 interface Route {
   path: string;
   procedure: AnyProcedure;
+  /** The procedure's middleware chain, which tRPC keeps on its definition (ending with the resolver). */
+  middlewares: AnyMiddlewareFunction[];
   /** The procedure takes no input (`z.void()`), so nothing from the request is passed. */
   takesNoInput: boolean;
   /** Query keys declared as arrays: a single `?key=v` still has to arrive as `[v]`. */
@@ -115,6 +120,69 @@ function queryInput(req: Request, arrayKeys: string[]): Record<string, unknown> 
   return input;
 }
 
+/** What every middleware of a procedure receives besides `next`. */
+interface Call {
+  ctx: Context;
+  type: AnyProcedure['_def']['type'];
+  path: string;
+  input: unknown;
+  getRawInput: () => Promise<unknown>;
+  meta: Meta | undefined;
+}
+
+interface NextOptions {
+  ctx?: Record<string, unknown>;
+  input?: unknown;
+  getRawInput?: () => Promise<unknown>;
+}
+
+/**
+ * A procedure's middlewares (guard, input parsers, output validator, resolver) run in order, as tRPC's
+ * own caller runs them and with the same options, but built as plain object literals: tRPC copies its
+ * call options through a transpiled object-spread helper twice per level, which alone measured a tenth
+ * of a cached authenticated call (bench/api-overhead.ts). Guards and validation stay tRPC's own.
+ */
+async function runMiddlewares(
+  middlewares: AnyMiddlewareFunction[],
+  index: number,
+  call: Call,
+): Promise<MiddlewareResult<unknown>> {
+  try {
+    return await middlewares[index]({
+      ctx: call.ctx,
+      type: call.type,
+      path: call.path,
+      input: call.input,
+      getRawInput: call.getRawInput,
+      meta: call.meta,
+      signal: undefined,
+      next: nextStep(middlewares, index + 1, call),
+    } as Parameters<AnyMiddlewareFunction>[0]);
+  } catch (cause) {
+    return { ok: false, error: getTRPCErrorFromUnknown(cause), marker: middlewareMarker };
+  }
+}
+
+/*
+ * The two functions below only return closures: tsx (which runs the server) keeps function names by
+ * attaching them at run time to every closure written as a named property, once per request here.
+ */
+function nextStep(middlewares: AnyMiddlewareFunction[], index: number, call: Call) {
+  return (next?: NextOptions) =>
+    runMiddlewares(middlewares, index, {
+      ctx: next?.ctx ? ({ ...call.ctx, ...next.ctx } as Context) : call.ctx,
+      type: call.type,
+      path: call.path,
+      input: next && 'input' in next ? next.input : call.input,
+      getRawInput: next?.getRawInput ?? call.getRawInput,
+      meta: call.meta,
+    });
+}
+
+function rawInputOf(input: unknown) {
+  return () => Promise.resolve(input);
+}
+
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.statusCode = status;
   res.setHeader('content-type', 'application/json');
@@ -129,8 +197,14 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
  * signal, and created a caller proxy — a third of the cost of a cached authenticated call
  * (bench/api-overhead.ts). Routes are resolved once here: static paths by map, the others by pattern.
  */
-export function createRestHandler(router: AnyRouter, createContext: (opts: { req: Request }) => Context) {
+export function createRestHandler(
+  router: AnyRouter,
+  createContext: (opts: { req: Request }) => Context,
+  /** Routes (method, OpenAPI path) that another handler serves, such as streamed answers. */
+  servedElsewhere: { method: string; path: string }[] = [],
+) {
   pinBodyCoercion(router);
+  const skipped = new Set(servedElsewhere.map((r) => `${r.method.toUpperCase()} ${r.path}`));
   const staticRoutes = new Map<string, Route>();
   const paramRoutes = new Map<string, ParamRoute[]>();
   for (const [path, procedure] of Object.entries(router._def.procedures as Record<string, AnyProcedure>)) {
@@ -139,14 +213,18 @@ export function createRestHandler(router: AnyRouter, createContext: (opts: { req
     const input = (procedure._def.inputs as ZodLike[])[0];
     const inputKind = kindOf(input);
     const shape = inputKind === 'object' ? (unwrap(input)!._zod!.def.shape as Record<string, ZodLike>) : {};
+    const { middlewares } = procedure._def as unknown as { middlewares?: AnyMiddlewareFunction[] };
+    if (!middlewares?.length) throw new Error(`The procedure ${path} has no middleware chain to run`);
     const route: Route = {
       path,
       procedure,
+      middlewares,
       takesNoInput: inputKind === 'void' || inputKind === 'undefined' || inputKind === 'never',
       arrayKeys: Object.keys(shape).filter((key) => kindOf(shape[key]) === 'array'),
     };
     if (!BODY_METHODS.has(openapi.method)) coerceQuerySchema(input);
     const routePath = `/${openapi.path.replace(/^\/|\/$/g, '')}`;
+    if (skipped.delete(`${openapi.method} ${routePath}`)) continue;
     if (!routePath.includes('{')) staticRoutes.set(`${openapi.method} ${routePath}`, route);
     else {
       const pattern = new RegExp(`^${routePath.replace(/\{(.+?)\}/g, (_, key) => `(?<${key}>[^/]+)`)}$`);
@@ -155,6 +233,7 @@ export function createRestHandler(router: AnyRouter, createContext: (opts: { req
       paramRoutes.set(openapi.method, list);
     }
   }
+  if (skipped.size) throw new Error(`No procedure answers ${[...skipped].join(', ')}`);
 
   function match(method: string, path: string): { route: Route; params: Record<string, string> } | null {
     const route = staticRoutes.get(`${method} ${path}`);
@@ -171,6 +250,7 @@ export function createRestHandler(router: AnyRouter, createContext: (opts: { req
   }
 
   return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+    if (!req.path.startsWith('/api/')) return next();
     const method = req.method === 'HEAD' ? 'GET' : (req.method as Method);
     let found: ReturnType<typeof match>;
     try {
@@ -202,14 +282,17 @@ export function createRestHandler(router: AnyRouter, createContext: (opts: { req
     let ctx: Context | undefined;
     try {
       ctx = createContext({ req });
-      // Only what a call needs: tRPC copies these options twice at every middleware level.
-      const data = await route.procedure({
+      const { _def } = route.procedure;
+      const result = await runMiddlewares(route.middlewares, 0, {
         ctx,
+        type: _def.type,
         path: route.path,
-        type: route.procedure._def.type,
-        getRawInput: async () => input,
-      } as ProcedureCallOptions<Context>);
-      sendJson(res, 200, data);
+        input: undefined,
+        getRawInput: rawInputOf(input),
+        meta: _def.meta as Meta | undefined,
+      });
+      if (!result.ok) throw result.error;
+      sendJson(res, 200, result.data);
     } catch (cause) {
       const error =
         cause instanceof TRPCError ? cause : new TRPCError({ code: 'INTERNAL_SERVER_ERROR', cause });
