@@ -29,6 +29,8 @@ export function sendError(res: Response, error: unknown): void {
   else res.destroy();
 }
 
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
+
 const API_SECURITY_HEADERS: [string, string][] = [
   ['Content-Security-Policy', "default-src 'none';frame-ancestors 'none'"],
   ['Cross-Origin-Resource-Policy', 'same-origin'],
@@ -68,7 +70,9 @@ export function createApp(deps: AppDeps) {
   // No origins configured = same origin only, which needs no CORS headers (and no work per request).
   if (origins.length) app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
   app.use(requestLogger(deps.logger));
-  app.use(express.json({ limit: deps.env.BODY_LIMIT }));
+  const parseJson = express.json({ limit: deps.env.BODY_LIMIT });
+  // GET, HEAD and DELETE carry no body here: they skip the parser rather than have it look for one.
+  app.use((req, res, next) => (BODY_METHODS.has(req.method) ? parseJson(req, res, next) : next()));
   const restContext = createContextFactory(deps, 'rest');
   // First: the API routes are the traffic, and express would otherwise test every route below first.
   app.use(createRestHandler(appRouter, restContext, STREAMED_ROUTES));

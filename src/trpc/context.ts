@@ -53,8 +53,8 @@ export function createContextFactory(deps: AppDeps, transport: Context['transpor
       get ipAddress() {
         return req.ip ?? req.socket.remoteAddress ?? 'unknown';
       },
-      userAgent: req.get('user-agent') ?? null,
-      bearer: bearerOf(req.get('authorization')),
+      userAgent: req.headers['user-agent'] ?? null,
+      bearer: bearerOf(req.headers.authorization),
     };
   };
 }
