@@ -1,7 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
 /**
- * Fault and load tests (`npm run test:resilience`): a database cut behind a proxy, a server killed
+ * Fault and load tests (`npm run test:resilience`): database cuts behind a proxy, a server killed
  * during a job, the load mix of bench/load.ts. Each runs its own server processes on scratch databases of a PostgreSQL server, one file at a
  * time; they take longer than the suite of `npm test` and stay out of it.
  */
