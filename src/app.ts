@@ -31,14 +31,41 @@ export function sendError(res: Response, error: unknown): void {
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
 
-const API_SECURITY_HEADERS: [string, string][] = [
-  ['Content-Security-Policy', "default-src 'none';frame-ancestors 'none'"],
-  ['Cross-Origin-Resource-Policy', 'same-origin'],
-  ['Referrer-Policy', 'no-referrer'],
-  ['Strict-Transport-Security', 'max-age=31536000; includeSubDomains'],
-  ['X-Content-Type-Options', 'nosniff'],
-  ['X-Frame-Options', 'SAMEORIGIN'],
-];
+/**
+ * Everything but the API reference answers JSON or files: helmet's headers that protect such answers
+ * (OWASP's REST cheat sheet) — no sniffing, no framing, no loading as a resource of another site,
+ * HTTPS only, no referrer. Its HTML-only headers are left out.
+ */
+const apiHelmet = helmet({
+  contentSecurityPolicy: {
+    useDefaults: false,
+    directives: { 'default-src': ["'none'"], 'frame-ancestors': ["'none'"] },
+  },
+  crossOriginOpenerPolicy: false,
+  originAgentCluster: false,
+  xDnsPrefetchControl: false,
+  xDownloadOptions: false,
+  xPermittedCrossDomainPolicies: false,
+  xXssProtection: false,
+});
+
+/**
+ * The headers a helmet middleware sets, read once: with fixed directives they depend on no request,
+ * and setting them in one pass spares every answer helmet's chain, which rebuilds the policy string.
+ */
+function headersSetBy(middleware: typeof apiHelmet): [string, string][] {
+  const headers: [string, string][] = [];
+  const recorder = {
+    setHeader: (name: string, value: unknown) => headers.push([name, String(value)]),
+    removeHeader: () => {},
+  };
+  let done = false;
+  middleware({} as Request, recorder as unknown as Response, () => (done = true));
+  if (!done) throw new Error('helmet did not set its headers synchronously');
+  return headers;
+}
+
+const API_SECURITY_HEADERS = headersSetBy(apiHelmet);
 
 export function createApp(deps: AppDeps) {
   const app = express();
@@ -55,10 +82,6 @@ export function createApp(deps: AppDeps) {
       },
     },
   });
-  // Everything else answers JSON or files: the headers that protect such answers (OWASP's REST
-  // cheat sheet) — no sniffing, no framing, no loading as a resource of another site, HTTPS only, no
-  // referrer. Helmet's HTML-only headers are left out, and the fixed values are set in one pass rather
-  // than by helmet's chain of middlewares, which rebuilt the policy string on every request.
   const apiHeaders = (_req: Request, res: Response, next: NextFunction) => {
     for (const [name, value] of API_SECURITY_HEADERS) res.setHeader(name, value);
     next();

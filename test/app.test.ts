@@ -75,6 +75,13 @@ describe('HTTP basics', () => {
 
   it('sends the security headers of helmet and no x-powered-by', async () => {
     const res = await call(server, 'GET', '/api/health');
+    // The same on a REST answer, which the REST adapter sends itself.
+    const rest = await call(server, 'GET', '/api/auth/session');
+    expect(rest.status).toBe(401);
+    for (const name of ['content-security-policy', 'cross-origin-resource-policy', 'referrer-policy'])
+      expect(rest.headers.get(name)).toBe(res.headers.get(name));
+    expect(res.headers.get('referrer-policy')).toBe('no-referrer');
+    expect(res.headers.get('cross-origin-resource-policy')).toBe('same-origin');
     expect(res.headers.get('x-content-type-options')).toBe('nosniff');
     expect(res.headers.get('x-frame-options')).toBe('SAMEORIGIN');
     expect(res.headers.get('content-security-policy')).toBe("default-src 'none';frame-ancestors 'none'");
