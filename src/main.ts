@@ -1,7 +1,6 @@
 import { setFlagsFromString } from 'node:v8';
 import { loadEnv } from './env.ts';
 import { startServer } from './server.ts';
-import { flushLogFile } from './logger.ts';
 
 let env;
 try {
@@ -37,7 +36,6 @@ async function shutdown(signal: string) {
   try {
     await running.close();
     console.log('dimas stopped cleanly');
-    await flushLogFile(logger);
     process.exit(0);
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');

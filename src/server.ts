@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Env } from './env.ts';
 import type { AppDeps } from './deps.ts';
-import { createLogger, type Logger } from './logger.ts';
+import { createLogger, flushLogFile, type Logger } from './logger.ts';
 import { migrate, openDatabase, type Database } from './db/orm.ts';
 import { seed, type SeedReport } from './db/seed.ts';
 import { Authenticator } from './auth/principal.ts';
@@ -99,6 +99,7 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       await closeWarehouses(deps);
       await deps.demoWarehouse?.close();
       await db.close();
+      await flushLogFile(logger);
     },
   };
 }
