@@ -9,9 +9,9 @@ import { createExpressMiddleware } from '@trpc/server/adapters/express';
 import type { AppDeps } from './deps.ts';
 import { appRouter } from './trpc/router.ts';
 import { createCallerFactory } from './trpc/procedures.ts';
-import { createContextFactory } from './trpc/context.ts';
+import { createContextFactory, type AuthedContext } from './trpc/context.ts';
 import { STREAMED_ROUTES, openApiDocument } from './trpc/openapi.ts';
-import { createRestHandler } from './trpc/rest.ts';
+import { BODY_METHODS, createRestHandler } from './trpc/rest.ts';
 import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
 import { AppError, type AppErrorCode } from './app-error.ts';
 import { packageVersion } from './version.ts';
@@ -28,8 +28,6 @@ export function sendError(res: Response, error: unknown): void {
   if (!res.headersSent) res.status(status).json({ message, code: trpcError.code, ...errorExtras(trpcError) });
   else res.destroy();
 }
-
-const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH']);
 
 /**
  * Everything but the API reference answers JSON or files: helmet's headers that protect such answers
@@ -186,23 +184,24 @@ export function createApp(deps: AppDeps) {
     let streamOwner: string | undefined;
     try {
       const ctx = restContext({ req });
-      // Each stream holds a connection and a running discovery; one caller cannot hold them all.
-      const principal = ctx.bearer ? await deps.authenticator.authenticate(ctx, ctx.bearer) : null;
-      if (principal) {
-        const open = openStreams.get(principal.id) ?? 0;
-        if (open >= deps.env.SSE_MAX_STREAMS_PER_USER)
-          throw new AppError(
-            'TOO_MANY_REQUESTS',
-            `At most ${deps.env.SSE_MAX_STREAMS_PER_USER} discovery streams may be open per user; wait for one to end`,
-            { retryAfter: 5 },
-          );
-        openStreams.set(principal.id, open + 1);
-        streamOwner = principal.id;
-      }
       const events = await createCaller(ctx, { signal: controller.signal }).discovery.discover(
         req.body ?? {},
       );
       const iterator = events[Symbol.asyncIterator]();
+      // The procedure's guard has put the caller on the context; the discovery has not started yet.
+      // Each stream holds a connection and a running discovery: one caller cannot hold them all.
+      const owner = (ctx as AuthedContext).principal.id;
+      const open = openStreams.get(owner) ?? 0;
+      if (open >= deps.env.SSE_MAX_STREAMS_PER_USER) {
+        await iterator.return?.(undefined);
+        throw new AppError(
+          'TOO_MANY_REQUESTS',
+          `At most ${deps.env.SSE_MAX_STREAMS_PER_USER} discovery streams may be open per user; wait for one to end`,
+          { retryAfter: 5 },
+        );
+      }
+      openStreams.set(owner, open + 1);
+      streamOwner = owner;
       const first = await iterator.next();
       res.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',

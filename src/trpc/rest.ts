@@ -33,7 +33,8 @@ interface ParamRoute extends Route {
   pattern: RegExp;
 }
 
-const BODY_METHODS = new Set<string>(['POST', 'PUT', 'PATCH']);
+/** The methods whose input is the JSON body. */
+export const BODY_METHODS = new Set<string>(['POST', 'PUT', 'PATCH']);
 
 function unwrap(schema: ZodLike | undefined): ZodLike | undefined {
   const def = schema?._zod?.def;
