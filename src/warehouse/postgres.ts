@@ -4,7 +4,7 @@ import Cursor from 'pg-cursor';
 import { from as copyFrom } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
-import type { ConnectionConfig } from './config.ts';
+import type { ConnectionConfig, ConnectionWarning } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
 import {
   DEFAULT_BLOCKED_NETWORKS,
@@ -142,11 +142,6 @@ export interface RoleFacts {
   bypassRls: boolean;
 }
 
-export interface ConnectionWarning {
-  code: 'SUPERUSER' | 'BYPASS_RLS';
-  message: string;
-}
-
 // Every name schema-qualified: a function or view the role put earlier on its search_path cannot answer
 // instead. pg_control_system() is executable by PUBLIC unless an administrator revoked it.
 const IDENTITY_SQL = `select s.system_identifier::text as system_identifier, d.oid::text as database_oid,
@@ -215,6 +210,11 @@ function poolKey(config: ConnectionConfig): string {
   return createHash('sha256').update(JSON.stringify(identity)).digest('hex');
 }
 
+/** A role on a database (no password: what a role may do does not depend on how it logged in). */
+function roleKey(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>): string {
+  return JSON.stringify([config.host, Number(config.port), config.database, config.user]);
+}
+
 const ROLE_FACTS_KEPT = 1000;
 
 /**
@@ -272,8 +272,8 @@ export class WarehouseRegistry {
    * Warnings about the role of `config` as its last identity check saw it (superuser, bypasses RLS):
    * no connection is made, so a connection not used since the server started has none yet.
    */
-  warningsFor(config: ConnectionConfig): ConnectionWarning[] {
-    return roleWarnings(this.#roles.get(poolKey(config)));
+  warningsFor(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>): ConnectionWarning[] {
+    return roleWarnings(this.#roles.get(roleKey(config)));
   }
 
   /** Pools currently open (for tests and system info). */
@@ -362,8 +362,9 @@ export class WarehouseRegistry {
         { reason: 'CONTROL_PLANE_DATABASE' },
       );
     const facts = { superuser: row.superuser, bypassRls: row.bypass_rls };
-    this.#roles.delete(entry.key);
-    this.#roles.set(entry.key, facts);
+    const key = roleKey(entry.config);
+    this.#roles.delete(key);
+    this.#roles.set(key, facts);
     if (this.#roles.size > ROLE_FACTS_KEPT) this.#roles.delete(this.#roles.keys().next().value!);
     if (this.settings.refuseSuperuser && (facts.superuser || facts.bypassRls))
       throw new AppError(
