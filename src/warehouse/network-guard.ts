@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises';
 import { BlockList, SocketAddress, isIP } from 'node:net';
 import { AppError } from '../app-error.ts';
+import type { Env } from '../env.ts';
 
 /**
  * Where a user-given warehouse host may lead, decided on addresses rather than on how the host was
@@ -54,6 +55,16 @@ export function parseNetworkList(text: string): BlockList {
     list.addSubnet(address, length, family === 6 ? 'ipv6' : 'ipv4');
   }
   return list;
+}
+
+/** The operator's settings as every engine applies them (WAREHOUSE_BLOCKED_NETWORKS, WAREHOUSE_ALLOW_SOCKET_PATHS). */
+export function networkGuardSettings(
+  env: Pick<Env, 'WAREHOUSE_BLOCKED_NETWORKS' | 'WAREHOUSE_ALLOW_SOCKET_PATHS'>,
+): NetworkGuardSettings {
+  return {
+    blocked: parseNetworkList(env.WAREHOUSE_BLOCKED_NETWORKS),
+    allowSocketPaths: env.WAREHOUSE_ALLOW_SOCKET_PATHS,
+  };
 }
 
 /** The canonical form of an IP address; an IPv4-mapped IPv6 address (`::FFFF:7f00:1`) becomes its IPv4 address. */

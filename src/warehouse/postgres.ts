@@ -8,6 +8,7 @@ import type { ConnectionConfig, ConnectionWarning } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
 import {
   DEFAULT_BLOCKED_NETWORKS,
+  networkGuardSettings,
   parseNetworkList,
   resolveCheckedAddress,
   type CheckedAddress,
@@ -635,10 +636,7 @@ export function warehouses(deps: AppDeps): WarehouseRegistry {
       statementTimeoutMs: deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
       rowCap: deps.env.WAREHOUSE_ROW_CAP,
       controlPlane,
-      network: {
-        blocked: parseNetworkList(deps.env.WAREHOUSE_BLOCKED_NETWORKS),
-        allowSocketPaths: deps.env.WAREHOUSE_ALLOW_SOCKET_PATHS,
-      },
+      network: networkGuardSettings(deps.env),
       refuseSuperuser: deps.env.WAREHOUSE_REFUSE_SUPERUSER,
     });
     registries.set(deps, registry);
