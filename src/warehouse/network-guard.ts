@@ -135,7 +135,8 @@ export async function resolveCheckedAddress(
         { reason: 'BLOCKED_NETWORK' },
       );
   return {
-    address: addresses[0].address,
+    // A scoped IPv6 address keeps its zone (`fe80::1%eth0`): checked without it, connected with it.
+    address: addresses[0].address + (/%[^%\]]+$/.exec(resolved[0])?.[0] ?? ''),
     kind: 'ip',
     servername: isIP(bare) ? undefined : bare,
     resolved: addresses.map((a) => a.address),

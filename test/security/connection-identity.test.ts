@@ -194,6 +194,8 @@ describe('the network guard (no server needed)', () => {
     // An empty list blocks nothing.
     const none = { blocked: parseNetworkList(''), allowSocketPaths: false };
     expect((await resolveCheckedAddress('169.254.169.254', none)).address).toBe('169.254.169.254');
+    // A scoped link-local address, once allowed, keeps its zone for the connection.
+    expect((await resolveCheckedAddress('fe80::1%lo', none)).address).toBe('fe80::1%lo');
   });
 
   it('refuses socket paths unless the operator allows them', async () => {
