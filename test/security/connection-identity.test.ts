@@ -1,5 +1,7 @@
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
+import { PGlite } from '@electric-sql/pglite';
+import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { AppError } from '../../src/app-error.ts';
@@ -604,3 +606,60 @@ describe.skipIf(!databaseUrl)(
     });
   },
 );
+
+/*
+ * The embedded control plane (PGlite) has no address of its own, but a PGlite can be served over the
+ * wire (the demo warehouse is): served this way, the server's own database is still recognised by
+ * its identity, and another PGlite (its own system identifier) is accepted.
+ */
+describe.runIf(!databaseUrl)('the embedded control plane is recognised by its identity too', () => {
+  let server: TestServer;
+  let tenant: Tenant;
+  let other: PGlite;
+  const sockets: PGLiteSocketServer[] = [];
+  const workspace = unique('embedded');
+
+  async function serve(db: PGlite): Promise<number> {
+    const socket = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: 10 });
+    await socket.start();
+    sockets.push(socket);
+    return Number(socket.getServerConn().split(':').at(-1));
+  }
+
+  const test = (port: number, host = '127.0.0.1') =>
+    call(server, 'POST', `/api/workspaces/${workspace}/database/test`, {
+      token: tenant.admin.token,
+      body: {
+        config: { type: 'postgres', host, port, database: 'postgres', user: 'postgres', schemas: ['public'] },
+      },
+    });
+
+  beforeAll(async () => {
+    server = await startTestServer();
+    tenant = await createTenant(server);
+    const created = await call(server, 'POST', '/api/workspaces/create', {
+      token: tenant.admin.token,
+      body: { name: workspace },
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    other = await PGlite.create();
+  });
+
+  afterAll(async () => {
+    for (const socket of sockets) await socket.stop();
+    await server?.close();
+    await other?.close();
+  });
+
+  it('refuses the control-plane PGlite served on a port, and accepts another PGlite', async () => {
+    const ownPort = await serve(server.db.embedded!);
+    for (const host of ['127.0.0.1', 'localhost', '::ffff:7f00:1']) {
+      const own = await test(ownPort, host);
+      expect(own.status, JSON.stringify(own.body)).toBe(422);
+      expect(own.body.reason).toBe('CONTROL_PLANE_DATABASE');
+    }
+    const accepted = await test(await serve(other));
+    expect(accepted.status, JSON.stringify(accepted.body)).toBe(200);
+    expect(accepted.body.database).toBe('postgres');
+  });
+});
