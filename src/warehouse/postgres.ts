@@ -338,19 +338,24 @@ export class WarehouseRegistry {
 
   async #checkIdentity(entry: PoolEntry, client: pg.ClientBase): Promise<void> {
     let row: IdentityRow | undefined;
+    let unknown: string | undefined;
     try {
       row = (await client.query<IdentityRow>(IDENTITY_SQL)).rows[0];
     } catch (error) {
-      if ((error as { code?: string }).code !== '42501') throw error;
+      const code = (error as { code?: string }).code;
+      // 42501: EXECUTE revoked; 42883/0A000: a PostgreSQL-compatible server without the function.
+      if (code === '42501')
+        unknown = `Role ${entry.config.user} cannot execute pg_control_system(), which dimas needs to tell this database from its own; grant it with: grant execute on function pg_catalog.pg_control_system() to ${quoteIdent(entry.config.user)}`;
+      else if (code === '42883' || code === '0A000')
+        unknown = `This server has no pg_control_system(), which dimas needs to tell it from its own database`;
+      else throw error;
     }
     // Refused rather than guessed: nothing else an unprivileged role can read tells a replica or a
     // restored copy of dimas's own database from an unrelated server.
     if (!row)
-      throw new AppError(
-        'UNPROCESSABLE_CONTENT',
-        `Role ${entry.config.user} cannot execute pg_control_system(), which dimas needs to tell this database from its own; grant it with: grant execute on function pg_catalog.pg_control_system() to ${quoteIdent(entry.config.user)}`,
-        { reason: 'SERVER_IDENTITY_UNKNOWN' },
-      );
+      throw new AppError('UNPROCESSABLE_CONTENT', unknown ?? 'The server did not say who it is', {
+        reason: 'SERVER_IDENTITY_UNKNOWN',
+      });
     const controlPlane = await this.settings.controlPlane;
     if (
       controlPlane &&
