@@ -217,6 +217,7 @@ function roleKey(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | '
 }
 
 const ROLE_FACTS_KEPT = 1000;
+const IDENTITY_TIMEOUT_MS = 10_000;
 
 /**
  * One bounded pool per distinct connection (keyed by a hash of what the connection is made of, so a
@@ -340,7 +341,9 @@ export class WarehouseRegistry {
     let row: IdentityRow | undefined;
     let unknown: string | undefined;
     try {
-      row = (await client.query<IdentityRow>(IDENTITY_SQL)).rows[0];
+      // Bounded like the connection itself: a server that never answers must not hold the request.
+      const query = { text: IDENTITY_SQL, query_timeout: IDENTITY_TIMEOUT_MS } as pg.QueryConfig;
+      row = (await client.query<IdentityRow>(query)).rows[0];
     } catch (error) {
       const code = (error as { code?: string }).code;
       // 42501: EXECUTE revoked; 42883/0A000: a PostgreSQL-compatible server without the function.
