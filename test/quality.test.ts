@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
 import { PGlite } from '@electric-sql/pglite';
 import { loadModule, parseSync } from 'libpg-query';
 import { buildMetricsQuery, computeTableMetrics, type ColumnInput } from '../src/quality/metrics.ts';
@@ -15,20 +16,24 @@ import {
   evaluateTableMonitoring,
   runColumnTests,
 } from '../src/quality/rules.ts';
-import type { SqlRunner } from '../src/quality/sql.ts';
+import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
  * The engines run against a real PostgreSQL server when TEST_DATABASE_URL is set (a scratch
  * database, dropped afterwards), else against embedded PGlite, the demo warehouse of embedded mode.
  */
-let db: SqlRunner & { statements: string[] };
+let db: CopyOutRunner & { statements: string[] };
 let close: () => Promise<void>;
 
-function counting(query: SqlRunner['query']): SqlRunner & { statements: string[] } {
+function counting(
+  query: SqlRunner['query'],
+  copyOut: CopyOutRunner['copyOut'],
+): CopyOutRunner & { statements: string[] } {
   const statements: string[] = [];
   return {
     statements,
+    copyOut,
     query: (sql, params) => {
       statements.push(sql);
       return query(sql, params);
@@ -42,17 +47,27 @@ beforeAll(async () => {
     await scratch.create();
     const client = new pg.Client({ connectionString: scratch.url });
     await client.connect();
-    db = counting((sql, params) => client.query(sql, params));
+    db = counting(
+      (sql, params) => client.query(sql, params),
+      (sql) => client.query(copyTo(sql)),
+    );
     close = async () => {
       await client.end();
       await scratch.drop();
     };
   } else {
     const lite = await PGlite.create();
-    db = counting(async (sql, params) => {
-      const r = await lite.query(sql, params);
-      return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
-    });
+    db = counting(
+      async (sql, params) => {
+        const r = await lite.query(sql, params);
+        return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+      },
+      // PGlite has no wire protocol here: its COPY writes to a blob instead of STDOUT.
+      async function* (sql) {
+        const r = await lite.query(sql.replace(/to stdout$/i, "to '/dev/blob'"));
+        if (r.blob) yield Buffer.from(await r.blob.arrayBuffer());
+      },
+    );
     close = () => lite.close();
   }
   await db.query('create schema qt');
@@ -392,8 +407,6 @@ describe('identity graph', () => {
       ignored_edges: 5,
       oversized_components: 0,
     });
-    expect(result.iterations).toBeGreaterThan(1);
-    expect(result.iterations).toBeLessThan(15);
     const hub = await db.query(
       `select degree, flagged from ${schema}.identity_nodes where id_value = '8001234567'`,
     );
