@@ -19,11 +19,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
-import {
-  resolveIdentities,
-  updateIdentities,
-  type IdentitySource,
-} from '../src/quality/identity-graph.ts';
+import { resolveIdentities, updateIdentities, type IdentitySource } from '../src/quality/identity-graph.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
 import { benchDatabaseUrl, runIfMain, urlFor } from './harness.ts';
 
@@ -147,7 +143,9 @@ export async function runIdentityBench() {
     await client.connect();
     await client.query('create schema bench');
     await client.query('create table bench.crm_contacts (id int primary key, email text, phone text)');
-    await client.query('create table bench.shop_customers (id int primary key, customer_id text, email text)');
+    await client.query(
+      'create table bench.shop_customers (id int primary key, customer_id text, email text)',
+    );
     await client.query('create table bench.support_users (id int primary key, work_email text, phone text)');
     for (const statement of people(0, persons)) await client.query(statement);
     await client.query('analyze');

@@ -8,6 +8,7 @@ import {
   createIdentitySchema,
   identityGraphStats,
   resolveIdentities,
+  updateIdentities,
   type ResolveOptions,
 } from '../src/quality/identity-graph.ts';
 import {
@@ -502,6 +503,91 @@ describe('identity graph', () => {
     );
     const canon = (groups: string[][]) => groups.map((g) => [...g].sort().join(' ')).sort();
     expect(canon(got.map((r) => r.members))).toEqual(canon([...expected.values()]));
+  });
+
+  it('adds new records incrementally with the same clusters as a full rebuild', async () => {
+    const incrementalSchema = 'idg_incr';
+    await db.query('create table qt.incr (id int primary key, email text, phone text)');
+    await db.query(`insert into qt.incr select g, 'p' || g || '@i.io', '555 01' || lpad(g::text, 4, '0')
+      from generate_series(1, 50) g`);
+    const incrSources: ResolveOptions['sources'] = [
+      {
+        table: { schema: 'qt', name: 'incr' },
+        keyColumn: 'id',
+        identifiers: [
+          { column: 'email', type: 'email' },
+          { column: 'phone', type: 'phone' },
+        ],
+      },
+    ];
+    const options = { schema: incrementalSchema, sources: incrSources, maxDegree: 5, maxClusterSize: 100 };
+    const first = await resolveIdentities(db, options);
+    expect(first).toMatchObject({ mode: 'full', clusters: 50, identifiers: 100 });
+    // New people, a new record of a known person, and records that join two known people.
+    await db.query(`insert into qt.incr values
+      (101, 'new1@i.io', '555 090 0001'), (102, 'p7@i.io', '555 090 0002'),
+      (103, 'p1@i.io', '555-01-0002'), (104, 'p3@i.io', '55501 0004'), (105, 'p2@i.io', null)`);
+    const statementsBefore = db.statements.length;
+    const added = await updateIdentities(db, options);
+    expect(added.mode).toBe('incremental');
+    // The scan of new records reads no table in full: every statement after staging touches the new rows.
+    expect(db.statements.slice(statementsBefore).join('\n')).not.toMatch(/truncate/i);
+    const canon = async () =>
+      (
+        await db.query(
+          `select array_agg(id_type || ':' || id_value order by id_type, id_value) as members
+           from ${incrementalSchema}.identity_nodes group by cluster_id`,
+        )
+      ).rows
+        .map((r) => (r.members as string[]).join(' '))
+        .sort();
+    const incremental = await canon();
+    const incrementalRecords = await db.query(
+      `select count(*)::int as n from ${incrementalSchema}.identity_records`,
+    );
+    const full = await resolveIdentities(db, options);
+    expect(await canon()).toEqual(incremental);
+    expect(added).toMatchObject({
+      clusters: full.clusters,
+      identifiers: full.identifiers,
+      edges: full.edges,
+      largest_cluster: full.largest_cluster,
+    });
+    expect(full.clusters).toBe(50 + 1 - 2);
+    const fullRecords = await db.query(
+      `select count(*)::int as n from ${incrementalSchema}.identity_records`,
+    );
+    expect(incrementalRecords.rows[0].n).toBe(fullRecords.rows[0].n);
+    // Nothing new: an incremental build changes nothing.
+    const again = await updateIdentities(db, options);
+    expect(again).toMatchObject({ mode: 'incremental', clusters: full.clusters, edges: full.edges });
+  });
+
+  it('falls back to a full build when new records turn an identifier into a high-degree one', async () => {
+    const options = {
+      schema: 'idg_incr_hub',
+      sources: [
+        {
+          table: { schema: 'qt', name: 'hub' },
+          keyColumn: 'id',
+          identifiers: [
+            { column: 'email', type: 'email' },
+            { column: 'phone', type: 'phone' },
+          ],
+        },
+      ],
+      maxDegree: 3,
+      maxClusterSize: 100,
+    };
+    await db.query('create table qt.hub (id int primary key, email text, phone text)');
+    await db.query(
+      `insert into qt.hub select g, 'h' || g || '@h.io', '555 777 0000' from generate_series(1, 3) g`,
+    );
+    expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 1, flagged_nodes: 0 });
+    await db.query(`insert into qt.hub values (4, 'h4@h.io', '555 777 0000')`);
+    const updated = await updateIdentities(db, options);
+    // The shared phone now has 4 neighbours: its earlier merges are undone, as a full build would.
+    expect(updated).toMatchObject({ mode: 'full', clusters: 5, flagged_nodes: 1 });
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {

@@ -176,7 +176,9 @@ function dropKeysStatements(schema: string): string[] {
   const { constraints, indexes } = keyDefinitions(schema);
   return [
     ...indexes.map(([name]) => `drop index if exists ${name}`),
-    ...constraints.map(([table, name]) => `alter table ${table} drop constraint if exists ${quoteIdent(name)}`),
+    ...constraints.map(
+      ([table, name]) => `alter table ${table} drop constraint if exists ${quoteIdent(name)}`,
+    ),
   ];
 }
 
@@ -297,9 +299,7 @@ export async function resolveIdentities(
   validate(options);
   const started = performance.now();
   await createIdentitySchema(runner, options.schema);
-  return inTransaction(runner, `dimas.identity:${options.schema}`, () =>
-    fullBuild(runner, options, started),
-  );
+  return inTransaction(runner, `dimas.identity:${options.schema}`, () => fullBuild(runner, options, started));
 }
 
 type Query = (sql: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount?: number | null }>;
@@ -466,8 +466,12 @@ export async function updateIdentities(
   const started = performance.now();
   await createIdentitySchema(runner, options.schema);
   return inTransaction(runner, `dimas.identity:${options.schema}`, async () => {
+    // A fallback discards what the incremental attempt staged, temporary tables included.
+    await runner.query('savepoint incremental');
     const incremental = await incrementalBuild(runner, options, started);
-    return incremental ?? fullBuild(runner, options, started);
+    if (incremental) return incremental;
+    await runner.query('rollback to savepoint incremental');
+    return fullBuild(runner, options, started);
   });
 }
 
@@ -611,7 +615,13 @@ async function incrementalBuild(
      on conflict (cluster_id) do update set size = excluded.size, built_at = excluded.built_at`,
     [startedAt],
   );
-  return recordRun(ctx, { startedAt, started, oversizedComponents: 0, largestOversized: 0, mode: 'incremental' });
+  return recordRun(ctx, {
+    startedAt,
+    started,
+    oversizedComponents: 0,
+    largestOversized: 0,
+    mode: 'incremental',
+  });
 }
 
 /**
