@@ -18,6 +18,7 @@ import {
   runColumnTests,
 } from '../src/quality/rules.ts';
 import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
+import { buildGoldenRecords } from '../src/quality/golden-records.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
@@ -588,6 +589,103 @@ describe('identity graph', () => {
     const updated = await updateIdentities(db, options);
     // The shared phone now has 4 neighbours: its earlier merges are undone, as a full build would.
     expect(updated).toMatchObject({ mode: 'full', clusters: 5, flagged_nodes: 1 });
+  });
+
+  it('builds golden records by each survivorship rule, with the record each value came from', async () => {
+    await db.query(
+      'create table qt.gr_a (id text primary key, email text, name text, city text, updated_at timestamptz)',
+    );
+    await db.query(`insert into qt.gr_a values
+        ('a1', 'ann@g.io', 'Ann', 'Paris', '2024-01-01'),
+        ('a2', 'ann@g.io', 'Ann', 'Lyon', '2024-03-01'),
+        ('a3', 'solo@g.io', null, 'Rome', null)`);
+    await db.query(
+      'create table qt.gr_b (id text primary key, email text, name text, city text, updated_at timestamptz)',
+    );
+    await db.query(`insert into qt.gr_b values ('b1', ' ANN@g.io', 'Anne', 'Nice', '2024-02-01')`);
+    const grSources = [
+      {
+        table: { schema: 'qt', name: 'gr_a' },
+        keyColumn: 'id',
+        timestampColumn: 'updated_at',
+        identifiers: [{ column: 'email', type: 'email' }],
+      },
+      {
+        table: { schema: 'qt', name: 'gr_b' },
+        keyColumn: 'id',
+        timestampColumn: 'updated_at',
+        identifiers: [{ column: 'email', type: 'email' }],
+      },
+    ];
+    const graph = 'idg_golden';
+    await resolveIdentities(db, { schema: graph, sources: grSources });
+    const both = (column: string) => [
+      { source: 0, column },
+      { source: 1, column },
+    ];
+    const count = await buildGoldenRecords(db, {
+      schema: graph,
+      sources: grSources,
+      sourcePriority: ['qt.gr_b'],
+      fields: [
+        {
+          name: 'email',
+          rule: 'most_frequent',
+          columns: both('email').map((c) => ({ ...c, normalize: 'email' as const })),
+        },
+        { name: 'name', rule: 'most_frequent', columns: both('name') },
+        { name: 'city_recent', rule: 'most_recent', columns: both('city') },
+        { name: 'city_priority', rule: 'source_priority', columns: both('city') },
+        { name: 'city_first', rule: 'first_non_null', columns: both('city') },
+      ],
+    });
+    expect(count).toBe(2);
+    const { rows } = await db.query(
+      `select email, name, city_recent, city_priority, city_first, lineage from ${graph}.unified_profiles order by email`,
+    );
+    expect(rows).toEqual([
+      {
+        email: 'ann@g.io',
+        // 2 of 3 records say Ann.
+        name: 'Ann',
+        // a2 is the latest record.
+        city_recent: 'Lyon',
+        // gr_b comes first in the priority list.
+        city_priority: 'Nice',
+        // Unlisted gr_a would follow gr_b; first non-null takes priority order, then record key.
+        city_first: 'Nice',
+        lineage: {
+          email: { table: 'qt.gr_a', record_key: 'a2' },
+          name: { table: 'qt.gr_a', record_key: 'a2' },
+          city_recent: { table: 'qt.gr_a', record_key: 'a2' },
+          city_priority: { table: 'qt.gr_b', record_key: 'b1' },
+          city_first: { table: 'qt.gr_b', record_key: 'b1' },
+        },
+      },
+      {
+        email: 'solo@g.io',
+        name: null,
+        city_recent: 'Rome',
+        city_priority: 'Rome',
+        city_first: 'Rome',
+        lineage: {
+          email: { table: 'qt.gr_a', record_key: 'a3' },
+          city_recent: { table: 'qt.gr_a', record_key: 'a3' },
+          city_priority: { table: 'qt.gr_a', record_key: 'a3' },
+          city_first: { table: 'qt.gr_a', record_key: 'a3' },
+        },
+      },
+    ]);
+    // Without a priority list, first non-null follows source order: gr_a's first record.
+    await buildGoldenRecords(db, {
+      schema: graph,
+      sources: grSources,
+      fields: [{ name: 'city_first', rule: 'first_non_null', columns: both('city') }],
+    });
+    const first = await db.query(
+      `select city_first from ${graph}.unified_profiles where city_first <> 'Rome'`,
+    );
+    expect(first.rows).toEqual([{ city_first: 'Paris' }]);
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {
