@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { computeTableMetrics, type TableMetrics } from '../../quality/metrics.ts';
-import type { CopyOutRunner, SqlRunner } from '../../quality/sql.ts';
+import type { CopyOutRunner } from '../../quality/sql.ts';
 import type { IntrospectedTable, Warehouse, WarehouseTransaction } from '../../warehouse/warehouse.ts';
 import { MetricSnapshot } from './monitoring.entity.ts';
 
