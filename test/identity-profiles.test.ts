@@ -3,6 +3,8 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
+import { generateDbtProject } from '../src/transform/dbt.ts';
+import { profileOptionsOf } from '../src/quality/golden-records.ts';
 
 /*
  * Unified profiles on the demo shop: the source (schema shop) and the target (schema analytics) are
@@ -126,6 +128,26 @@ describe('unified profiles on the demo', () => {
     });
   });
 
+  it('puts the unified profiles in the dbt-compatible project, as a model that gives the same rows', async () => {
+    const graph = await api('GET', '/api/monitoring/identity-graph/workspace');
+    const profile = profileOptionsOf(graph.body.schema, graph.body.last_build.result)!;
+    const files = await generateDbtProject({ projectName: 'demo', models: [], identityProfile: profile });
+    const model = files.find((f) => f.path === 'models/unified_profiles.sql')!;
+    expect(model.content).toContain("{{ source('analytics_identity', 'identity_records') }}");
+    expect(files.find((f) => f.path === 'models/sources.yml')!.content).toMatch(/crm_contacts/);
+    expect(files.find((f) => f.path === 'models/schema.yml')!.content).toMatch(/unified_profiles/);
+    // What dbt would run, with its source() calls resolved, equals the table the build wrote.
+    const sql = model.content.replace(/\{\{ source\('([^']+)', '([^']+)'\) \}\}/g, '"$1"."$2"');
+    await withClient(warehouse.url, async (client) => {
+      const { rows } = await client.query(
+        `select count(*)::int as n from ((${sql}) except (select * from analytics_identity.unified_profiles)) d`,
+      );
+      expect(rows[0].n).toBe(0);
+      const total = await client.query(`select count(*)::int as n from (${sql}) m`);
+      expect(total.rows[0].n).toBe(graph.body.clusters);
+    });
+  });
+
   it('builds from confirmed sources and fields set through the admin settings', async () => {
     const workspace = (await api('GET', '/api/workspaces/current')).body.name ?? undefined;
     const bad = await api('PUT', '/api/workspaces/admin-settings', {
@@ -159,9 +181,9 @@ describe('unified profiles on the demo', () => {
         timestamp_column: 'updated_at',
       },
     ]);
-    expect(result.profile_fields).toEqual([
-      { name: 'email', rule: 'most_frequent' },
-      { name: 'city', rule: 'most_recent' },
+    expect(result.profile_fields.map((f: any) => [f.name, f.rule])).toEqual([
+      ['email', 'most_frequent'],
+      ['city', 'most_recent'],
     ]);
     expect(graph.body.identifiers_by_type).toEqual({ email: graph.body.identifiers });
   });

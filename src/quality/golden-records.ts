@@ -133,3 +133,47 @@ export async function buildGoldenRecords(runner: SqlRunner, options: GoldenRecor
   const { rows } = await runner.query(`select count(*) as n from ${table}`);
   return toNumber(rows[0]?.n) ?? 0;
 }
+
+/** How a build records its profile plan (in its summary), so the project can regenerate the SQL. */
+export interface RecordedProfilePlan {
+  sources: {
+    table: string;
+    identifiers: { column: string; type: string }[];
+    key_column: string | null;
+    timestamp_column: string | null;
+  }[];
+  profile_fields?: {
+    name: string;
+    rule: SurvivorshipRule;
+    columns?: { table: string; column: string; normalize?: Normalizer }[];
+  }[];
+  source_priority?: string[];
+}
+
+/** The golden-record options of a recorded build (null when it recorded no field columns). */
+export function profileOptionsOf(schema: string, recorded: RecordedProfilePlan): GoldenRecordOptions | null {
+  const sources: ProfileSource[] = recorded.sources.map((s) => {
+    const [tableSchema, name] = s.table.split('.');
+    return {
+      table: { schema: tableSchema, name },
+      identifiers: s.identifiers,
+      ...(s.key_column ? { keyColumn: s.key_column } : {}),
+      ...(s.timestamp_column ? { timestampColumn: s.timestamp_column } : {}),
+    };
+  });
+  const fields: ProfileField[] = [];
+  for (const field of recorded.profile_fields ?? []) {
+    if (!field.columns) return null;
+    fields.push({
+      name: field.name,
+      rule: field.rule,
+      columns: field.columns.map((c) => ({
+        source: recorded.sources.findIndex((s) => s.table === c.table),
+        column: c.column,
+        ...(c.normalize ? { normalize: c.normalize } : {}),
+      })),
+    });
+  }
+  if (fields.some((f) => f.columns.some((c) => c.source < 0))) return null;
+  return { schema, sources, fields, sourcePriority: recorded.source_priority ?? [] };
+}

@@ -463,7 +463,16 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     notes: plan.notes,
     profile_table: `${schema}.${PROFILE_TABLE}`,
     profiles,
-    profile_fields: plan.fields.map((f) => ({ name: f.name, rule: f.rule })),
+    profile_fields: plan.fields.map((f) => ({
+      name: f.name,
+      rule: f.rule,
+      columns: f.columns.map((c) => ({
+        table: used[c.source].table,
+        column: c.column,
+        ...(c.normalize ? { normalize: c.normalize } : {}),
+      })),
+    })),
+    source_priority: plan.sourcePriority,
   };
   graph.lastRunId = request.runId;
   graph.lastBuiltAt = result.built_at;
