@@ -148,6 +148,15 @@ describe('unified profiles on the demo', () => {
     });
   });
 
+  it('measures the unified profiles with the target tables', async () => {
+    const graph = await api('GET', '/api/monitoring/identity-graph/workspace');
+    const metrics = await api('GET', '/api/monitoring/metrics/workspace');
+    expect(metrics.status, JSON.stringify(metrics.body)).toBe(200);
+    const profiles = metrics.body.tables.find((t: any) => t.table === 'analytics_identity.unified_profiles');
+    expect(profiles.row_count).toBe(graph.body.clusters);
+    expect(profiles.columns.find((c: any) => c.name === 'cluster_id').null_count).toBe(0);
+  });
+
   it('builds from confirmed sources and fields set through the admin settings', async () => {
     const workspace = (await api('GET', '/api/workspaces/current')).body.name ?? undefined;
     const bad = await api('PUT', '/api/workspaces/admin-settings', {
