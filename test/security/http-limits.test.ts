@@ -26,7 +26,7 @@ afterAll(async () => {
     await server.deps.orm.em
       .fork()
       .getConnection()
-      .execute('delete from login_failures where username = any(?)', [usernames]);
+      .execute('delete from login_failures where username in (?)', [usernames]);
   await server?.close();
   await proxied?.close();
 });
