@@ -23,7 +23,7 @@ export const publicProcedure = t.procedure.use(translateErrors);
  * tRPC copies the context once per middleware, which was a measurable share of every request
  * (bench/api-overhead.ts), so each guarded procedure has exactly one.
  */
-function guarded(check?: (principal: Principal) => void) {
+function guarded(check?: (principal: Principal) => void, readsInOneTransaction = false) {
   return t.procedure.use(async ({ ctx, meta, next, type }) => {
     let principal: Principal | null;
     let tenant = false;
@@ -51,7 +51,10 @@ function guarded(check?: (principal: Principal) => void) {
     const proceed = () => next({ ctx: undefined as unknown as { principal: Principal } });
     let result: Awaited<ReturnType<typeof proceed>>;
     try {
-      result = tenant && type === 'query' ? await inOneTransaction(ctx, proceed) : await proceed();
+      result =
+        readsInOneTransaction && tenant && type === 'query'
+          ? await inOneTransaction(ctx, proceed)
+          : await proceed();
     } catch (error) {
       throw toTRPCError(error);
     }
@@ -65,7 +68,10 @@ function guarded(check?: (principal: Principal) => void) {
  * setting once (begin, set_config, the statements, commit) instead of around every statement
  * (bench/routes.ts). Only reads: a write enqueues jobs that run on other connections and must see its
  * rows, and the unit of work already commits a write's changes in one flush. A read that fails rolls
- * back. Subscriptions (streams) keep the per-statement transactions: they outlive the call.
+ * back. Subscriptions (streams) keep the per-statement transactions: they outlive the call. Only the
+ * permission-guarded routes (an organization's data): the routes of the plain `user` guard (session,
+ * logout, preferences) are often answered from caches, and an empty transaction would hold a pool
+ * connection for nothing.
  */
 async function inOneTransaction<R extends { ok: boolean }>(ctx: Context, proceed: () => Promise<R>) {
   const em = ctx.em;
@@ -91,7 +97,7 @@ export const permissionProcedure = (permission: Permission) =>
     organizationOf(principal);
     if (!hasPermission(principal.permissions, permission))
       throw new AppError('FORBIDDEN', `Missing permission ${permission}`);
-  });
+  }, true);
 
 /** Guard `super_admin`. */
 export const superAdminProcedure = guarded((principal) => {
