@@ -7,6 +7,7 @@ import type { SecretBox } from './auth/secret-box.ts';
 import type { DatabaseKind } from './db/orm.ts';
 import type { JobQueue } from './jobs/queue.ts';
 import type { DemoWarehouse } from './warehouse/demo.ts';
+import type { ServerIdentity } from './warehouse/postgres.ts';
 
 /** What a running server is made of; built once in main.ts (or a test) and handed to createApp. */
 export interface AppDeps {
@@ -20,6 +21,8 @@ export interface AppDeps {
   startedAt: Date;
   /** Embedded mode with SEED_DEMO: the demo warehouse (a second PGlite on 127.0.0.1). */
   demoWarehouse?: DemoWarehouse;
+  /** Who the control-plane database is (read once at start): workspace connections that reach it are refused. */
+  controlPlane?: ServerIdentity;
 }
 
 /** What a service is handed: the request's unit of work and the server's parts. */

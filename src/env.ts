@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { LLM_MODES } from './llm/provider.ts';
+import { DEFAULT_BLOCKED_NETWORKS, parseNetworkList } from './warehouse/network-guard.ts';
 
 const booleanFlag = z.stringbool().default(true);
 
@@ -32,6 +33,19 @@ export const envSchema = z.object({
   GIT_COMMIT: z.string().optional(),
   WAREHOUSE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
   WAREHOUSE_ROW_CAP: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+  // Networks no warehouse connection may reach (CIDR list; empty: none). Checked on every resolved address.
+  WAREHOUSE_BLOCKED_NETWORKS: z
+    .string()
+    .default(DEFAULT_BLOCKED_NETWORKS.join(','))
+    .superRefine((text, ctx) => {
+      try {
+        parseNetworkList(text);
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: (error as Error).message });
+      }
+    }),
+  WAREHOUSE_ALLOW_SOCKET_PATHS: z.stringbool().default(false),
+  WAREHOUSE_REFUSE_SUPERUSER: z.stringbool().default(false),
   DEMO_WAREHOUSE_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   LLM_MODE: z.enum(LLM_MODES).default('offline'),
   // A running job whose worker has not written a heartbeat for this long is retried elsewhere.

@@ -9,7 +9,7 @@ import { seed, type SeedReport } from './db/seed.ts';
 import { Authenticator } from './auth/principal.ts';
 import { SecretBox, loadSecretKey } from './auth/secret-box.ts';
 import { createApp } from './app.ts';
-import { closeWarehouses } from './warehouse/postgres.ts';
+import { closeWarehouses, readControlPlaneIdentity } from './warehouse/postgres.ts';
 import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
 import { llmManager } from './llm/provider.ts';
 import { registerJobHandlers, startSchedulers } from './jobs/register.ts';
@@ -59,6 +59,7 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       heartbeatTimeoutSeconds: env.JOB_HEARTBEAT_TIMEOUT_SECONDS,
     }),
     startedAt: new Date(),
+    controlPlane: await readControlPlaneIdentity(db.orm),
   };
   const seedReport = options.seed === false ? { lines: [] } : await seed(deps);
   // Embedded mode with the demo: a second PGlite as the demo workspace's source/target warehouse.

@@ -311,7 +311,7 @@ describe('source configuration and secrets', () => {
 
   it('reads an unconfigured source as such', async () => {
     const res = await call('GET', '/api/workspaces/source-config', { token: a.admin.token });
-    expect(res.body).toEqual({ workspace_name: name, configured: false, source_config: null });
+    expect(res.body).toEqual({ workspace_name: name, configured: false, source_config: null, warnings: [] });
   });
 
   it('validates the shape with 400 naming the wrong field', async () => {

@@ -37,3 +37,17 @@ export function maskConnectionConfig(config: ConnectionConfig | null | undefined
   const { password, ...visible } = config;
   return { ...visible, password_set: !!password };
 }
+
+/** Something about a connection the user should fix even though it works (e.g. a superuser role). */
+export const connectionWarningSchema = z.object({
+  code: z.enum(['SUPERUSER', 'BYPASS_RLS']),
+  message: z.string(),
+});
+
+export type ConnectionWarning = z.infer<typeof connectionWarningSchema>;
+
+export const connectionWarningsSchema = z
+  .array(connectionWarningSchema)
+  .describe(
+    "What the last connection's identity check saw of the role: a superuser or a role that bypasses row-level security",
+  );

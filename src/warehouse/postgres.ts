@@ -1,13 +1,19 @@
 import { createHash } from 'node:crypto';
-import { lookup } from 'node:dns/promises';
-import { isIP } from 'node:net';
 import pg from 'pg';
 import Cursor from 'pg-cursor';
 import { from as copyFrom } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
-import type { ConnectionConfig } from './config.ts';
+import type { ConnectionConfig, ConnectionWarning } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
+import {
+  DEFAULT_BLOCKED_NETWORKS,
+  networkGuardSettings,
+  parseNetworkList,
+  resolveCheckedAddress,
+  type CheckedAddress,
+  type NetworkGuardSettings,
+} from './network-guard.ts';
 import { assertReadOnlySql } from './sql-guard.ts';
 import type {
   AggregateOptions,
@@ -27,8 +33,12 @@ export const SAMPLE_LIMIT_MAX = 1000;
 export interface WarehouseSettings {
   statementTimeoutMs: number;
   rowCap: number;
-  /** The control plane's DATABASE_URL: a workspace connection must never reach that database. */
-  controlPlaneUrl?: string;
+  /** The control plane's identity: a workspace connection that reaches that database is refused. */
+  controlPlane?: ServerIdentity | Promise<ServerIdentity>;
+  /** Networks refused and whether socket paths are allowed (default: the built-in blocked networks, no sockets). */
+  network?: NetworkGuardSettings;
+  /** Refuse roles that are superusers or bypass row-level security (otherwise they are only flagged). */
+  refuseSuperuser?: boolean;
   /** Connections per pool. */
   poolMax?: number;
   /** A pool nobody used for this long is closed. */
@@ -117,41 +127,73 @@ function translate(error: unknown, config: ConnectionConfig, context: ErrorConte
   );
 }
 
-const LOOPBACK = /^(127\.|::1$|0\.0\.0\.0$|::$|::ffff:127\.)/;
-
-async function addressesOf(host: string): Promise<Set<string>> {
-  const bare = host.replace(/^\[|\]$/g, '');
-  if (bare === '' || bare.startsWith('/')) return new Set(['unix-socket']);
-  let addresses: string[];
-  try {
-    addresses = isIP(bare) ? [bare] : (await lookup(bare, { all: true })).map((a) => a.address);
-  } catch {
-    addresses = [bare.toLowerCase()];
-  }
-  return new Set(addresses.map((a) => (LOOPBACK.test(a) ? 'loopback' : a)));
+/**
+ * Who a database is: the cluster's system identifier (shared only by the cluster and its physical
+ * copies: replicas, restored base backups) and the database's oid inside it. Equal identities are the
+ * same data, however the host was written.
+ */
+export interface ServerIdentity {
+  systemIdentifier: string;
+  databaseOid: string;
 }
 
-/** True when the config names the control plane's own database (same server and database). */
-export async function pointsAtControlPlane(
-  config: ConnectionConfig,
-  controlPlaneUrl?: string,
-): Promise<boolean> {
-  if (!controlPlaneUrl) return false;
-  const url = new URL(controlPlaneUrl);
-  const database =
-    decodeURIComponent(url.pathname.replace(/^\//, '')) || decodeURIComponent(url.username) || 'postgres';
-  if (database !== config.database) return false;
-  if (Number(url.port || 5432) !== config.port) return false;
-  const [mine, theirs] = await Promise.all([
-    addressesOf(url.hostname || 'localhost'),
-    addressesOf(config.host),
-  ]);
-  return [...mine].some((a) => theirs.has(a));
+/** What the identity check learns about the connection's role. */
+export interface RoleFacts {
+  superuser: boolean;
+  bypassRls: boolean;
+}
+
+// Every name schema-qualified: a function or view the role put earlier on its search_path cannot answer
+// instead. pg_control_system() is executable by PUBLIC unless an administrator revoked it.
+const IDENTITY_SQL = `select s.system_identifier::text as system_identifier, d.oid::text as database_oid,
+    r.rolsuper as superuser, r.rolbypassrls as bypass_rls
+  from pg_catalog.pg_control_system() s, pg_catalog.pg_database d, pg_catalog.pg_roles r
+  where d.datname = pg_catalog.current_database() and r.rolname = current_user`;
+
+interface IdentityRow {
+  system_identifier: string;
+  database_oid: string;
+  superuser: boolean;
+  bypass_rls: boolean;
+}
+
+/** The control plane's own identity (read once at start, through the ORM's connection). */
+export async function readControlPlaneIdentity(orm: AppDeps['orm']): Promise<ServerIdentity> {
+  let rows: IdentityRow[];
+  try {
+    rows = await orm.em.getConnection().execute<IdentityRow[]>(IDENTITY_SQL);
+  } catch (error) {
+    throw new Error(
+      `dimas cannot read its own database's identity (pg_control_system()), which it needs to refuse workspace connections to that database: ${(error as Error).message}. Grant it: grant execute on function pg_catalog.pg_control_system() to <dimas role>`,
+      { cause: error },
+    );
+  }
+  return { systemIdentifier: rows[0].system_identifier, databaseOid: rows[0].database_oid };
+}
+
+/** The warnings a role's privileges deserve (shown with the connection's config and test answers). */
+export function roleWarnings(facts: RoleFacts | undefined): ConnectionWarning[] {
+  const warnings: ConnectionWarning[] = [];
+  if (facts?.superuser)
+    warnings.push({
+      code: 'SUPERUSER',
+      message:
+        'The connection logs in as a superuser: it can read and change everything on that server. Use a role with only the privileges dimas needs',
+    });
+  if (facts?.bypassRls)
+    warnings.push({
+      code: 'BYPASS_RLS',
+      message: 'The connection role bypasses row-level security: policies on its tables do not apply to it',
+    });
+  return warnings;
 }
 
 interface PoolEntry {
   key: string;
-  pool: pg.Pool;
+  config: ConnectionConfig;
+  /** The pool once its host was resolved and checked (see #pool). */
+  pool?: pg.Pool;
+  opening?: Promise<pg.Pool>;
   lastUsed: number;
   /** Type OID → name, filled as result columns are described. */
   typeNames: Map<number, string>;
@@ -169,34 +211,54 @@ function poolKey(config: ConnectionConfig): string {
   return createHash('sha256').update(JSON.stringify(identity)).digest('hex');
 }
 
+/** A role on a database (no password: what a role may do does not depend on how it logged in). */
+function roleKey(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>): string {
+  return JSON.stringify([config.host, Number(config.port), config.database, config.user]);
+}
+
+const ROLE_FACTS_KEPT = 1000;
+const IDENTITY_TIMEOUT_MS = 10_000;
+
 /**
  * One bounded pool per distinct connection (keyed by a hash of what the connection is made of, so a
  * source and a target on the same database share it). A pool unused for a while is closed; so is an
  * owner's previous pool when its config changes.
+ *
+ * The trust boundary lives here, the one gate every area opens user connections through: a pool's
+ * host is resolved once and checked (network-guard.ts), the pool connects to that address, and every
+ * new physical connection asks the server who it is before anyone can use it.
  */
 export class WarehouseRegistry {
-  readonly settings: Required<Omit<WarehouseSettings, 'controlPlaneUrl'>> & { controlPlaneUrl?: string };
+  readonly settings: Required<Omit<WarehouseSettings, 'controlPlane'>> & {
+    controlPlane?: ServerIdentity | Promise<ServerIdentity>;
+  };
   #pools = new Map<string, PoolEntry>();
   #owners = new Map<string, string>();
+  /** What the last identity check saw of each connection's role (outlives its pool, bounded). */
+  #roles = new Map<string, RoleFacts>();
   #sweeper: NodeJS.Timeout;
 
   constructor(settings: WarehouseSettings) {
-    this.settings = { poolMax: 5, poolIdleMs: 10 * 60_000, ...settings };
+    this.settings = {
+      poolMax: 5,
+      poolIdleMs: 10 * 60_000,
+      refuseSuperuser: false,
+      network: { blocked: parseNetworkList(DEFAULT_BLOCKED_NETWORKS.join(',')), allowSocketPaths: false },
+      ...settings,
+    };
     this.#sweeper = setInterval(() => void this.#sweep(), Math.min(60_000, this.settings.poolIdleMs)).unref();
   }
 
-  /** A warehouse over `config`; `owner` (e.g. `<workspace id>:source`) lets a changed config close the old pool. */
+  /**
+   * A warehouse over `config`; `owner` (e.g. `<workspace id>:source`) lets a changed config close the
+   * old pool. Nothing connects yet: the checks run on first use and refuse with a 422 there.
+   */
   async open(config: ConnectionConfig, owner?: string): Promise<Warehouse> {
     const key = poolKey(config);
     let entry = this.#pools.get(key);
     if (!entry) {
-      if (await pointsAtControlPlane(config, this.settings.controlPlaneUrl))
-        throw new AppError(
-          'UNPROCESSABLE_CONTENT',
-          "This connection points at dimas's own database, which is never reachable through a workspace",
-          { reason: 'CONTROL_PLANE_DATABASE' },
-        );
-      entry = this.#pools.get(key) ?? this.#createPool(key, config);
+      entry = { key, config, lastUsed: Date.now(), typeNames: new Map() };
+      this.#pools.set(key, entry);
     }
     if (owner) {
       const previous = this.#owners.get(owner);
@@ -205,7 +267,15 @@ export class WarehouseRegistry {
         await this.#end(previous);
     }
     entry.lastUsed = Date.now();
-    return new PostgresWarehouse(config, entry, this.settings);
+    return new PostgresWarehouse(config, entry, this.settings, () => this.#pool(entry));
+  }
+
+  /**
+   * Warnings about the role of `config` as its last identity check saw it (superuser, bypasses RLS):
+   * no connection is made, so a connection not used since the server started has none yet.
+   */
+  warningsFor(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>): ConnectionWarning[] {
+    return roleWarnings(this.#roles.get(roleKey(config)));
   }
 
   /** Pools currently open (for tests and system info). */
@@ -219,26 +289,98 @@ export class WarehouseRegistry {
     this.#owners.clear();
   }
 
-  #createPool(key: string, config: ConnectionConfig): PoolEntry {
+  /** The entry's pool, created on first use once its host resolved to allowed addresses. */
+  #pool(entry: PoolEntry): Promise<pg.Pool> {
+    if (entry.pool) return Promise.resolve(entry.pool);
+    entry.opening ??= resolveCheckedAddress(entry.config.host, this.settings.network).then(
+      (address) => {
+        entry.opening = undefined;
+        // A pool closed (config changed, idle sweep) while its host was being resolved stays closed.
+        if (this.#pools.get(entry.key) !== entry)
+          throw new AppError('UNPROCESSABLE_CONTENT', 'The connection was closed while it was being opened', {
+            reason: 'CONNECTION_CLOSED',
+          });
+        entry.pool = this.#createPool(entry, address);
+        return entry.pool;
+      },
+      (error: unknown) => {
+        // Not remembered: a host that failed to resolve is looked up again on the next use.
+        entry.opening = undefined;
+        throw error;
+      },
+    );
+    return entry.opening;
+  }
+
+  #createPool(entry: PoolEntry, address: CheckedAddress): pg.Pool {
+    const { config } = entry;
     const pool = new pg.Pool({
-      host: config.host,
+      host: address.address,
       port: config.port,
       database: config.database,
       user: config.user,
       password: config.password,
-      ssl: config.ssl ? { rejectUnauthorized: true } : undefined,
+      // Connected by address; the certificate is still verified against the name that was written.
+      ssl: config.ssl ? { rejectUnauthorized: true, servername: address.servername } : undefined,
       max: this.settings.poolMax,
       idleTimeoutMillis: 30_000,
       connectionTimeoutMillis: 10_000,
       application_name: 'dimas',
       keepAlive: true,
       types: typeParsers,
+      // Every new physical connection, before anyone uses it: the address a pool keeps may later
+      // belong to another server. One query per connection, none per statement.
+      onConnect: (client) => this.#checkIdentity(entry, client),
     });
     // An idle connection dropped by the server must not crash the process; the next query reconnects.
     pool.on('error', () => {});
-    const entry: PoolEntry = { key, pool, lastUsed: Date.now(), typeNames: new Map() };
-    this.#pools.set(key, entry);
-    return entry;
+    return pool;
+  }
+
+  async #checkIdentity(entry: PoolEntry, client: pg.ClientBase): Promise<void> {
+    let row: IdentityRow | undefined;
+    let unknown: string | undefined;
+    try {
+      // Bounded like the connection itself: a server that never answers must not hold the request.
+      const query = { text: IDENTITY_SQL, query_timeout: IDENTITY_TIMEOUT_MS } as pg.QueryConfig;
+      row = (await client.query<IdentityRow>(query)).rows[0];
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      // 42501: EXECUTE revoked; 42883/0A000: a PostgreSQL-compatible server without the function.
+      if (code === '42501')
+        unknown = `Role ${entry.config.user} cannot execute pg_control_system(), which dimas needs to tell this database from its own; grant it with: grant execute on function pg_catalog.pg_control_system() to ${quoteIdent(entry.config.user)}`;
+      else if (code === '42883' || code === '0A000')
+        unknown = `This server has no pg_control_system(), which dimas needs to tell it from its own database`;
+      else throw error;
+    }
+    // Refused rather than guessed: nothing else an unprivileged role can read tells a replica or a
+    // restored copy of dimas's own database from an unrelated server.
+    if (!row)
+      throw new AppError('UNPROCESSABLE_CONTENT', unknown ?? 'The server did not say who it is', {
+        reason: 'SERVER_IDENTITY_UNKNOWN',
+      });
+    const controlPlane = await this.settings.controlPlane;
+    if (
+      controlPlane &&
+      row.system_identifier === controlPlane.systemIdentifier &&
+      row.database_oid === controlPlane.databaseOid
+    )
+      throw new AppError(
+        'UNPROCESSABLE_CONTENT',
+        "This connection reaches dimas's own database, which is never reachable through a workspace, however the host is written",
+        { reason: 'CONTROL_PLANE_DATABASE' },
+      );
+    const facts = { superuser: row.superuser, bypassRls: row.bypass_rls };
+    const key = roleKey(entry.config);
+    this.#roles.delete(key);
+    this.#roles.set(key, facts);
+    if (this.#roles.size > ROLE_FACTS_KEPT) this.#roles.delete(this.#roles.keys().next().value!);
+    if (this.settings.refuseSuperuser && (facts.superuser || facts.bypassRls))
+      throw new AppError(
+        'UNPROCESSABLE_CONTENT',
+        `Role ${entry.config.user} is a superuser or bypasses row-level security, which this server refuses for warehouse connections (WAREHOUSE_REFUSE_SUPERUSER)`,
+        { reason: 'PRIVILEGED_ROLE' },
+      );
   }
 
   async #end(key: string) {
@@ -246,7 +388,7 @@ export class WarehouseRegistry {
     if (!entry) return;
     this.#pools.delete(key);
     for (const [owner, k] of this.#owners) if (k === key) this.#owners.delete(owner);
-    await entry.pool.end().catch(() => {});
+    await entry.pool?.end().catch(() => {});
   }
 
   async #sweep() {
@@ -254,8 +396,8 @@ export class WarehouseRegistry {
     for (const entry of [...this.#pools.values()])
       if (
         entry.lastUsed < cutoff &&
-        entry.pool.waitingCount === 0 &&
-        entry.pool.idleCount === entry.pool.totalCount
+        !entry.opening &&
+        (!entry.pool || (entry.pool.waitingCount === 0 && entry.pool.idleCount === entry.pool.totalCount))
       )
         await this.#end(entry.key);
   }
@@ -277,12 +419,14 @@ class PostgresWarehouse implements Warehouse {
     readonly config: ConnectionConfig,
     private readonly entry: PoolEntry,
     private readonly settings: { statementTimeoutMs: number; rowCap: number },
+    private readonly pool: () => Promise<pg.Pool>,
   ) {}
 
+  /** A checked connection: the pool's address passed the network guard and the server its identity check. */
   async #connect(): Promise<pg.PoolClient> {
     this.entry.lastUsed = Date.now();
     try {
-      return await this.entry.pool.connect();
+      return await (await this.pool()).connect();
     } catch (error) {
       throw translate(error, this.config, 'connect');
     }
@@ -493,10 +637,15 @@ const registries = new WeakMap<AppDeps, WarehouseRegistry>();
 export function warehouses(deps: AppDeps): WarehouseRegistry {
   let registry = registries.get(deps);
   if (!registry) {
+    // Servers read it at start; deps built without startServer (scripts) read it on first use.
+    const controlPlane = deps.controlPlane ?? readControlPlaneIdentity(deps.orm);
+    if (controlPlane instanceof Promise) controlPlane.catch(() => {});
     registry = new WarehouseRegistry({
       statementTimeoutMs: deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
       rowCap: deps.env.WAREHOUSE_ROW_CAP,
-      controlPlaneUrl: deps.env.DATABASE_URL,
+      controlPlane,
+      network: networkGuardSettings(deps.env),
+      refuseSuperuser: deps.env.WAREHOUSE_REFUSE_SUPERUSER,
     });
     registries.set(deps, registry);
   }

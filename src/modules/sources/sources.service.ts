@@ -227,14 +227,28 @@ export async function executeQuery(scope: CallerScope, input: { sql: string; lim
 
 async function reachability(scope: CallerScope, workspace: WorkspaceEntity, side: Side) {
   const config = connectionConfig(scope, workspace, side);
-  if (!config) return { configured: false, reachable: false, server_version: null, error: null };
+  if (!config)
+    return { configured: false, reachable: false, server_version: null, error: null, warnings: [] };
+  const registry = warehouses(scope.deps);
   try {
-    const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:${side}`);
+    const warehouse = await registry.open(config, `${workspace.id}:${side}`);
     const { server_version } = await warehouse.ping();
-    return { configured: true, reachable: true, server_version, error: null };
+    return {
+      configured: true,
+      reachable: true,
+      server_version,
+      error: null,
+      warnings: registry.warningsFor(config),
+    };
   } catch (error) {
     if (!(error instanceof AppError)) throw error;
-    return { configured: true, reachable: false, server_version: null, error: error.message };
+    return {
+      configured: true,
+      reachable: false,
+      server_version: null,
+      error: error.message,
+      warnings: registry.warningsFor(config),
+    };
   }
 }
 
@@ -270,22 +284,31 @@ async function configUnderTest(scope: CallerScope, workspace: WorkspaceEntity, s
         reason: 'NO_TARGET_CONFIG',
       },
     );
-  return warehouses(scope.deps).open(config, sent ? `${workspace.id}:test` : `${workspace.id}:target`);
+  const warehouse = await warehouses(scope.deps).open(
+    config,
+    sent ? `${workspace.id}:test` : `${workspace.id}:target`,
+  );
+  return { config, warehouse };
 }
 
 /** POST /api/workspaces/{workspace}/database/test: connects with the target config (or the one sent). 422 with the reason. */
 export async function databaseTest(scope: CallerScope, workspaceName: string, config?: ConnectionConfig) {
   const workspace = await workspaceByName(scope, workspaceName);
-  const warehouse = await configUnderTest(scope, workspace, config);
+  const tested = await configUnderTest(scope, workspace, config);
   const started = performance.now();
-  const info = await warehouse.ping();
-  return { success: true as const, ...info, latency_ms: Math.round(performance.now() - started) };
+  const info = await tested.warehouse.ping();
+  return {
+    success: true as const,
+    ...info,
+    latency_ms: Math.round(performance.now() - started),
+    warnings: warehouses(scope.deps).warningsFor(tested.config),
+  };
 }
 
 /** POST /api/workspaces/{workspace}/database/catalogs: databases and schemas the credentials can see. */
 export async function databaseCatalogs(scope: CallerScope, workspaceName: string, config?: ConnectionConfig) {
   const workspace = await workspaceByName(scope, workspaceName);
-  const warehouse = await configUnderTest(scope, workspace, config);
+  const { warehouse } = await configUnderTest(scope, workspace, config);
   return { workspace_name: workspace.name, ...(await warehouse.catalogs()) };
 }
 
@@ -298,5 +321,6 @@ export async function testStoredPassword(scope: CallerScope) {
     workspace_name: workspace.name,
     password_set: !!config.password,
     message: `Connected to ${config.host}:${config.port}/${info.database} as ${info.user}`,
+    warnings: warehouses(scope.deps).warningsFor(config),
   };
 }

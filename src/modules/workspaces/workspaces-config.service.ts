@@ -6,6 +6,7 @@ import type { StaleConnection } from './workspace-extensions.ts';
 import type { WorkflowTaskState, WorkspaceEntity } from './workspaces.entity.ts';
 import { adminSettingsUpdateInput, type ConnectionConfigInput } from './workspaces.schemas.ts';
 import {
+  connectionWarnings,
   maskedConfig,
   replaceTargetSchema,
   storeConnectionConfig,
@@ -31,7 +32,7 @@ export function systemPromptOf(workspace: WorkspaceEntity): string {
   return workspace.systemPrompt ?? DEFAULT_SYSTEM_PROMPT;
 }
 
-export function configView(workspace: WorkspaceEntity) {
+export function configView(scope: CallerScope, workspace: WorkspaceEntity) {
   return {
     workspace_name: workspace.name,
     description: workspace.description,
@@ -43,11 +44,12 @@ export function configView(workspace: WorkspaceEntity) {
     system_prompt: workspace.systemPrompt ?? null,
     success_criteria_prompt: workspace.successCriteriaPrompt ?? null,
     workflow_state: workflowStateOf(workspace),
+    warnings: connectionWarnings(scope, workspace),
   };
 }
 
 export async function getConfig(scope: CallerScope, name: string) {
-  return configView(await workspaceByName(scope, name));
+  return configView(scope, await workspaceByName(scope, name));
 }
 
 /**
@@ -116,7 +118,7 @@ export async function saveConfig(
     workspace.schemaTemplate = input.schema_template;
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
-  return { ...configView(workspace), stale_connections: stale };
+  return { ...configView(scope, workspace), stale_connections: stale };
 }
 
 // ---- prompts ----

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { connectionConfigSchema } from '../../warehouse/config.ts';
+import { connectionConfigSchema, connectionWarningsSchema } from '../../warehouse/config.ts';
 
 /** The workspace-scoped database routes (check, test, catalogs, test-stored-password). */
 
@@ -12,6 +12,7 @@ const reachability = z.object({
   reachable: z.boolean(),
   server_version: z.string().nullable(),
   error: z.string().nullable().describe("Why it is unreachable (the driver's reason)"),
+  warnings: connectionWarningsSchema,
 });
 
 export const databaseCheckOutput = z.object({
@@ -35,6 +36,7 @@ export const databaseTestOutput = z.object({
   database: z.string(),
   user: z.string(),
   latency_ms: z.number(),
+  warnings: connectionWarningsSchema,
 });
 
 export const databaseCatalogsOutput = z.object({
@@ -48,4 +50,5 @@ export const testStoredPasswordOutput = z.object({
   workspace_name: z.string(),
   password_set: z.boolean(),
   message: z.string(),
+  warnings: connectionWarningsSchema,
 });

@@ -1,5 +1,9 @@
 import { z } from 'zod';
-import { connectionConfigSchema } from '../../warehouse/config.ts';
+import {
+  connectionConfigSchema,
+  connectionWarningSchema,
+  connectionWarningsSchema,
+} from '../../warehouse/config.ts';
 import { jsonObject, pageInput, timestamp } from '../../trpc/common-schemas.ts';
 import { staleConnection, targetSchemaSchema } from '../schemas/schemas.schemas.ts';
 import { reverseEtlDestinations } from '../schemas/reverse-etl.schemas.ts';
@@ -118,12 +122,20 @@ export const workspaceOutput = z.object({
   updated_at: timestamp,
 });
 
+/** Warnings about the workspace's connections (e.g. a superuser role), each naming its side. */
+const sideWarnings = z
+  .array(connectionWarningSchema.extend({ side: z.enum(['source', 'target']) }))
+  .describe(
+    "What the last connection's identity check saw of each side's role: a superuser or a role that bypasses row-level security",
+  );
+
 export const workspaceDetailOutput = workspaceOutput.extend({
   source_config: maskedConnectionConfig.nullable(),
   target_config: maskedConnectionConfig.nullable(),
   schema_customized: z.boolean(),
   table_count: z.number().int(),
   workflow_state: z.record(z.string(), workflowTaskState),
+  warnings: sideWarnings,
 });
 
 export const workspaceListInput = z.object(pageInput);
@@ -154,6 +166,7 @@ export const sourceConfigOutput = z.object({
   workspace_name: z.string(),
   configured: z.boolean(),
   source_config: maskedConnectionConfig.nullable(),
+  warnings: connectionWarningsSchema,
 });
 export const sourceConfigInput = z.object({ source_config: connectionConfigInput });
 
@@ -213,6 +226,7 @@ export const configOutput = z.object({
   system_prompt: z.string().nullable(),
   success_criteria_prompt: z.string().nullable(),
   workflow_state: z.record(z.string(), workflowTaskState),
+  warnings: sideWarnings,
 });
 
 export const configSaveInput = workspaceNameParam.extend({

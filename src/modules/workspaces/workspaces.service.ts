@@ -6,6 +6,7 @@ import {
   maskConnectionConfig,
   type ConnectionConfig,
 } from '../../warehouse/config.ts';
+import { warehouses } from '../../warehouse/postgres.ts';
 import { User } from '../auth/auth.entity.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
@@ -184,6 +185,24 @@ export function maskedConfig(workspace: WorkspaceEntity, side: 'source' | 'targe
   });
 }
 
+/**
+ * Warnings about the roles of the workspace's connections (superuser, bypasses RLS) as their last
+ * identity check saw them: nothing connects, so a config not used since the server started has none yet.
+ */
+export function connectionWarnings(
+  scope: Scope,
+  workspace: WorkspaceEntity,
+  sides: ('source' | 'target')[] = ['source', 'target'],
+) {
+  return sides.flatMap((side) => {
+    const stored = side === 'source' ? workspace.sourceConfig : workspace.targetConfig;
+    if (!stored) return [];
+    return warehouses(scope.deps)
+      .warningsFor(stored as Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>)
+      .map((warning) => ({ side, ...warning }));
+  });
+}
+
 export function workflowStateOf(workspace: WorkspaceEntity): Record<string, WorkflowTaskState> {
   const state: Record<string, WorkflowTaskState> = {};
   for (const task of WORKFLOW_TASKS)
@@ -198,6 +217,7 @@ export async function workspaceDetail(scope: CallerScope, workspace: WorkspaceEn
     source_config: maskedConfig(workspace, 'source'),
     target_config: maskedConfig(workspace, 'target'),
     schema_customized: workspace.schemaCustomized,
+    warnings: connectionWarnings(scope, workspace),
     table_count: schema?.tables.length ?? 0,
     workflow_state: workflowStateOf(workspace),
   };
@@ -341,7 +361,12 @@ export async function deleteWorkspace(scope: CallerScope, name: string) {
 export async function getSourceConfig(scope: CallerScope) {
   const workspace = await currentWorkspace(scope);
   const config = maskedConfig(workspace, 'source');
-  return { workspace_name: workspace.name, configured: !!config, source_config: config };
+  return {
+    workspace_name: workspace.name,
+    configured: !!config,
+    source_config: config,
+    warnings: connectionWarnings(scope, workspace, ['source']),
+  };
 }
 
 export async function saveSourceConfig(scope: CallerScope, input: ConnectionConfigInput) {
@@ -353,6 +378,7 @@ export async function saveSourceConfig(scope: CallerScope, input: ConnectionConf
     workspace_name: workspace.name,
     configured: true,
     source_config: maskedConfig(workspace, 'source'),
+    warnings: connectionWarnings(scope, workspace, ['source']),
   };
 }
 
