@@ -1,7 +1,7 @@
 import { AppError } from '../app-error.ts';
 import { hasPermission, type Permission } from '../auth/permissions.ts';
 import type { Principal } from '../auth/principal.ts';
-import type { AuthedContext, Context } from './context.ts';
+import type { AuthedContext } from './context.ts';
 import { organizationOf } from '../auth/tenancy.ts';
 import { t } from './init.ts';
 import { toTRPCError } from './errors.ts';
@@ -23,10 +23,9 @@ export const publicProcedure = t.procedure.use(translateErrors);
  * tRPC copies the context once per middleware, which was a measurable share of every request
  * (bench/api-overhead.ts), so each guarded procedure has exactly one.
  */
-function guarded(check?: (principal: Principal) => void, readsInOneTransaction = false) {
-  return t.procedure.use(async ({ ctx, meta, next, type }) => {
+function guarded(check?: (principal: Principal) => void) {
+  return t.procedure.use(async ({ ctx, meta, next }) => {
     let principal: Principal | null;
-    let tenant = false;
     try {
       principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx, ctx.bearer) : null;
       if (!principal) throw new AppError('UNAUTHORIZED', 'Missing or invalid credentials');
@@ -37,10 +36,7 @@ function guarded(check?: (principal: Principal) => void, readsInOneTransaction =
           { reason: 'PASSWORD_CHANGE_REQUIRED' },
         );
       check?.(principal);
-      if (principal.organizationId && !principal.isSuperAdmin) {
-        ctx.setTenant(principal.organizationId);
-        tenant = true;
-      }
+      if (principal.organizationId && !principal.isSuperAdmin) ctx.setTenant(principal.organizationId);
     } catch (error) {
       throw toTRPCError(error);
     }
@@ -48,44 +44,10 @@ function guarded(check?: (principal: Principal) => void, readsInOneTransaction =
     // for `next({ ctx })` (reading every property, so the lazily forked entity manager would be forked),
     // and passes it on unchanged for `next()` — which an absent `ctx` here amounts to.
     (ctx as AuthedContext).principal = principal;
-    const proceed = () => next({ ctx: undefined as unknown as { principal: Principal } });
-    let result: Awaited<ReturnType<typeof proceed>>;
-    try {
-      result =
-        readsInOneTransaction && tenant && type === 'query'
-          ? await inOneTransaction(ctx, proceed)
-          : await proceed();
-    } catch (error) {
-      throw toTRPCError(error);
-    }
+    const result = await next({ ctx: undefined as unknown as { principal: Principal } });
     if (!result.ok) throw toTRPCError(result.error);
     return result;
   });
-}
-
-/**
- * A member's read runs all its statements in one transaction, which applies the row-level-security
- * setting once (begin, set_config, the statements, commit) instead of around every statement
- * (bench/routes.ts). Only reads: a write enqueues jobs that run on other connections and must see its
- * rows, and the unit of work already commits a write's changes in one flush. A read that fails rolls
- * back. Subscriptions (streams) keep the per-statement transactions: they outlive the call. Only the
- * permission-guarded routes (an organization's data): the routes of the plain `user` guard (session,
- * logout, preferences) are often answered from caches, and an empty transaction would hold a pool
- * connection for nothing.
- */
-async function inOneTransaction<R extends { ok: boolean }>(ctx: Context, proceed: () => Promise<R>) {
-  const em = ctx.em;
-  await em.begin();
-  let result: R;
-  try {
-    result = await proceed();
-  } catch (error) {
-    await em.rollback();
-    throw error;
-  }
-  if (result.ok) await em.commit();
-  else await em.rollback();
-  return result;
 }
 
 /** Guard `user`: any signed-in user or service account. The one place credentials are checked. */
@@ -97,7 +59,7 @@ export const permissionProcedure = (permission: Permission) =>
     organizationOf(principal);
     if (!hasPermission(principal.permissions, permission))
       throw new AppError('FORBIDDEN', `Missing permission ${permission}`);
-  }, true);
+  });
 
 /** Guard `super_admin`. */
 export const superAdminProcedure = guarded((principal) => {
