@@ -15,6 +15,8 @@ import { BODY_METHODS, createRestHandler } from './trpc/rest.ts';
 import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
 import { AppError, type AppErrorCode } from './app-error.ts';
 import { packageVersion } from './version.ts';
+import { trustProxySetting } from './env.ts';
+import { TooDeepError, jsonDepthExceeds } from './json-depth.ts';
 import { flushLogFile, requestLogger } from './logger.ts';
 
 const require = createRequire(import.meta.url);
@@ -68,7 +70,7 @@ const API_SECURITY_HEADERS = headersSetBy(apiHelmet);
 export function createApp(deps: AppDeps) {
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', 'loopback');
+  app.set('trust proxy', trustProxySetting(deps.env.TRUST_PROXY));
 
   // The API reference is the one HTML page: it gets helmet's whole set, with a policy fitting Swagger UI.
   const pageHeaders = helmet({
@@ -91,7 +93,13 @@ export function createApp(deps: AppDeps) {
   // No origins configured = same origin only, which needs no CORS headers (and no work per request).
   if (origins.length) app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
   app.use(requestLogger(deps.logger));
-  const parseJson = express.json({ limit: deps.env.BODY_LIMIT });
+  const maxDepth = deps.env.BODY_MAX_DEPTH;
+  const parseJson = express.json({
+    limit: deps.env.BODY_LIMIT,
+    verify: (_req, _res, body) => {
+      if (jsonDepthExceeds(body, maxDepth)) throw new TooDeepError(maxDepth);
+    },
+  });
   // GET, HEAD and DELETE carry no body here: they skip the parser rather than have it look for one.
   app.use((req, res, next) => (BODY_METHODS.has(req.method) ? parseJson(req, res, next) : next()));
   const restContext = createContextFactory(deps, 'rest');
@@ -233,6 +241,16 @@ export function createApp(deps: AppDeps) {
     }
   });
 
+  // tRPC queries carry their input as JSON in the query string: the same depth limit applies.
+  app.use('/trpc', (req, res, next) => {
+    const input = req.method === 'GET' ? new URL(req.url, 'http://x').searchParams.get('input') : null;
+    if (input && jsonDepthExceeds(input, maxDepth))
+      return sendError(
+        res,
+        new AppError('BAD_REQUEST', `The JSON input is nested deeper than ${maxDepth} levels`),
+      );
+    next();
+  });
   app.use(
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
@@ -245,6 +263,11 @@ export function createApp(deps: AppDeps) {
       return void res
         .status(413)
         .json({ message: `Request body exceeds ${deps.env.BODY_LIMIT}`, code: 'PAYLOAD_TOO_LARGE' });
+    if (err instanceof TooDeepError || err.type === 'entity.verify.failed')
+      return void res.status(400).json({
+        message: `The JSON body is nested deeper than ${maxDepth} levels`,
+        code: 'BAD_REQUEST',
+      });
     if (err.type === 'entity.parse.failed')
       return void res.status(400).json({ message: 'Malformed JSON in request body', code: 'BAD_REQUEST' });
     if (err.status && err.status >= 400 && err.status < 500)

@@ -25,6 +25,10 @@ export const envSchema = z.object({
   SEED_DEMO: booleanFlag,
   CORS_ORIGINS: z.string().default(''),
   BODY_LIMIT: z.string().default('1mb'),
+  // Deeper JSON (bodies, tRPC query input) answers 400 before it is parsed any further.
+  BODY_MAX_DEPTH: z.coerce.number().int().min(2).max(1000).default(64),
+  // express's `trust proxy`: unset = off (the socket's peer address is the client's).
+  TRUST_PROXY: z.string().default('false'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   LOGIN_MAX_FAILURES_PER_USER: z.coerce.number().int().positive().default(5),
   LOGIN_MAX_FAILURES_PER_ADDRESS: z.coerce.number().int().positive().default(30),
@@ -53,6 +57,15 @@ export const envSchema = z.object({
 });
 
 export type Env = z.infer<typeof envSchema> & { dataDir: string };
+
+/** TRUST_PROXY in express's terms: true/false, a hop count, or addresses, subnets and names. */
+export function trustProxySetting(value: string): boolean | number | string {
+  const trimmed = value.trim();
+  if (trimmed === '' || trimmed === 'false') return false;
+  if (trimmed === 'true') return true;
+  if (/^\d+$/.test(trimmed)) return Number(trimmed);
+  return trimmed;
+}
 
 /** Parses the environment once; a bad value stops the process with a message naming the variable. */
 export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {

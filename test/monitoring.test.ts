@@ -314,25 +314,35 @@ describe('identity graph', () => {
     const s = stats.body;
     expect(s.built).toBe(true);
     expect(s.last_build.status).toBe('succeeded');
-    expect(s.identifiers_by_type).toEqual({ customer_id: 4, email: 4, phone: 2, device_id: 4 });
-    expect(s.identifiers).toBe(14);
+    // prospects is not mapped, but it is a source table with e-mail and phone columns: proposed as an
+    // identity source, it adds erin and links bob (its row 1) to carl's phone.
+    expect(s.identifiers_by_type).toEqual({ customer_id: 4, email: 5, phone: 2, device_id: 4 });
+    expect(s.identifiers).toBe(15);
     expect(s.clusters).toBe(5);
-    expect(s.singletons).toBe(1);
-    expect(s.largest_cluster.size).toBe(4);
-    expect(s.cluster_size_distribution).toMatchObject({ '1': 1, '3-5': 4 });
+    expect(s.singletons).toBe(2);
+    expect(s.largest_cluster.size).toBe(6);
+    expect(s.cluster_size_distribution).toMatchObject({ '1': 2, '3-5': 2, '6-10': 1 });
     expect(s.recent_runs.length).toBe(2);
     const clusters = s.largest_clusters.map((c: any) => c.identifiers);
     expect(clusters[0]).toEqual({
+      customer_id: ['2', '3'],
+      device_id: ['d3'],
+      email: ['bob@y.com', 'carl@z.com'],
+      phone: ['5550003333'],
+    });
+    expect(clusters).toContainEqual({
       customer_id: ['1'],
       device_id: ['d1'],
       email: ['ann@x.com'],
       phone: ['15550001111'],
     });
-    expect(clusters).toContainEqual({ customer_id: ['2'], device_id: ['d3'], email: ['bob@y.com'] });
-    expect(clusters).toContainEqual({ customer_id: ['3'], email: ['carl@z.com'], phone: ['5550003333'] });
     expect(clusters).toContainEqual({ device_id: ['d2', 'd4'], email: ['dave@w.com'] });
-    // prospects is not mapped: erin never appears.
-    expect(JSON.stringify(s)).not.toContain('erin');
+    expect(s.last_build.result.sources.map((x: any) => x.table)).toEqual([
+      'shop.customers',
+      'shop.events',
+      'shop.prospects',
+    ]);
+    expect(s.last_build.result.sources_origin).toBe('proposed');
 
     expect(
       (await api('GET', '/identity-graph/workspace', { query: { database: warehouse.name } })).status,
@@ -364,8 +374,9 @@ describe('identity graph', () => {
     expect(alerts.status).toBe(200);
     const identity = alerts.body.alerts.filter((a: any) => a.kind === 'identity');
     expect(identity.map((a: any) => a.check)).toEqual(['cluster_size_limit']);
+    // ann (4 identifiers) and bob + carl (6) are over the limit.
     expect(identity[0]).toMatchObject({
-      measured: 1,
+      measured: 2,
       threshold: 3,
       table_name: 'shop_identity.identity_clusters',
     });

@@ -7,6 +7,14 @@ export interface SqlRunner {
   query(sql: string, params?: unknown[]): Promise<{ rows: any[]; rowCount?: number | null }>;
 }
 
+/**
+ * A runner on one connection that can also stream `COPY … TO STDOUT` (identity resolution reads
+ * its edge list that way: no row objects, a few bytes per edge).
+ */
+export interface CopyOutRunner extends SqlRunner {
+  copyOut(sql: string): AsyncIterable<Buffer>;
+}
+
 /** A table named by its schema, as introspection reports it. */
 export interface TableRef {
   schema: string;

@@ -289,7 +289,7 @@ export function createRestHandler(
     // A POST without a body (logout, cancel…) needs no content type.
     const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || !!req.headers['transfer-encoding'];
     if (useBody && hasBody && !contentType?.startsWith('application/json'))
-      return sendJson(res, 415, {
+      return sendJson(res, HTTP_STATUS.UNSUPPORTED_MEDIA_TYPE, {
         message: contentType ? `Unsupported content-type "${contentType}"` : 'Missing content-type header',
         code: 'UNSUPPORTED_MEDIA_TYPE',
       });

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import Cursor from 'pg-cursor';
-import { from as copyFrom } from 'pg-copy-streams';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
 import type { ConnectionConfig, ConnectionWarning } from './config.ts';
@@ -620,6 +620,7 @@ class PostgresWarehouse implements Warehouse {
             return { rows: res.rows, rowCount: res.rowCount ?? 0 };
           },
           copyFrom: (text: string) => client.query(copyFrom(text)),
+          copyTo: (text: string) => client.query(copyTo(text)),
         });
         await client.query('commit');
         return result;

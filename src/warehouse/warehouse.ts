@@ -1,4 +1,4 @@
-import type { Writable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import type { ConnectionConfig } from './config.ts';
 
 /** A relation of a warehouse as introspection reports it. */
@@ -102,6 +102,8 @@ export interface WarehouseTransaction {
    * (with backpressure); the statement completes when the stream finishes.
    */
   copyFrom(sql: string): Writable;
+  /** A `COPY … TO STDOUT` on the transaction's connection, as a stream of COPY text chunks. */
+  copyTo(sql: string): Readable;
 }
 
 /**

@@ -5,9 +5,22 @@ import {
   createIdentitySchema,
   identityGraphStats,
   resolveIdentities,
+  updateIdentities,
   type IdentifierColumn,
-  type IdentitySource,
 } from '../../quality/identity-graph.ts';
+import {
+  DEFAULT_SURVIVORSHIP_RULE,
+  PROFILE_TABLE,
+  buildGoldenRecords,
+  type ProfileField,
+  type ProfileSource,
+} from '../../quality/golden-records.ts';
+import { profileTable, type ColumnProfile } from '../../llm/profile.ts';
+import { shareOf } from '../../llm/value-patterns.ts';
+import {
+  identityResolutionSettings,
+  type IdentityResolutionSettings,
+} from '../workspaces/workspaces.schemas.ts';
 import { evaluateIdentityHealth } from '../../quality/rules.ts';
 import { quoteIdent, toNumber } from '../../quality/sql.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
@@ -46,27 +59,31 @@ const PERSON_ID =
 const PII_ID = /_(id|key|uuid|number)$/i;
 const TYPE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 
-export interface IdentityResolutionSettings {
+export interface IdentityLimits {
   max_cluster_size: number;
   max_degree: number;
   max_merge_jump_ratio: number;
 }
 
-export const IDENTITY_DEFAULTS: IdentityResolutionSettings = {
+export const IDENTITY_DEFAULTS: IdentityLimits = {
   max_cluster_size: 1000,
   max_degree: 100,
   max_merge_jump_ratio: 0.5,
 };
 
-/** Per-workspace limits, from the workspace settings key `identity_resolution` when present. */
-export function identitySettings(workspace: WorkspaceEntity): IdentityResolutionSettings {
-  const raw = (workspace.settings?.identity_resolution ?? {}) as Record<string, unknown>;
-  const positive = (v: unknown, fallback: number, integer = true) =>
-    typeof v === 'number' && v > 0 && (!integer || Number.isInteger(v)) ? v : fallback;
+/** The workspace's `identity_resolution` admin setting (validated when it was written). */
+function identityConfig(workspace: WorkspaceEntity): IdentityResolutionSettings {
+  const parsed = identityResolutionSettings.safeParse(workspace.settings?.identity_resolution ?? {});
+  return parsed.success ? parsed.data : {};
+}
+
+/** Per-workspace limits, from the workspace's admin setting `identity_resolution` when present. */
+export function identitySettings(workspace: WorkspaceEntity): IdentityLimits {
+  const raw = identityConfig(workspace);
   return {
-    max_cluster_size: positive(raw.max_cluster_size, IDENTITY_DEFAULTS.max_cluster_size),
-    max_degree: positive(raw.max_degree, IDENTITY_DEFAULTS.max_degree),
-    max_merge_jump_ratio: positive(raw.max_merge_jump_ratio, IDENTITY_DEFAULTS.max_merge_jump_ratio, false),
+    max_cluster_size: raw.max_cluster_size ?? IDENTITY_DEFAULTS.max_cluster_size,
+    max_degree: raw.max_degree ?? IDENTITY_DEFAULTS.max_degree,
+    max_merge_jump_ratio: raw.max_merge_jump_ratio ?? IDENTITY_DEFAULTS.max_merge_jump_ratio,
   };
 }
 
@@ -91,7 +108,7 @@ export async function identitySources(
   workspace: WorkspaceEntity,
   targetSchema: string,
   present: IntrospectedTable[],
-): Promise<IdentitySource[]> {
+): Promise<ProfileSource[]> {
   const schema = targetSchemaOf(workspace);
   if (!schema) return [];
   const mapped = new Set(
@@ -99,7 +116,7 @@ export async function identitySources(
       (m) => m.tableName,
     ),
   );
-  const sources: IdentitySource[] = [];
+  const sources: ProfileSource[] = [];
   for (const table of schema.tables) {
     if (mapped.size > 0 && !mapped.has(table.name)) continue;
     const found = present.find((t) => t.schema === targetSchema && t.name === table.name);
@@ -116,11 +133,205 @@ export async function identitySources(
       table: { schema: targetSchema, name: table.name },
       identifiers,
       ...(key ? { keyColumn: key } : {}),
+      ...timestampOf(found),
       rule: 'same_record',
     });
   }
   return sources;
 }
+
+const TIMESTAMP_NAMES = [
+  'updated_at',
+  'last_activity_at',
+  'last_modified_at',
+  'modified_at',
+  'last_updated',
+  'updated',
+  'created_at',
+  'created',
+];
+
+/** A record's recency: the first column named like an update or creation time with a time type. */
+function timestampOf(table: IntrospectedTable): { timestampColumn?: string } {
+  for (const name of TIMESTAMP_NAMES) {
+    const column = table.columns.find((c) => c.name.toLowerCase() === name);
+    if (column && /^(timestamp|date)/.test(column.type)) return { timestampColumn: column.name };
+  }
+  return {};
+}
+
+/** Share of sampled values above which a column's values say what it holds, whatever its name. */
+const PATTERN_SHARE = 0.8;
+
+/**
+ * Identifier columns of a source table, from its profile: e-mail and phone by name or by what the
+ * values look like, person ids by name (the table's own key excepted: it identifies the record).
+ */
+function profiledIdentifiers(table: IntrospectedTable, profiles: ColumnProfile[]): IdentifierColumn[] {
+  const ownKey = table.primary_key.length === 1 ? table.primary_key[0] : null;
+  const found: IdentifierColumn[] = [];
+  for (const profile of profiles) {
+    const name = profile.column;
+    const textual = /char|text/.test(profile.type);
+    if ((EMAIL.test(name) && textual) || shareOf(profile.patterns, 'email') >= PATTERN_SHARE)
+      found.push({ column: name, type: 'email', normalize: 'email' });
+    else if (PHONE.test(name) || (textual && shareOf(profile.patterns, 'phone') >= PATTERN_SHARE))
+      found.push({ column: name, type: 'phone', normalize: 'phone' });
+    else if (PERSON_ID.test(name) && name !== ownKey)
+      found.push({ column: name, type: name.toLowerCase(), normalize: 'trim' });
+  }
+  return found;
+}
+
+const sameDatabase = (a: ConnectionConfig, b: ConnectionConfig) =>
+  a.host.toLowerCase() === b.host.toLowerCase() && a.port === b.port && a.database === b.database;
+
+export interface IdentityPlan {
+  origin: 'confirmed' | 'proposed';
+  sources: ProfileSource[];
+  fields: ProfileField[];
+  sourcePriority: string[];
+  /** Why a table was left out. */
+  notes: string[];
+}
+
+/**
+ * What the build reads: the confirmed sources of the `identity_resolution` setting, else a proposal:
+ * the mapped target tables and, when the source database is the target database (the tables are
+ * then reachable by the same SQL), every selected source table whose profile shows e-mail or phone
+ * columns. The unified profile gets a field per identifier type, the configured fields, and the
+ * columns that two or more sources share.
+ */
+export async function planIdentity(
+  deps: AppDeps,
+  em: EntityManager,
+  workspace: WorkspaceEntity,
+  target: ConnectionConfig,
+  warehouse: Warehouse,
+): Promise<IdentityPlan> {
+  const settings = identityConfig(workspace);
+  const source = connectionConfig({ em, deps }, workspace, 'source');
+  const notes: string[] = [];
+  const shared = source && sameDatabase(source, target);
+  const schemas = [...new Set([target.schemas[0], ...(shared ? source.schemas : [])])];
+  const present = (await warehouse.introspect({ schemas })).tables;
+  const find = (name: string) => present.find((t) => `${t.schema}.${t.name}` === name);
+  let sources: ProfileSource[] = [];
+  if (settings.sources) {
+    for (const configured of settings.sources) {
+      const table = find(configured.table);
+      if (!table) {
+        notes.push(`${configured.table}: not found in ${target.database} (schemas ${schemas.join(', ')})`);
+        continue;
+      }
+      const key =
+        configured.key_column ?? (table.primary_key.length === 1 ? table.primary_key[0] : undefined);
+      sources.push({
+        table: { schema: table.schema, name: table.name },
+        identifiers: configured.identifiers,
+        ...(key ? { keyColumn: key } : {}),
+        ...(configured.timestamp_column
+          ? { timestampColumn: configured.timestamp_column }
+          : timestampOf(table)),
+        rule: 'same_record',
+      });
+    }
+  } else {
+    sources = await identitySources(em, workspace, target.schemas[0], present);
+    if (source && !shared)
+      notes.push(
+        `source tables are not proposed: the source database is not the target database (load them into the target first)`,
+      );
+    if (shared) {
+      const selected = source.tables?.length ? new Set(source.tables) : null;
+      const run = (sql: string, params: unknown[]) => warehouse.aggregate(sql, { params });
+      for (const table of present) {
+        if (!source.schemas.includes(table.schema) || table.kind !== 'table') continue;
+        if (selected && !selected.has(table.name) && !selected.has(`${table.schema}.${table.name}`)) continue;
+        if (sources.some((s) => s.table.schema === table.schema && s.table.name === table.name)) continue;
+        const profiles = await profileTable(run, table.schema, table.name, table.columns, { rowLimit: 1000 });
+        const identifiers = profiledIdentifiers(table, profiles);
+        if (!identifiers.some((i) => i.type === 'email' || i.type === 'phone')) continue;
+        const key = table.primary_key.length === 1 ? table.primary_key[0] : undefined;
+        sources.push({
+          table: { schema: table.schema, name: table.name },
+          identifiers,
+          ...(key ? { keyColumn: key } : {}),
+          ...timestampOf(table),
+          rule: 'same_record',
+        });
+      }
+    }
+  }
+  for (const s of sources)
+    if (!s.keyColumn)
+      notes.push(`${s.table.schema}.${s.table.name}: no one-column record key, so it adds to no profile`);
+  return {
+    origin: settings.sources ? 'confirmed' : 'proposed',
+    sources,
+    fields: profileFields(settings, sources, present),
+    sourcePriority: settings.source_priority ?? [],
+    notes,
+  };
+}
+
+/** The unified profile's fields: one per identifier type, the configured ones, and shared columns. */
+function profileFields(
+  settings: IdentityResolutionSettings,
+  sources: ProfileSource[],
+  present: IntrospectedTable[],
+): ProfileField[] {
+  const keyed = sources.map((s, i) => ({ s, i })).filter(({ s }) => s.keyColumn);
+  const fields: ProfileField[] = [];
+  const taken = new Set<string>();
+  const add = (field: ProfileField) => {
+    if (taken.has(field.name) || field.columns.length === 0) return;
+    taken.add(field.name);
+    fields.push(field);
+  };
+  const types = [...new Set(keyed.flatMap(({ s }) => s.identifiers.map((id) => id.type)))];
+  for (const type of types)
+    add({
+      name: type,
+      rule: settings.profile_fields?.find((f) => f.name === type)?.rule ?? DEFAULT_SURVIVORSHIP_RULE,
+      columns: keyed.flatMap(({ s, i }) =>
+        s.identifiers
+          .filter((id) => id.type === type)
+          .map((id) => ({ source: i, column: id.column, normalize: id.normalize ?? normalizerOf(id.type) })),
+      ),
+    });
+  const columnsOf = (i: number) =>
+    present.find((t) => t.schema === sources[i].table.schema && t.name === sources[i].table.name)?.columns ??
+    [];
+  const identifierColumns = (i: number) => new Set(sources[i].identifiers.map((id) => id.column));
+  for (const configured of settings.profile_fields ?? []) {
+    const columns = configured.columns
+      ? configured.columns.flatMap(({ table, column }) =>
+          keyed
+            .filter(({ s }) => `${s.table.schema}.${s.table.name}` === table)
+            .map(({ i }) => ({ source: i, column })),
+        )
+      : keyed
+          .filter(({ i }) => columnsOf(i).some((c) => c.name === configured.name))
+          .map(({ i }) => ({ source: i, column: configured.name }));
+    add({ name: configured.name, rule: configured.rule ?? DEFAULT_SURVIVORSHIP_RULE, columns });
+  }
+  const counts = new Map<string, number[]>();
+  for (const { i } of keyed)
+    for (const column of columnsOf(i))
+      if (!identifierColumns(i).has(column.name) && column.name !== sources[i].keyColumn)
+        counts.set(column.name, [...(counts.get(column.name) ?? []), i]);
+  for (const [name, indexes] of counts)
+    if (indexes.length >= 2 && /^[a-z][a-z0-9_]{0,62}$/.test(name))
+      add({
+        name,
+        rule: DEFAULT_SURVIVORSHIP_RULE,
+        columns: indexes.map((i) => ({ source: i, column: name })),
+      });
+  return fields;
+}
+
+const normalizerOf = (type: string) => (type === 'email' ? 'email' : type === 'phone' ? 'phone' : 'trim');
 
 /** Where the workspace's graph lives: as created by create-schema, else next to the target schema. */
 export function graphLocation(config: ConnectionConfig, graph: IdentityGraphEntity | null) {
@@ -190,33 +401,52 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
   if (!config) return { skipped: `workspace ${workspace.name} has no target warehouse` };
   let graph = await em.findOne(IdentityGraph, { organization, workspace: workspace.id });
   const { database, schema } = graphLocation(config, graph);
-  const targetSchema = config.schemas[0];
   const warehouse = await warehouses(deps).open(config, `${workspace.id}:target`);
-  const present = (await warehouse.introspect({ schemas: [targetSchema] })).tables;
-  const sources = await identitySources(em, workspace, targetSchema, present);
+  const plan = await planIdentity(deps, em, workspace, config, warehouse);
+  const { sources } = plan;
   const used = sources.map((s) => ({
     table: `${s.table.schema}.${s.table.name}`,
     identifiers: s.identifiers.map((i) => ({ column: i.column, type: i.type })),
     key_column: s.keyColumn ?? null,
+    timestamp_column: s.timestampColumn ?? null,
   }));
   graph ??= em.create(IdentityGraph, { organization, workspace: workspace.id, database, schemaName: schema });
   if (sources.length === 0) {
     graph.lastRunId = request.runId;
     graph.lastResult = {
-      skipped: 'no mapped table of the target schema has identifier columns (e-mail, phone or person ids)',
+      skipped:
+        'no table has identifier columns (e-mail, phone or person ids): no mapped target table, ' +
+        'and no source table in the target database',
+      notes: plan.notes,
     };
     await em.flush();
     return graph.lastResult;
   }
   const limits = identitySettings(workspace);
-  const result = await warehouse.transaction((tx) =>
-    resolveIdentities(transactionRunner(tx), {
+  const options = {
+    schema,
+    sources,
+    maxClusterSize: limits.max_cluster_size,
+    maxDegree: limits.max_degree,
+  };
+  // Append-only sources (the `incremental` setting) read only the records added since the last
+  // build, when that build read the same sources the same way; otherwise the graph is rebuilt.
+  const sameSources =
+    identityConfig(workspace).incremental === true &&
+    JSON.stringify(graph.lastResult?.sources ?? null) === JSON.stringify(used);
+  const { result, profiles } = await warehouse.transaction(async (tx) => {
+    const runner = transactionRunner(tx);
+    const built = sameSources
+      ? await updateIdentities(runner, options)
+      : await resolveIdentities(runner, options);
+    const count = await buildGoldenRecords(runner, {
       schema,
       sources,
-      maxClusterSize: limits.max_cluster_size,
-      maxDegree: limits.max_degree,
-    }),
-  );
+      fields: plan.fields,
+      sourcePriority: plan.sourcePriority,
+    });
+    return { result: built, profiles: count };
+  });
   const { stats } = await graphStatistics(warehouse, schema, 0);
   const health = evaluateIdentityHealth(schema, stats, { maxMergeJumpRatio: limits.max_merge_jump_ratio });
   const alerts = await recordCheckResults(em, health, {
@@ -225,7 +455,25 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     runId: request.runId,
     kinds: ['identity'],
   });
-  const summary = { ...result, built_at: result.built_at.toISOString(), sources: used };
+  const summary = {
+    ...result,
+    built_at: result.built_at.toISOString(),
+    sources: used,
+    sources_origin: plan.origin,
+    notes: plan.notes,
+    profile_table: `${schema}.${PROFILE_TABLE}`,
+    profiles,
+    profile_fields: plan.fields.map((f) => ({
+      name: f.name,
+      rule: f.rule,
+      columns: f.columns.map((c) => ({
+        table: used[c.source].table,
+        column: c.column,
+        ...(c.normalize ? { normalize: c.normalize } : {}),
+      })),
+    })),
+    source_priority: plan.sourcePriority,
+  };
   graph.lastRunId = request.runId;
   graph.lastBuiltAt = result.built_at;
   graph.lastResult = summary;

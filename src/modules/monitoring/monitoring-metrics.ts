@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { computeTableMetrics, type TableMetrics } from '../../quality/metrics.ts';
-import type { SqlRunner } from '../../quality/sql.ts';
+import type { CopyOutRunner } from '../../quality/sql.ts';
 import type { IntrospectedTable, Warehouse, WarehouseTransaction } from '../../warehouse/warehouse.ts';
 import { MetricSnapshot } from './monitoring.entity.ts';
 
@@ -15,8 +15,9 @@ const CONCURRENCY = 4;
  * the outer transaction's: its begin/commit/rollback are dropped and everything commits (or rolls
  * back) once, when `fn` ends.
  */
-export function transactionRunner(tx: WarehouseTransaction): SqlRunner {
+export function transactionRunner(tx: WarehouseTransaction): CopyOutRunner {
   return {
+    copyOut: (sql) => tx.copyTo(sql),
     query: (sql, params) =>
       /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
         ? Promise.resolve({ rows: [], rowCount: 0 })

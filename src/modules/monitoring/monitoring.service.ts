@@ -22,6 +22,7 @@ import {
   tableMetricsView,
 } from './monitoring-metrics.ts';
 import { IdentityGraph } from './monitoring.entity.ts';
+import { PROFILE_TABLE } from '../../quality/golden-records.ts';
 
 /** Tables one metrics request measures; more are reported as `truncated` (monitoring runs measure all configured ones). */
 export const MAX_TABLES_PER_REQUEST = 100;
@@ -130,10 +131,16 @@ export async function workspaceMetrics(scope: CallerScope, input: { first_table_
     tables = names.flatMap((n) => found.filter((t) => t.name === n));
     missing = names.filter((n) => !found.some((t) => t.name === n));
   }
+  // The identity graph's unified profiles are a table of the target too, once built.
+  const graph = input.first_table_only ? null : await graphOf(scope, workspace);
+  const profiles = graph
+    ? (await warehouse.introspect({ schemas: [graph.schemaName], tables: [PROFILE_TABLE] })).tables
+    : [];
+  tables = [...tables, ...profiles];
   return measure(scope, workspace, {
     warehouse,
     database: config.database,
-    schemas: [targetSchema],
+    schemas: profiles.length ? [targetSchema, graph!.schemaName] : [targetSchema],
     dataSource: 'target',
     tables,
     missing,

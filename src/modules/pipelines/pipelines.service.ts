@@ -22,6 +22,8 @@ import { TableMapping } from '../mappings/mappings.entity.ts';
 import { latestCommits } from '../mappings/mappings.service.ts';
 import { canonicalJson } from '../mappings/mappings-code.service.ts';
 import { TransformationProject, type ProjectModelInput } from './pipelines.entity.ts';
+import { IdentityGraph } from '../monitoring/monitoring.entity.ts';
+import { profileOptionsOf, type RecordedProfilePlan } from '../../quality/golden-records.ts';
 
 /** Where the project's files sit in the workspace's file projection (git-diff, download, VCS). */
 export const PROJECT_DIR = 'transformation';
@@ -71,10 +73,21 @@ async function projectInputs(scope: Scope, workspace: WorkspaceEntity, only?: st
     });
   }
   const sourceSchema = connectionConfig(scope, workspace, 'source')?.schemas[0] ?? 'public';
+  // The unified profiles, once the identity graph has been built with them, are a model too.
+  const graph = await scope.em.findOne(IdentityGraph, {
+    organization: workspace.organization.id,
+    workspace: workspace.id,
+  });
+  const built = graph?.lastResult as RecordedProfilePlan | null | undefined;
+  const identityProfile =
+    graph && Array.isArray(built?.sources) && Array.isArray(built?.profile_fields)
+      ? profileOptionsOf(graph.schemaName, built)
+      : null;
   const options: DbtProjectOptions = {
     projectName: workspace.name,
     models,
     defaultSourceSchema: sourceSchema,
+    ...(identityProfile ? { identityProfile } : {}),
   };
   return { options, inputs, skipped };
 }

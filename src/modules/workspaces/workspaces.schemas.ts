@@ -328,6 +328,73 @@ export const benchmarkOutput = z.object({
 
 // ---- settings ----
 
+const identityName = z.string().regex(/^[a-z][a-z0-9_]{0,62}$/, 'lower-case letters, digits and _');
+const columnName = z.string().min(1).max(63);
+const tableName = z
+  .string()
+  .regex(/^[^.]+\.[^.]+$/, 'schema.table')
+  .max(127)
+  .describe('A table of the workspace database, as schema.table');
+const survivorshipRule = z
+  .enum(['most_frequent', 'most_recent', 'source_priority', 'first_non_null'])
+  .describe('How a profile field picks among the values of a cluster (default most_frequent)');
+
+/** Identity resolution of the workspace: limits, confirmed sources, and the unified profile's fields. */
+export const identityResolutionSettings = z.strictObject({
+  max_cluster_size: z.number().int().min(2).max(1_000_000).optional().describe('Default 1000'),
+  max_degree: z.number().int().min(1).max(1_000_000).optional().describe('Default 100'),
+  max_merge_jump_ratio: z.number().positive().max(100).optional().describe('Default 0.5'),
+  incremental: z
+    .boolean()
+    .optional()
+    .describe(
+      'Append-only sources: a build reads only the records added since the last one (default false: full builds, which also see changed and deleted records)',
+    ),
+  sources: z
+    .array(
+      z.strictObject({
+        table: tableName,
+        key_column: columnName.optional().describe('The record key (default: a one-column primary key)'),
+        timestamp_column: columnName.optional().describe('Recency of a record, for most_recent'),
+        identifiers: z
+          .array(
+            z.strictObject({
+              column: columnName,
+              type: identityName.describe('email, phone, customer_id, …'),
+              normalize: z.enum(['email', 'phone', 'trim']).optional(),
+            }),
+          )
+          .min(1)
+          .max(20),
+      }),
+    )
+    .max(50)
+    .optional()
+    .describe(
+      'Confirmed identity sources; omitted = the ones proposed from profiling (see GET identity-graph)',
+    ),
+  source_priority: z.array(tableName).max(50).optional().describe('For source_priority and ties'),
+  profile_fields: z
+    .array(
+      z.strictObject({
+        name: identityName,
+        rule: survivorshipRule.optional(),
+        columns: z
+          .array(z.strictObject({ table: tableName, column: columnName }))
+          .min(1)
+          .max(50)
+          .optional()
+          .describe('Default: the columns of that name in the identity sources'),
+      }),
+    )
+    .max(100)
+    .optional()
+    .describe(
+      'Fields of the unified profile besides the identifier types; default: columns shared by sources',
+    ),
+});
+export type IdentityResolutionSettings = z.infer<typeof identityResolutionSettings>;
+
 /** Admin settings of a workspace (or global ones that every workspace inherits), with their defaults. */
 export const adminSettingsFields = {
   discovery_confidence_threshold: z
@@ -359,7 +426,9 @@ export const adminSettingsFields = {
     .boolean()
     .describe('Mask values of PII columns in samples and previews (default true)'),
   reverse_etl_connections: reverseEtlDestinations,
+  identity_resolution: identityResolutionSettings,
 };
+
 export const ADMIN_SETTINGS_DEFAULTS = {
   discovery_confidence_threshold: 0.5,
   ambiguity_margin: 0.1,
@@ -370,6 +439,7 @@ export const ADMIN_SETTINGS_DEFAULTS = {
   materialize_batch_size: 10_000,
   mask_pii_in_samples: true,
   reverse_etl_connections: [],
+  identity_resolution: {},
 };
 export const adminSettings = z.object(adminSettingsFields);
 export type AdminSettings = z.infer<typeof adminSettings>;

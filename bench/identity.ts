@@ -1,0 +1,205 @@
+/**
+ * Identity resolution at scale, against the simplest fast thing a person would write by hand.
+ *
+ *   npx tsx bench/identity.ts            (BENCH_IDENTIFIERS, default 1,000,000)
+ *
+ * Data: BENCH_IDENTIFIERS / 4 people spread over three source tables of a scratch database on the
+ * server of BENCH_DATABASE_URL (else TEST_DATABASE_URL, else the local server): a CRM export
+ * (e-mail, phone), shop customers (customer id, the e-mail in other case and spacing) and support
+ * users (a second e-mail, the phone in another format). Each person is one cluster of 4 identifiers.
+ *
+ * Baseline, in the same run on the same tables: COPY the identifier pairs of every row out, union-find
+ * them in this process (identifiers as strings in a Map), COPY the labels back into a table. Ours is
+ * the whole build (staging, numbering, edges, degrees, components, the graph's tables with keys).
+ * Then 1% new people are added and the incremental build is timed against the full one.
+ *
+ * Last line: `identity: <seconds> s for <n> identifiers; ratio <r> of baseline`.
+ */
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import pg from 'pg';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
+import { resolveIdentities, updateIdentities, type IdentitySource } from '../src/quality/identity-graph.ts';
+import type { CopyOutRunner } from '../src/quality/sql.ts';
+import { benchDatabaseUrl, runIfMain, urlFor } from './harness.ts';
+
+const TARGET_RATIO = 2;
+
+const SOURCES: IdentitySource[] = [
+  {
+    table: { schema: 'bench', name: 'crm_contacts' },
+    keyColumn: 'id',
+    identifiers: [
+      { column: 'email', type: 'email' },
+      { column: 'phone', type: 'phone' },
+    ],
+  },
+  {
+    table: { schema: 'bench', name: 'shop_customers' },
+    keyColumn: 'id',
+    identifiers: [
+      { column: 'customer_id', type: 'customer_id' },
+      { column: 'email', type: 'email' },
+    ],
+  },
+  {
+    table: { schema: 'bench', name: 'support_users' },
+    keyColumn: 'id',
+    identifiers: [
+      { column: 'work_email', type: 'email' },
+      { column: 'phone', type: 'phone' },
+    ],
+  },
+];
+
+function people(from: number, to: number): string[] {
+  const range = `generate_series(${from}, ${to - 1}) p`;
+  return [
+    `insert into bench.crm_contacts select p, 'Person' || p || '@Example.com', '+1 555 ' || lpad(p::text, 8, '0') from ${range}`,
+    `insert into bench.shop_customers select p, 'C' || p, ' person' || p || '@example.com' from ${range}`,
+    `insert into bench.support_users select p, 'p' || p || '@work.example', '(1) 555-' || lpad(p::text, 8, '0') from ${range}`,
+  ];
+}
+
+function runnerOf(client: pg.Client): CopyOutRunner {
+  return {
+    query: (sql, params) => client.query(sql, params as unknown[]),
+    copyOut: (sql) => client.query(copyTo(sql)),
+  };
+}
+
+/** The hand-written version: pairs out, union-find over strings, labels back in. */
+async function baseline(client: pg.Client): Promise<number> {
+  const started = performance.now();
+  const pairs = `
+    select 'email:' || lower(btrim(email)), 'phone:' || translate(phone, translate(phone, '0123456789', ''), '') from bench.crm_contacts
+    union all select 'customer_id:' || btrim(customer_id), 'email:' || lower(btrim(email)) from bench.shop_customers
+    union all select 'email:' || lower(btrim(work_email)), 'phone:' || translate(phone, translate(phone, '0123456789', ''), '') from bench.support_users`;
+  const ids = new Map<string, number>();
+  let parent = new Int32Array(1 << 20);
+  const idOf = (key: string) => {
+    let id = ids.get(key);
+    if (id === undefined) {
+      id = ids.size;
+      ids.set(key, id);
+      if (id >= parent.length) {
+        const grown = new Int32Array(parent.length * 2);
+        grown.set(parent);
+        parent = grown;
+      }
+      parent[id] = id;
+    }
+    return id;
+  };
+  const find = (x: number) => {
+    while (parent[x] !== x) {
+      parent[x] = parent[parent[x]];
+      x = parent[x];
+    }
+    return x;
+  };
+  let rest = '';
+  for await (const chunk of client.query(copyTo(`copy (${pairs}) to stdout`))) {
+    const lines = (rest + chunk.toString()).split('\n');
+    rest = lines.pop()!;
+    for (const line of lines) {
+      const tab = line.indexOf('\t');
+      const a = find(idOf(line.slice(0, tab)));
+      const b = find(idOf(line.slice(tab + 1)));
+      if (a !== b) parent[Math.max(a, b)] = Math.min(a, b);
+    }
+  }
+  await client.query('drop table if exists bench.baseline_labels');
+  await client.query('create table bench.baseline_labels (identifier text, label int)');
+  const keys = ids.keys();
+  async function* lines() {
+    let batch = '';
+    let i = 0;
+    for (const key of keys) {
+      batch += `${key}\t${find(i++)}\n`;
+      if (batch.length > 1 << 16) {
+        yield batch;
+        batch = '';
+      }
+    }
+    if (batch) yield batch;
+  }
+  await pipeline(Readable.from(lines()), client.query(copyFrom('copy bench.baseline_labels from stdin')));
+  return performance.now() - started;
+}
+
+export async function runIdentityBench() {
+  const serverUrl = benchDatabaseUrl();
+  const identifiers = Number(process.env.BENCH_IDENTIFIERS ?? 1_000_000);
+  const persons = Math.ceil(identifiers / 4);
+  const name = `dimas_bench_identity_${process.pid}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  await admin.query(`create database "${name}"`);
+  const client = new pg.Client({ connectionString: urlFor(serverUrl, name) });
+  let peakRss = 0;
+  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50);
+  try {
+    await client.connect();
+    await client.query('create schema bench');
+    await client.query('create table bench.crm_contacts (id int primary key, email text, phone text)');
+    await client.query(
+      'create table bench.shop_customers (id int primary key, customer_id text, email text)',
+    );
+    await client.query('create table bench.support_users (id int primary key, work_email text, phone text)');
+    for (const statement of people(0, persons)) await client.query(statement);
+    await client.query('analyze');
+    const runner = runnerOf(client);
+    const options = { schema: 'bench_identity', sources: SOURCES };
+    // Ours first (warm-up, then two measured builds), so that the peak memory sampled is ours and not
+    // the baseline's Map of strings; then the baseline (warm-up, two measured runs).
+    await resolveIdentities(runner, options);
+    const ours: number[] = [];
+    const base: number[] = [];
+    peakRss = 0;
+    let result = await resolveIdentities(runner, options);
+    ours.push(result.duration_ms);
+    result = await resolveIdentities(runner, options);
+    ours.push(result.duration_ms);
+    const peak = peakRss;
+    const incrementalOptions = options;
+    await baseline(client);
+    base.push(await baseline(client));
+    base.push(await baseline(client));
+    const oursMs = Math.min(...ours);
+    const baseMs = Math.min(...base);
+    const ok = result.clusters === persons && result.largest_cluster === 4;
+    console.log(
+      `full build: ${result.identifiers} identifiers, ${result.edges} edges -> ${result.clusters} clusters ` +
+        `(largest ${result.largest_cluster}) in ${oursMs.toFixed(0)} ms; baseline ${baseMs.toFixed(0)} ms ` +
+        `${ok ? 'OK' : `UNEXPECTED (expected ${persons} clusters of 4)`}`,
+    );
+
+    const added = Math.ceil(persons / 100);
+    for (const statement of people(persons, persons + added)) await client.query(statement);
+    peakRss = 0;
+    const incremental = await updateIdentities(runner, incrementalOptions);
+    const incrementalOk = incremental.clusters === persons + added && incremental.largest_cluster === 4;
+    console.log(
+      `incremental build after 1% new people: ${incremental.duration_ms} ms ` +
+        `(${(incremental.duration_ms / oursMs).toFixed(3)} of a full build; target <= 0.1) ` +
+        `${incrementalOk ? 'OK' : `UNEXPECTED: ${incremental.clusters} clusters`}`,
+    );
+    console.log(
+      `peak RSS of the resolving process: full build ${(peak / 1024 / 1024).toFixed(0)} MB, ` +
+        `incremental ${(peakRss / 1024 / 1024).toFixed(0)} MB (target < 300 MB)`,
+    );
+    const ratio = oursMs / baseMs;
+    console.log(
+      `identity: ${(oursMs / 1000).toFixed(2)} s for ${result.identifiers} identifiers; ratio ${ratio.toFixed(2)} of baseline`,
+    );
+    return ok && incrementalOk && ratio <= TARGET_RATIO && incremental.duration_ms <= oursMs / 10;
+  } finally {
+    clearInterval(sampler);
+    await client.end().catch(() => undefined);
+    await admin.query(`drop database if exists "${name}" with (force)`);
+    await admin.end();
+  }
+}
+
+runIfMain(import.meta.url, runIdentityBench);

@@ -1,0 +1,179 @@
+import { normalizeSql, type IdentitySource, type Normalizer } from './identity-graph.ts';
+import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
+
+/*
+ * Golden records: one row per identity cluster, each field chosen among the values that the
+ * cluster's member records hold, by a survivorship rule per field, with the record it came from.
+ *
+ *   most_frequent    the value most records of the cluster hold; ties go to the most recent record,
+ *                    then to the source listed first (the default rule)
+ *   most_recent      the value of the record with the latest timestamp (the source's timestamp column)
+ *   source_priority  the value from the first source in the priority list that has one
+ *   first_non_null   the first value in source order, then record key order
+ *
+ * A record belongs to the cluster of its identifiers; identifiers flagged by the runaway-merge
+ * guards (high degree, oversized component) do not place a record anywhere.
+ */
+
+export const SURVIVORSHIP_RULES = [
+  'most_frequent',
+  'most_recent',
+  'source_priority',
+  'first_non_null',
+] as const;
+export type SurvivorshipRule = (typeof SURVIVORSHIP_RULES)[number];
+export const DEFAULT_SURVIVORSHIP_RULE: SurvivorshipRule = 'most_frequent';
+
+export const PROFILE_TABLE = 'unified_profiles';
+
+export interface ProfileSource extends IdentitySource {
+  /** The record's recency, for `most_recent` and for breaking ties. */
+  timestampColumn?: string;
+}
+
+export interface ProfileField {
+  name: string;
+  rule: SurvivorshipRule;
+  /** Where the field's values come from: a column of a source (by index in `sources`). */
+  columns: { source: number; column: string; normalize?: Normalizer }[];
+}
+
+export interface GoldenRecordOptions {
+  /** The identity graph's schema. */
+  schema: string;
+  sources: ProfileSource[];
+  fields: ProfileField[];
+  /** Source tables (`schema.table`) in priority order; unlisted ones follow in source order. */
+  sourcePriority?: string[];
+}
+
+/** How the SQL names a relation: qualified tables when run, dbt `source()` calls in the project. */
+export interface RelationNames {
+  graph(table: 'identity_records' | 'identity_nodes' | 'identity_clusters'): string;
+  source(table: TableRef): string;
+}
+
+export const qualifiedRelations = (schema: string): RelationNames => ({
+  graph: (table) => `${quoteIdent(schema)}.${table}`,
+  source: (table) => qualified(table),
+});
+
+const ORDER_BY: Record<SurvivorshipRule, string> = {
+  most_frequent: 'frequency desc, ts desc nulls last, priority, record_key',
+  most_recent: 'ts desc nulls last, priority, record_key',
+  source_priority: 'priority, ts desc nulls last, record_key',
+  first_non_null: 'priority, record_key',
+};
+
+const tableName = (t: TableRef) => `${t.schema}.${t.name}`;
+
+function priorities(options: GoldenRecordOptions): number[] {
+  const listed = options.sourcePriority ?? [];
+  return options.sources.map((s, i) => {
+    const at = listed.indexOf(tableName(s.table));
+    return at === -1 ? listed.length + i : at;
+  });
+}
+
+/** The SELECT of the profile table: cluster_id, one text column per field, and `lineage`. */
+export function goldenRecordSelect(options: GoldenRecordOptions, names: RelationNames): string {
+  const priority = priorities(options);
+  const ctes = [
+    `member as (
+  select r.source_table, r.record_key, min(n.cluster_id) as cluster_id
+  from ${names.graph('identity_records')} r join ${names.graph('identity_nodes')} n on n.node_id = r.node_id
+  where n.flagged is null
+  group by 1, 2)`,
+  ];
+  options.fields.forEach((field, f) => {
+    const candidates = field.columns.map(({ source: index, column, normalize }) => {
+      const source = options.sources[index];
+      if (!source.keyColumn) throw new Error(`Source ${tableName(source.table)} has no record key`);
+      const raw = `t.${quoteIdent(column)}`;
+      const value = normalize ? normalizeSql(raw, normalize) : `nullif(btrim(${raw}::text), '')`;
+      const ts = source.timestampColumn
+        ? `t.${quoteIdent(source.timestampColumn)}::timestamptz`
+        : 'null::timestamptz';
+      return `select m.cluster_id, ${value} as value, m.source_table, m.record_key, ${ts} as ts, ${priority[index]} as priority
+    from member m join ${names.source(source.table)} t on t.${quoteIdent(source.keyColumn)}::text = m.record_key
+    where m.source_table = ${quoteLiteral(tableName(source.table))}`;
+    });
+    ctes.push(`f${f} as (
+  select distinct on (cluster_id) cluster_id, value, source_table, record_key
+  from (select c.*, count(*) over (partition by cluster_id, value) as frequency
+        from (${candidates.join('\n    union all ')}) c where value is not null) c
+  order by cluster_id, ${ORDER_BY[field.rule]})`);
+  });
+  const columns = options.fields.map((field, f) => `f${f}.value as ${quoteIdent(field.name)}`);
+  const lineage = options.fields.map(
+    (field, f) =>
+      `${quoteLiteral(field.name)}, case when f${f}.cluster_id is not null then ` +
+      `jsonb_build_object('table', f${f}.source_table, 'record_key', f${f}.record_key) end`,
+  );
+  const joins = options.fields.map((_, f) => `left join f${f} on f${f}.cluster_id = c.cluster_id`);
+  return (
+    `with ${ctes.join(',\n')}\n` +
+    `select c.cluster_id, c.size as identifiers${columns.map((c) => `, ${c}`).join('')},\n` +
+    `  jsonb_strip_nulls(jsonb_build_object(${lineage.join(', ') || ''})) as lineage\n` +
+    `from ${names.graph('identity_clusters')} c\n${joins.join('\n')}`
+  );
+}
+
+/**
+ * Rebuilds `<schema>.unified_profiles` from the graph (same transaction as the build that calls it:
+ * readers see the previous profiles until commit). Returns the number of profiles.
+ */
+export async function buildGoldenRecords(runner: SqlRunner, options: GoldenRecordOptions): Promise<number> {
+  const table = `${quoteIdent(options.schema)}.${PROFILE_TABLE}`;
+  await runner.query(`drop table if exists ${table}`);
+  await runner.query(
+    `create table ${table} as ${goldenRecordSelect(options, qualifiedRelations(options.schema))}`,
+  );
+  await runner.query(`alter table ${table} add primary key (cluster_id)`);
+  const { rows } = await runner.query(`select count(*) as n from ${table}`);
+  return toNumber(rows[0]?.n) ?? 0;
+}
+
+/** How a build records its profile plan (in its summary), so the project can regenerate the SQL. */
+export interface RecordedProfilePlan {
+  sources: {
+    table: string;
+    identifiers: { column: string; type: string }[];
+    key_column: string | null;
+    timestamp_column: string | null;
+  }[];
+  profile_fields?: {
+    name: string;
+    rule: SurvivorshipRule;
+    columns?: { table: string; column: string; normalize?: Normalizer }[];
+  }[];
+  source_priority?: string[];
+}
+
+/** The golden-record options of a recorded build (null when it recorded no field columns). */
+export function profileOptionsOf(schema: string, recorded: RecordedProfilePlan): GoldenRecordOptions | null {
+  const sources: ProfileSource[] = recorded.sources.map((s) => {
+    const [tableSchema, name] = s.table.split('.');
+    return {
+      table: { schema: tableSchema, name },
+      identifiers: s.identifiers,
+      ...(s.key_column ? { keyColumn: s.key_column } : {}),
+      ...(s.timestamp_column ? { timestampColumn: s.timestamp_column } : {}),
+    };
+  });
+  const fields: ProfileField[] = [];
+  for (const field of recorded.profile_fields ?? []) {
+    if (!field.columns) return null;
+    fields.push({
+      name: field.name,
+      rule: field.rule,
+      columns: field.columns.map((c) => ({
+        source: recorded.sources.findIndex((s) => s.table === c.table),
+        column: c.column,
+        ...(c.normalize ? { normalize: c.normalize } : {}),
+      })),
+    });
+  }
+  if (fields.some((f) => f.columns.some((c) => c.source < 0))) return null;
+  return { schema, sources, fields, sourcePriority: recorded.source_priority ?? [] };
+}
