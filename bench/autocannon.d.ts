@@ -24,6 +24,8 @@ declare module 'autocannon' {
   }
   interface Options {
     url: string;
+    method?: string;
+    body?: string;
     headers?: Record<string, string>;
     connections?: number;
     duration?: number;

@@ -21,6 +21,8 @@ export interface LoadResult {
 
 export interface LoadOptions {
   url: string;
+  method?: string;
+  body?: string;
   headers?: Record<string, string>;
   connections?: number;
   durationSeconds?: number;
@@ -36,6 +38,8 @@ export async function load(label: string, options: LoadOptions): Promise<LoadRes
   const cpuBefore = process.threadCpuUsage();
   const result = await autocannon({
     url: options.url,
+    method: options.method,
+    body: options.body,
     headers: options.headers,
     connections: options.connections ?? 50,
     duration: options.durationSeconds ?? 10,

@@ -232,12 +232,14 @@ export async function listWorkspaces(scope: CallerScope, page: { limit: number; 
     { orderBy: { name: 'asc' }, limit: page.limit, offset: page.offset },
   );
   const usage = await usageOf(scope);
-  const current = usage.currentId
-    ? await scope.em.findOne(Workspace, {
+  // The selected workspace is usually on the page already; only otherwise is it looked up.
+  const current = !usage.currentId
+    ? null
+    : (workspaces.find((w) => w.id === usage.currentId) ??
+      (await scope.em.findOne(Workspace, {
         id: usage.currentId,
         organization: organizationOf(scope.principal),
-      })
-    : null;
+      })));
   return {
     workspaces: workspaces.map((w) => workspaceView(w, usage)),
     current_workspace: current?.name ?? null,
