@@ -1,4 +1,6 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
@@ -6,6 +8,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
 import type { Logger } from '../logger.ts';
 import type { ConnectionConfig } from './config.ts';
+import { startAuthenticatingFront } from './demo-auth.ts';
 import {
   DEMO_SOURCE_SCHEMA,
   DEMO_TARGET_SCHEMA,
@@ -30,6 +33,8 @@ export interface DemoWarehouse {
   port: number;
   database: string;
   user: string;
+  /** Kept in `<data dir>/warehouse.password` and written to credentials.txt at first start. */
+  password: string;
   /** The port of the previous start, which configs stored then still name. */
   previousPort: number;
   sourceConfig: ConnectionConfig;
@@ -71,39 +76,68 @@ export async function startDemoWarehouse(options: {
   mkdirSync(dir, { recursive: true });
   const db = await PGlite.create(dir);
   await seedDemo(db, options.logger);
+  // PGlite's socket server trusts every client: it listens only on a Unix socket in a directory
+  // only the owner may enter, behind a TCP front that asks for the password.
+  const socketDir = join(options.dataDir, 'warehouse-socket');
+  mkdirSync(socketDir, { recursive: true, mode: 0o700 });
+  chmodSync(socketDir, 0o700);
+  const socketPath = join(socketDir, '.s.PGSQL.5432');
+  rmSync(socketPath, { force: true });
+  const backend = new PGLiteSocketServer({ db, path: socketPath, maxConnections: MAX_CONNECTIONS });
+  await backend.start();
+  const password = demoPassword(options.dataDir);
   const portFile = join(options.dataDir, 'warehouse.port');
   const remembered = existsSync(portFile) ? Number(readFileSync(portFile, 'utf8')) || 0 : 0;
   const host = '127.0.0.1';
-  let server = new PGLiteSocketServer({
-    db,
-    host,
-    port: options.port ?? remembered,
-    maxConnections: MAX_CONNECTIONS,
-  });
+  let front: Server;
   try {
-    await server.start();
+    front = await startAuthenticatingFront({ host, port: options.port ?? remembered, password, backendPath: socketPath });
   } catch (error) {
     if (options.port) throw error;
     // The remembered port is taken: any free one does; the demo workspace is re-pointed below.
-    server = new PGLiteSocketServer({ db, host, port: 0, maxConnections: MAX_CONNECTIONS });
-    await server.start();
+    front = await startAuthenticatingFront({ host, port: 0, password, backendPath: socketPath });
   }
-  const port = Number(server.getServerConn().split(':').at(-1));
+  const address = front.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
   writeFileSync(portFile, String(port));
-  const base = { type: 'postgres' as const, host, port, database: 'postgres', user: 'postgres', ssl: false };
+  const base = {
+    type: 'postgres' as const,
+    host,
+    port,
+    database: 'postgres',
+    user: 'postgres',
+    password,
+    ssl: false,
+  };
   return {
     host,
     port,
     database: base.database,
     user: base.user,
+    password,
     previousPort: remembered,
     sourceConfig: { ...base, schemas: [DEMO_SOURCE_SCHEMA] },
     targetConfig: { ...base, schemas: [DEMO_TARGET_SCHEMA] },
     async close() {
-      await server.stop();
+      await new Promise((resolve) => front.close(resolve));
+      await backend.stop();
       await db.close();
     },
   };
+}
+
+/** The demo warehouse's password: generated once, kept readable by the owner only, noted in credentials.txt. */
+function demoPassword(dataDir: string): string {
+  const file = join(dataDir, 'warehouse.password');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const password = randomBytes(18).toString('base64url');
+  writeFileSync(file, password, { mode: 0o600 });
+  appendFileSync(
+    join(dataDir, 'credentials.txt'),
+    `demo warehouse: user postgres, password ${password} (127.0.0.1, port in warehouse.port)\n`,
+    { mode: 0o600 },
+  );
+  return password;
 }
 
 /** Does `stored` name where the demo warehouse listened last time (so it should follow the new port)? */
@@ -128,15 +162,19 @@ export async function connectDemoWorkspace(deps: AppDeps, demo: DemoWarehouse): 
   const workspace = await em.findOne(Workspace, { organization: org.id, name: DEMO_WORKSPACE });
   if (!workspace) return;
   const firstConnection = !workspace.sourceConfig;
-  // The demo warehouse has no password, so there is nothing to seal with SecretBox.
+  const sealed = deps.secrets.encrypt(demo.password);
   for (const [field, config] of [
     ['sourceConfig', demo.sourceConfig],
     ['targetConfig', demo.targetConfig],
   ] as const) {
     const stored = workspace[field] as Record<string, unknown> | null | undefined;
-    if (!stored) workspace[field] = { ...config };
-    else if (stored.port !== demo.port && pointsAtPreviousDemo(stored, demo))
-      workspace[field] = { ...stored, port: demo.port };
+    if (!stored) workspace[field] = { ...config, password: sealed };
+    else if (
+      (stored.port === demo.port && stored.host === demo.host && stored.user === demo.user) ||
+      pointsAtPreviousDemo(stored, demo)
+    )
+      // Still the demo warehouse: follow its port and its password (configs of older starts had none).
+      workspace[field] = { ...stored, port: demo.port, password: sealed };
   }
   await em.flush();
   if (firstConnection) await selectForDemoAdmin(deps, em, org.id);
