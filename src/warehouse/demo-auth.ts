@@ -15,10 +15,7 @@ const CANCEL_REQUEST = 80877102;
 const MAX_STARTUP = 10_000;
 
 function errorResponse(code: string, message: string): Buffer {
-  const fields = Buffer.concat([
-    Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0`),
-    Buffer.from([0]),
-  ]);
+  const fields = Buffer.concat([Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0`), Buffer.from([0])]);
   const head = Buffer.alloc(5);
   head.write('E', 0);
   head.writeInt32BE(fields.length + 4, 1);
@@ -82,7 +79,10 @@ export function startAuthenticatingFront(options: {
         if (buffer[0] !== 0x70 || length < 5 || length > MAX_STARTUP)
           return fail('08P01', 'expected a password message');
         if (buffer.length < length + 1) return;
-        const given = buffer.subarray(5, length + 1).toString('utf8').replace(/\0$/, '');
+        const given = buffer
+          .subarray(5, length + 1)
+          .toString('utf8')
+          .replace(/\0$/, '');
         const rest = buffer.subarray(length + 1);
         client.off('data', onData);
         if (!timingSafeEqual(digest(given), expected))

@@ -1,5 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import type { Server } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -91,7 +99,12 @@ export async function startDemoWarehouse(options: {
   const host = '127.0.0.1';
   let front: Server;
   try {
-    front = await startAuthenticatingFront({ host, port: options.port ?? remembered, password, backendPath: socketPath });
+    front = await startAuthenticatingFront({
+      host,
+      port: options.port ?? remembered,
+      password,
+      backendPath: socketPath,
+    });
   } catch (error) {
     if (options.port) throw error;
     // The remembered port is taken: any free one does; the demo workspace is re-pointed below.
