@@ -575,6 +575,11 @@ class PostgresWarehouse implements Warehouse {
     );
   }
 
+  async assertUserSqlAllowed(sql: string): Promise<void> {
+    const { calls } = await assertReadOnlySql(sql);
+    await this.#readOnly(this.settings.statementTimeoutMs, async () => undefined, 'user-sql', calls);
+  }
+
   async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
     // What can fail at run time is a user's checked expression (a cast, a division): a 400 with the
     // database's message, as for user SQL.

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from '../helpers/api.ts';
+import { call, createTenant, unique, until, type Tenant } from '../helpers/api.ts';
 import { scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 
 /*
@@ -12,6 +12,7 @@ import { scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 const warehouse = scratchDatabase('sqlc');
 let server: TestServer;
 let tenant: Tenant;
+const workspaceName = unique('sqlc');
 
 const config = {
   type: 'postgres',
@@ -36,9 +37,29 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   const res = await call(server, 'POST', '/api/workspaces/create', {
     token: tenant.admin.token,
-    body: { name: unique('sqlc'), source_config: config, target_config: config, select: true },
+    body: { name: workspaceName, source_config: config, target_config: config, select: true },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
+  const cfg = await call(server, 'POST', `/api/workspaces/${workspaceName}/config`, {
+    token: tenant.admin.token,
+    body: {
+      target_schema: {
+        name: 'app',
+        version: '1.0.0',
+        tables: [
+          {
+            name: 't',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'integer', nullable: false },
+              { name: 'name', type: 'text' },
+            ],
+          },
+        ],
+      },
+    },
+  });
+  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
@@ -95,6 +116,35 @@ describe('functions are judged by the catalog', () => {
     );
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.rows[0]).toMatchObject({ n: '3', l: 'n1', t: true, r: true, s: '6' });
+  });
+});
+
+describe('user SQL that runs inside a write', () => {
+  it('refuses an audience whose SQL calls a volatile function when it is materialized', async () => {
+    const before = await largeObjects();
+    const created = await call(server, 'POST', '/api/api/audiences', {
+      token: tenant.admin.token,
+      body: {
+        name: unique('aud'),
+        target_table: 't',
+        definition: { type: 'sql', sql: `select id, lo_from_bytea(0, 'x'::bytea)::text as name from app.t` },
+      },
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    const run = await call(server, 'POST', `/api/api/audiences/${created.body.id}/materialize`, {
+      token: tenant.admin.token,
+    });
+    expect(run.status, JSON.stringify(run.body)).toBe(200);
+    const done = await until(
+      'audience materialization',
+      async () =>
+        (await call(server, 'GET', `/api/api/audiences/${created.body.id}`, { token: tenant.admin.token }))
+          .body,
+      (a) => ['succeeded', 'failed'].includes(a.materialization.status),
+    );
+    expect(done.materialization.status).toBe('failed');
+    expect(done.materialization.error).toMatch(/lo_from_bytea is not allowed/);
+    expect(await largeObjects()).toBe(before);
   });
 });
 
