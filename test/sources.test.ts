@@ -296,7 +296,7 @@ describe('POST /api/sources/execute-query', () => {
     const started = Date.now();
     const res = await call(server, 'POST', '/api/sources/execute-query', {
       token: tenant.admin.token,
-      body: { sql: 'select pg_sleep(10)' },
+      body: { sql: 'select count(*) from generate_series(1, 100000) a, generate_series(1, 100000) b' },
     });
     expect(res.status).toBe(422);
     expect(res.body.message).toMatch(/statement timeout/);

@@ -52,6 +52,8 @@ export async function materializeAudience(deps: AppDeps, payload: MaterializePay
     const config = audienceTarget(deps, em, audience);
     const select = await memberSelect(audience, targetSchemaOf(audience.workspace));
     const warehouse = await warehouses(deps).open(config, `${audience.workspace.id}:target`);
+    // The audience's SQL runs inside a write (CREATE TABLE … AS): it must pass the read-only rules first.
+    await warehouse.assertUserSqlAllowed(select.sql);
     const table = audienceTableName(audience.id, version, context.runId);
     const view = audienceViewName(audience.id);
     const previous = audience.materializedTable;

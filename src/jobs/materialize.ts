@@ -164,6 +164,8 @@ export async function materializeMapping(
   try {
     await context.progress({ phase: 'loading', mode, rows_written: 0 });
     if (mode === 'insert_select') {
+      // The mapping's SELECT (with its user expressions) runs inside a write: the read-only rules first.
+      await targetWarehouse.assertUserSqlAllowed(commit.sql);
       rows = await targetWarehouse.transaction(async (tx) => (await tx.query(plan.load)).rowCount);
     } else {
       const sourceWarehouse = await warehouses(deps).open(sourceConfig, `${workspace.id}:source`);

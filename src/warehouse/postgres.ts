@@ -14,7 +14,7 @@ import {
   type CheckedAddress,
   type NetworkGuardSettings,
 } from './network-guard.ts';
-import { assertReadOnlySql } from './sql-guard.ts';
+import { assertReadOnlySql, catalogVerdictSql, refusedRoutine, type CalledRoutines } from './sql-guard.ts';
 import type {
   AggregateOptions,
   IntrospectOptions,
@@ -445,21 +445,37 @@ class PostgresWarehouse implements Warehouse {
     }
   }
 
-  /** READ ONLY transaction with a statement timeout around `fn`. */
+  /**
+   * READ ONLY transaction with a statement timeout around `fn`. With `calls` (what user SQL calls),
+   * the same round trip asks the catalog which of them may not run, and refuses before running it;
+   * the connection is then reset (`discard all`) after the commit, so nothing the statement did to its
+   * session outlives it.
+   */
   #readOnly<T>(
     timeoutMs: number,
     fn: (client: pg.PoolClient) => Promise<T>,
     context: ErrorContext,
+    calls?: CalledRoutines,
   ): Promise<T> {
     return this.#withClient(async (client) => {
-      // One round trip for both (no parameters: the simple protocol takes two statements).
-      await client.query(
-        `begin transaction read only; set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`,
-      );
+      await this.#begin(client, timeoutMs, calls);
       const result = await fn(client);
       await client.query('commit');
+      // DISCARD ALL cannot share a multi-statement query (an implicit transaction): its own round trip.
+      if (calls) await client.query('discard all');
       return result;
     }, context);
+  }
+
+  async #begin(client: pg.PoolClient, timeoutMs: number, calls?: CalledRoutines) {
+    const verdict = calls ? catalogVerdictSql(calls) : null;
+    // One round trip (no parameters: the simple protocol takes several statements).
+    const results = (await client.query(
+      `begin transaction read only; set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}` +
+        (verdict ? `; ${verdict}` : ''),
+    )) as unknown as pg.QueryResult[] | pg.QueryResult;
+    const refused = verdict && Array.isArray(results) ? results[2]?.rows[0] : undefined;
+    if (refused) throw refusedRoutine(refused as { routine: string; kind: string });
   }
 
   async ping() {
@@ -532,7 +548,7 @@ class PostgresWarehouse implements Warehouse {
   }
 
   async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
-    const { kind, statement } = await assertReadOnlySql(sql);
+    const { kind, statement, calls } = await assertReadOnlySql(sql);
     const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
     const started = performance.now();
     return this.#readOnly(
@@ -555,7 +571,13 @@ class PostgresWarehouse implements Warehouse {
         };
       },
       'user-sql',
+      calls,
     );
+  }
+
+  async assertUserSqlAllowed(sql: string): Promise<void> {
+    const { calls } = await assertReadOnlySql(sql);
+    await this.#readOnly(this.settings.statementTimeoutMs, async () => undefined, 'user-sql', calls);
   }
 
   async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
@@ -583,12 +605,15 @@ class PostgresWarehouse implements Warehouse {
   }
 
   async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
-    await assertReadOnlySql(sql);
+    const { calls } = await assertReadOnlySql(sql);
     const client = await this.#connect();
     let clean = false;
     try {
-      await client.query('begin transaction read only');
-      await client.query(`set local statement_timeout = ${Math.max(0, Math.floor(options.timeoutMs ?? 0))}`);
+      try {
+        await this.#begin(client, options.timeoutMs ?? 0, calls);
+      } catch (error) {
+        throw translate(error, this.config, 'user-sql');
+      }
       const cursor = client.query(new Cursor(sql, options.params));
       const batchSize = options.batchSize ?? 1000;
       for (;;) {
@@ -603,6 +628,7 @@ class PostgresWarehouse implements Warehouse {
       }
       await cursor.close();
       await client.query('commit');
+      await client.query('discard all');
       clean = true;
     } finally {
       // A consumer that stopped early leaves an open portal: drop that connection instead of reusing it.

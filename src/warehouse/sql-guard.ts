@@ -35,30 +35,13 @@ const MUTATING = new Set([
   'DoStmt',
 ]);
 
-/*
- * Functions that would escape the guard's guarantees inside a read-only transaction: changing the
- * statement timeout, signalling other sessions, reading server files, reaching other databases.
- */
-const FORBIDDEN_FUNCTIONS = new Set([
-  'set_config',
-  'pg_cancel_backend',
-  'pg_terminate_backend',
-  'pg_reload_conf',
-  'pg_rotate_logfile',
-  'pg_read_file',
-  'pg_read_binary_file',
-  'pg_ls_dir',
-  'pg_stat_file',
-  'lo_import',
-  'lo_export',
-  'dblink',
-  'dblink_exec',
-  'dblink_connect',
-  'dblink_send_query',
-  'pg_advisory_lock',
-  'pg_advisory_xact_lock',
-  'pg_notify',
-]);
+/** What user SQL calls, for the warehouse to judge by its catalog (`catalogVerdictSql`). */
+export interface CalledRoutines {
+  /** Functions by name, with their schema when qualified (`pg_catalog.set_config`). */
+  functions: { schema: string | null; name: string }[];
+  /** Operator symbols (each runs a function: `pg_operator.oprcode`). */
+  operators: string[];
+}
 
 function parseError(error: unknown, sql: string): AppError {
   if (hasSqlDetails(error)) {
@@ -107,13 +90,29 @@ function* walk(value: unknown, key = ''): Generator<[string, Node]> {
     yield* walk(child, /^[A-Z]/.test(childKey) ? childKey : '');
 }
 
-function functionName(call: Node): string {
-  const parts = (call.funcname as { String: { sval: string } }[] | undefined) ?? [];
-  return parts.at(-1)?.String.sval.toLowerCase() ?? '';
+function nameParts(list: unknown): string[] {
+  return ((list as { String?: { sval: string } }[] | undefined) ?? []).flatMap((part) =>
+    part.String ? [part.String.sval] : [],
+  );
 }
 
-function refuseUnsafeNodes(root: unknown) {
+/**
+ * Refuses statements that write, and collects every function and operator the tree calls. Whether a
+ * function may run is not decided here by its name: the warehouse decides it from its own catalog.
+ */
+function refuseUnsafeNodes(root: unknown): CalledRoutines {
+  const functions = new Map<string, { schema: string | null; name: string }>();
+  const operators = new Set<string>();
   for (const [kind, node] of walk(root)) {
+    if (kind === 'FuncCall') {
+      const parts = nameParts(node.funcname);
+      const name = parts.at(-1);
+      if (name) {
+        const schema = parts.length > 1 ? parts.at(-2)! : null;
+        functions.set(`${schema}.${name}`, { schema, name });
+      }
+    }
+    if (kind === 'A_Expr') for (const symbol of nameParts(node.name)) operators.add(symbol);
     if (MUTATING.has(kind))
       throw new AppError('BAD_REQUEST', `only read-only statements are allowed; got ${kind}`);
     if (kind === 'SelectStmt' && node.intoClause)
@@ -123,9 +122,8 @@ function refuseUnsafeNodes(root: unknown) {
         'BAD_REQUEST',
         'only read-only statements are allowed; got SELECT … FOR UPDATE/SHARE',
       );
-    if (kind === 'FuncCall' && FORBIDDEN_FUNCTIONS.has(functionName(node)))
-      throw new AppError('BAD_REQUEST', `function ${functionName(node)} is not allowed in read-only queries`);
   }
+  return { functions: [...functions.values()], operators: [...operators] };
 }
 
 export type ReadOnlyKind = 'SELECT' | 'VALUES' | 'EXPLAIN';
@@ -134,7 +132,9 @@ export type ReadOnlyKind = 'SELECT' | 'VALUES' | 'EXPLAIN';
  * Accepts exactly one SELECT / WITH … SELECT / VALUES / EXPLAIN <one of those> statement, or throws
  * BAD_REQUEST naming what it got (e.g. "only read-only statements are allowed; got DeleteStmt").
  */
-export async function assertReadOnlySql(sql: string): Promise<{ kind: ReadOnlyKind; statement: string }> {
+export async function assertReadOnlySql(
+  sql: string,
+): Promise<{ kind: ReadOnlyKind; statement: string; calls: CalledRoutines }> {
   const statements = await parseStatements(sql);
   if (statements.length === 0) throw new AppError('BAD_REQUEST', 'the SQL holds no statement');
   if (statements.length > 1)
@@ -148,8 +148,8 @@ export async function assertReadOnlySql(sql: string): Promise<{ kind: ReadOnlyKi
       throw new AppError('BAD_REQUEST', `only read-only statements are allowed; got ExplainStmt of ${inner}`);
     result = 'EXPLAIN';
   } else throw new AppError('BAD_REQUEST', `only read-only statements are allowed; got ${kind}`);
-  refuseUnsafeNodes({ [kind]: node });
-  return { kind: result, statement: text };
+  const calls = refuseUnsafeNodes({ [kind]: node });
+  return { kind: result, statement: text, calls };
 }
 
 /** A column an expression reads: `column` or `table.column` (or `schema.table.column`). */
@@ -181,7 +181,9 @@ const CLAUSES_OUTSIDE_EXPRESSION = [
  * Checks that `expression` is ONE SQL expression (what a mapping puts in a SELECT list) by parsing
  * `SELECT <expression>`; returns the column references it reads. BAD_REQUEST otherwise.
  */
-export async function parseSqlExpression(expression: string): Promise<{ columns: ColumnReference[] }> {
+export async function parseSqlExpression(
+  expression: string,
+): Promise<{ columns: ColumnReference[]; calls: CalledRoutines }> {
   if (!expression.trim()) throw new AppError('BAD_REQUEST', 'the expression is empty');
   const prefix = 'SELECT ';
   let statements: ParsedStatement[];
@@ -217,7 +219,7 @@ export async function parseSqlExpression(expression: string): Promise<{ columns:
     );
   const target = targets[0].ResTarget;
   if (target.name) throw new AppError('BAD_REQUEST', 'the expression must not carry an alias (AS …)');
-  refuseUnsafeNodes(target.val);
+  const calls = refuseUnsafeNodes(target.val);
   const columns: ColumnReference[] = [];
   const seen = new Set<string>();
   for (const [kind, node] of walk(target.val)) {
@@ -234,5 +236,60 @@ export async function parseSqlExpression(expression: string): Promise<{ columns:
       ref,
     });
   }
-  return { columns };
+  return { columns, calls };
+}
+
+/*
+ * Volatile functions may write, run SQL text (query_to_xml), signal other backends, change settings,
+ * take locks or read files; immutable and stable ones cannot (PostgreSQL refuses writes in them).
+ * These volatile ones only read a clock or a random generator, or a relation's size.
+ */
+const HARMLESS_VOLATILE = [
+  'random',
+  'random_normal',
+  'clock_timestamp',
+  'timeofday',
+  'gen_random_uuid',
+  'uuid_generate_v4',
+  'pg_relation_size',
+  'pg_total_relation_size',
+  'pg_table_size',
+  'pg_indexes_size',
+  'pg_database_size',
+];
+
+// E'' with both escapes doubled reads the same whatever standard_conforming_strings says.
+const literal = (value: string) => `E'${value.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
+const array = (values: string[]) => `array[${values.map(literal).join(',')}]::text[]`;
+
+/**
+ * One statement, run on the connection that will run the user's SQL (so the search path is its
+ * own), naming every called routine that the catalog says may not run: a volatile function not on
+ * the short allow list, a procedure, or an operator whose function is such. Names are inlined as
+ * literals so the statement can share the simple-protocol round trip that opens the transaction.
+ */
+export function catalogVerdictSql(calls: CalledRoutines): string | null {
+  if (!calls.functions.length && !calls.operators.length) return null;
+  const unqualified = calls.functions.filter((f) => !f.schema).map((f) => f.name.toLowerCase());
+  const qualified = calls.functions
+    .filter((f) => f.schema)
+    .map((f) => `${f.schema!.toLowerCase()}.${f.name.toLowerCase()}`);
+  return `select n.nspname || '.' || p.proname as routine, p.provolatile::text as volatility, p.prokind::text as kind
+  from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+  where (p.provolatile = 'v' and p.proname <> all(${array(HARMLESS_VOLATILE)}) or p.prokind = 'p')
+    and ((p.proname = any(${array(unqualified)}) and n.nspname = any(current_schemas(true)))
+      or n.nspname || '.' || p.proname = any(${array(qualified)}))
+  union all
+  select 'operator ' || o.oprname || ' (' || p.proname || ')', p.provolatile::text, 'o'
+  from pg_operator o join pg_proc p on p.oid = o.oprcode join pg_namespace n on n.oid = o.oprnamespace
+  where o.oprname = any(${array(calls.operators)}) and n.nspname = any(current_schemas(true))
+    and p.provolatile = 'v' and p.proname <> all(${array(HARMLESS_VOLATILE)})`;
+}
+
+/** The 400 for a refused routine, from the first row of `catalogVerdictSql`. */
+export function refusedRoutine(row: { routine: string; kind: string }): AppError {
+  const why = row.kind === 'p' ? 'it is a procedure' : 'it is volatile (it may write or have side effects)';
+  return new AppError('BAD_REQUEST', `${row.routine} is not allowed in read-only queries: ${why}`, {
+    reason: 'ROUTINE_NOT_ALLOWED',
+  });
 }

@@ -133,6 +133,12 @@ export interface Warehouse {
    * were checked as expressions, and which bounds its own result rows.
    */
   aggregate(sql: string, options?: AggregateOptions): Promise<Record<string, unknown>[]>;
+  /**
+   * Checks user SQL that is about to run inside a write (CREATE TABLE … AS, INSERT … SELECT): one
+   * read-only statement whose called functions the catalog allows, as `readOnlyQuery` would; throws
+   * the same 400 otherwise.
+   */
+  assertUserSqlAllowed(sql: string): Promise<void>;
   /** A read-only statement streamed in batches through a cursor; nothing is held beyond one batch. */
   stream(sql: string, options?: StreamOptions): AsyncGenerator<Record<string, unknown>[]>;
   /** DDL/DML in one transaction: committed when `fn` resolves, rolled back when it throws. */
