@@ -37,6 +37,11 @@ export const envSchema = z.object({
   GIT_COMMIT: z.string().optional(),
   WAREHOUSE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
   WAREHOUSE_ROW_CAP: z.coerce.number().int().min(1).max(1_000_000).default(10_000),
+  WAREHOUSE_RESULT_BYTE_CAP: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .default(16 * 1024 * 1024),
   // Networks no warehouse connection may reach (CIDR list; empty: none). Checked on every resolved address.
   WAREHOUSE_BLOCKED_NETWORKS: z
     .string()

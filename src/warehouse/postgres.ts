@@ -33,6 +33,8 @@ export const SAMPLE_LIMIT_MAX = 1000;
 export interface WarehouseSettings {
   statementTimeoutMs: number;
   rowCap: number;
+  /** Most bytes of row values a read-only query may return (default 16 MiB); more answers 413. */
+  resultByteCap?: number;
   /** The control plane's identity: a workspace connection that reaches that database is refused. */
   controlPlane?: ServerIdentity | Promise<ServerIdentity>;
   /** Networks refused and whether socket paths are allowed (default: the built-in blocked networks, no sockets). */
@@ -188,6 +190,18 @@ export function roleWarnings(facts: RoleFacts | undefined): ConnectionWarning[] 
   return warnings;
 }
 
+/** What a row weighs in the answer: string and buffer lengths, 8 bytes for other scalars. */
+function sizeOfRow(row: Record<string, unknown>): number {
+  let size = 0;
+  for (const value of Object.values(row)) {
+    if (typeof value === 'string') size += value.length;
+    else if (Buffer.isBuffer(value)) size += value.length;
+    else if (value !== null && typeof value === 'object') size += JSON.stringify(value).length;
+    else size += 8;
+  }
+  return size;
+}
+
 interface PoolEntry {
   key: string;
   config: ConnectionConfig;
@@ -242,6 +256,7 @@ export class WarehouseRegistry {
     this.settings = {
       poolMax: 5,
       poolIdleMs: 10 * 60_000,
+      resultByteCap: 16 * 1024 * 1024,
       refuseSuperuser: false,
       network: { blocked: parseNetworkList(DEFAULT_BLOCKED_NETWORKS.join(',')), allowSocketPaths: false },
       ...settings,
@@ -418,7 +433,7 @@ class PostgresWarehouse implements Warehouse {
   constructor(
     readonly config: ConnectionConfig,
     private readonly entry: PoolEntry,
-    private readonly settings: { statementTimeoutMs: number; rowCap: number },
+    private readonly settings: { statementTimeoutMs: number; rowCap: number; resultByteCap: number },
     private readonly pool: () => Promise<pg.Pool>,
   ) {}
 
@@ -559,7 +574,7 @@ class PostgresWarehouse implements Warehouse {
         // parallel, and aggregates over large tables need their parallel workers.
         const text =
           kind === 'EXPLAIN' ? statement : `select * from (\n${statement}\n) as capped limit ${cap + 1}`;
-        const { rows, fields } = await client.query(text, options.params);
+        const { rows, fields } = await this.#readCapped(client, text, options.params);
         const truncated = rows.length > cap;
         if (truncated) rows.length = cap;
         return {
@@ -573,6 +588,48 @@ class PostgresWarehouse implements Warehouse {
       'user-sql',
       calls,
     );
+  }
+
+  /**
+   * Runs `text`, keeping its rows as they arrive and counting their bytes: past the byte cap it stops
+   * keeping them and answers 413 at once; the connection, which the server may still be filling,
+   * is then dropped rather than reused. (A single row arrives whole, so one row can pass the cap.)
+   */
+  #readCapped(
+    client: pg.PoolClient,
+    text: string,
+    params: unknown[] | undefined,
+  ): Promise<{ rows: Record<string, unknown>[]; fields: pg.FieldDef[] }> {
+    const byteCap = this.settings.resultByteCap;
+    return new Promise((resolve, reject) => {
+      const rows: Record<string, unknown>[] = [];
+      let bytes = 0;
+      let over = false;
+      const query = new pg.Query(text, params);
+      query.on('row', (row: Record<string, unknown>) => {
+        if (over) return;
+        bytes += sizeOfRow(row);
+        if (bytes > byteCap) {
+          over = true;
+          reject(
+            new AppError(
+              'PAYLOAD_TOO_LARGE',
+              `The result is larger than ${byteCap} bytes (WAREHOUSE_RESULT_BYTE_CAP) after ${rows.length} rows: select fewer rows or columns, or aggregate`,
+              { reason: 'RESULT_TOO_LARGE' },
+            ),
+          );
+          return;
+        }
+        rows.push(row);
+      });
+      query.on('error', (error: Error) => {
+        if (!over) reject(error);
+      });
+      query.on('end', (result: pg.QueryResult) => {
+        if (!over) resolve({ rows, fields: result.fields });
+      });
+      client.query(query);
+    });
   }
 
   async assertUserSqlAllowed(sql: string): Promise<void> {
@@ -670,6 +727,7 @@ export function warehouses(deps: AppDeps): WarehouseRegistry {
     registry = new WarehouseRegistry({
       statementTimeoutMs: deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
       rowCap: deps.env.WAREHOUSE_ROW_CAP,
+      resultByteCap: deps.env.WAREHOUSE_RESULT_BYTE_CAP,
       controlPlane,
       network: networkGuardSettings(deps.env),
       refuseSuperuser: deps.env.WAREHOUSE_REFUSE_SUPERUSER,

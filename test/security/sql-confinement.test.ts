@@ -148,6 +148,25 @@ describe('user SQL that runs inside a write', () => {
   });
 });
 
+describe('results are bounded in bytes', () => {
+  it('answers 413 for a result over WAREHOUSE_RESULT_BYTE_CAP, and the pool serves the next query', async () => {
+    const huge = await run(
+      '/api/analytics/execute',
+      `select repeat('x', 100000000) as blob from generate_series(1, 12)`,
+    );
+    expect(huge.status, JSON.stringify(huge.body).slice(0, 300)).toBe(413);
+    expect(huge.body).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', reason: 'RESULT_TOO_LARGE' });
+    // Many small rows are capped the same way, before the row cap: 5,000 rows of 8 KB are 40 MB.
+    const wide = await run(
+      '/api/sources/execute-query',
+      `select repeat('y', 8000) as r from generate_series(1, 5000)`,
+    );
+    expect(wide.status).toBe(413);
+    const next = await run('/api/analytics/execute', 'select count(*)::int as n from app.t');
+    expect(next.body.rows).toEqual([{ n: 20 }]);
+  });
+});
+
 describe('connections are reset after user SQL', () => {
   it('does not let a setting changed by one statement reach the next', async () => {
     // A stable function may still change its session's settings: the reset is what undoes it.
