@@ -38,8 +38,9 @@ export async function load(label: string, options: LoadOptions): Promise<LoadRes
   const cpuBefore = process.threadCpuUsage();
   const result = await autocannon({
     url: options.url,
-    method: options.method,
-    body: options.body,
+    // autocannon refuses an explicit undefined method: GET unless one is given.
+    method: (options.method ?? 'GET') as 'GET',
+    ...(options.body === undefined ? {} : { body: options.body }),
     headers: options.headers,
     connections: options.connections ?? 50,
     duration: options.durationSeconds ?? 10,
