@@ -12,8 +12,8 @@ import { createCallerFactory } from './trpc/procedures.ts';
 import { createContextFactory, type AuthedContext } from './trpc/context.ts';
 import { STREAMED_ROUTES, openApiDocument } from './trpc/openapi.ts';
 import { BODY_METHODS, createRestHandler } from './trpc/rest.ts';
-import { GENERIC_INTERNAL_MESSAGE, HTTP_STATUS, errorExtras, toTRPCError } from './trpc/errors.ts';
-import { AppError, type AppErrorCode } from './app-error.ts';
+import { errorAnswer } from './trpc/errors.ts';
+import { AppError } from './app-error.ts';
 import { packageVersion } from './version.ts';
 import { trustProxySetting } from './env.ts';
 import { TooDeepError, jsonDepthExceeds } from './json-depth.ts';
@@ -22,12 +22,11 @@ import { flushLogFile, requestLogger } from './logger.ts';
 const require = createRequire(import.meta.url);
 const createCaller = createCallerFactory(appRouter);
 
-/** The error body of DESIGN §4 for anything thrown outside the tRPC adapters (plain routes, parsers). */
-export function sendError(res: Response, error: unknown): void {
-  const trpcError = toTRPCError(error);
-  const status = HTTP_STATUS[trpcError.code as AppErrorCode] ?? 500;
-  const message = status === 500 ? GENERIC_INTERNAL_MESSAGE : trpcError.message;
-  if (!res.headersSent) res.status(status).json({ message, code: trpcError.code, ...errorExtras(trpcError) });
+/** Anything thrown outside the tRPC adapters (plain routes, parsers) answers with the same error body. */
+export function sendError(res: Response, error: unknown, logger?: AppDeps['logger']): void {
+  const { status, body, internal, cause } = errorAnswer(error);
+  if (internal) logger?.error({ err: cause }, 'internal error');
+  if (!res.headersSent) res.status(status).json(body);
   else res.destroy();
 }
 
@@ -104,7 +103,7 @@ export function createApp(deps: AppDeps) {
   app.use((req, res, next) => (BODY_METHODS.has(req.method) ? parseJson(req, res, next) : next()));
   const restContext = createContextFactory(deps, 'rest');
   // First: the API routes are the traffic, and express would otherwise test every route below first.
-  app.use(createRestHandler(appRouter, restContext, STREAMED_ROUTES));
+  app.use(createRestHandler(appRouter, restContext, deps.logger, STREAMED_ROUTES));
 
   app.get('/api/health', async (_req, res) => {
     try {
@@ -138,7 +137,7 @@ export function createApp(deps: AppDeps) {
       for (const file of files) archive.append(createReadStream(join(dir, file.name)), { name: file.name });
       await archive.finalize();
     } catch (error) {
-      sendError(res, error);
+      sendError(res, error, deps.logger);
     }
   });
 
@@ -156,7 +155,7 @@ export function createApp(deps: AppDeps) {
       for (const file of files) archive.append(file.content, { name: file.path });
       await archive.finalize();
     } catch (error) {
-      sendError(res, error);
+      sendError(res, error, deps.logger);
     }
   });
 
@@ -173,7 +172,7 @@ export function createApp(deps: AppDeps) {
         .on('error', () => res.destroy())
         .pipe(res);
     } catch (error) {
-      sendError(res, error);
+      sendError(res, error, deps.logger);
     }
   });
 
@@ -230,7 +229,7 @@ export function createApp(deps: AppDeps) {
       if (res.headersSent) {
         deps.logger.error({ err: error }, 'discovery stream failed');
         res.end();
-      } else sendError(res, error);
+      } else sendError(res, error, deps.logger);
     } finally {
       clearInterval(heartbeat);
       if (streamOwner) {
@@ -255,25 +254,23 @@ export function createApp(deps: AppDeps) {
     '/trpc',
     createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
   );
-  app.use((_req, res) => void res.status(404).json({ message: 'Not found', code: 'NOT_FOUND' }));
+  app.use((_req, res) => sendError(res, new AppError('NOT_FOUND', 'Not found')));
 
+  // Body parser failures are the client's: each becomes an AppError, and every answer takes one path.
   app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const err = error as { type?: string; status?: number };
     if (err.type === 'entity.too.large')
-      return void res
-        .status(413)
-        .json({ message: `Request body exceeds ${deps.env.BODY_LIMIT}`, code: 'PAYLOAD_TOO_LARGE' });
+      return sendError(res, new AppError('PAYLOAD_TOO_LARGE', `Request body exceeds ${deps.env.BODY_LIMIT}`));
     if (err instanceof TooDeepError || err.type === 'entity.verify.failed')
-      return void res.status(400).json({
-        message: `The JSON body is nested deeper than ${maxDepth} levels`,
-        code: 'BAD_REQUEST',
-      });
+      return sendError(
+        res,
+        new AppError('BAD_REQUEST', `The JSON body is nested deeper than ${maxDepth} levels`),
+      );
     if (err.type === 'entity.parse.failed')
-      return void res.status(400).json({ message: 'Malformed JSON in request body', code: 'BAD_REQUEST' });
+      return sendError(res, new AppError('BAD_REQUEST', 'Malformed JSON in request body'));
     if (err.status && err.status >= 400 && err.status < 500)
-      return void res.status(err.status).json({ message: 'Bad request', code: 'BAD_REQUEST' });
-    deps.logger.error({ err: error }, 'unhandled error');
-    sendError(res, error);
+      return sendError(res, new AppError('BAD_REQUEST', 'Bad request'));
+    sendError(res, error, deps.logger);
   });
   return app;
 }

@@ -11,9 +11,10 @@ import { publicProcedure, router } from '../src/trpc/procedures.ts';
 import { createRestHandler } from '../src/trpc/rest.ts';
 
 /*
- * The REST adapter runs each procedure's middleware chain itself (src/trpc/rest.ts). These procedures
- * pin down that it keeps tRPC's semantics: output validation strips and refuses, input validation
- * answers 400 with its issues, a middleware's context reaches the resolver, errors keep their status.
+ * The REST adapter calls each procedure through tRPC's server-side caller (src/trpc/rest.ts). These
+ * procedures pin down what REST clients rely on: output validation strips and refuses, input validation
+ * answers 400 with its issues, query text becomes the declared types (and bodies are not coerced), a
+ * middleware's context reaches the resolver, errors keep their status, a client abort reaches the work.
  */
 const meta = (method: 'GET' | 'POST', path: `/${string}`) => ({ openapi: { method, path } });
 const withTenant = t.middleware(({ next }) => next({ ctx: { tenant: 'acme' } }));
@@ -44,8 +45,41 @@ const testRouter = router({
     .query(({ input }) => {
       throw new AppError('NOT_FOUND', `No item ${input.id}`);
     }),
+  filter: publicProcedure
+    .meta(meta('GET', '/api/test/filter'))
+    .input(
+      z.object({
+        limit: z.number().int().optional(),
+        active: z.boolean().optional(),
+        ids: z.array(z.number()).optional(),
+        since: z.date().optional(),
+      }),
+    )
+    .output(z.record(z.string(), z.unknown()))
+    .query(({ input }) => ({ ...input, since: input.since?.toISOString() })),
+  flags: publicProcedure
+    .meta(meta('POST', '/api/test/flags'))
+    .input(z.object({ active: z.boolean() }))
+    .output(z.object({ active: z.boolean() }))
+    .mutation(({ input }) => input),
+  slow: publicProcedure
+    .meta(meta('GET', '/api/test/slow'))
+    .output(z.object({}))
+    .query(async ({ signal }) => {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 10_000);
+        signal?.addEventListener('abort', () => {
+          clearTimeout(timer);
+          markAborted(true);
+          resolve();
+        });
+      });
+      return {};
+    }),
 });
 
+let markAborted: (value: boolean) => void = () => {};
+const abortedSeen = new Promise<boolean>((resolve) => (markAborted = resolve));
 let server: Server;
 let base: string;
 
@@ -55,7 +89,7 @@ beforeAll(async () => {
     ({ deps: { logger }, transport: 'rest', requestId: 'test' }) as unknown as Context;
   const app = express();
   app.use(express.json());
-  app.use(createRestHandler(testRouter, createContext));
+  app.use(createRestHandler(testRouter, createContext, logger));
   server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -107,5 +141,35 @@ describe('the REST adapter', () => {
       status: 404,
       body: { message: 'No item 42', code: 'NOT_FOUND' },
     });
+  });
+
+  it('reads query text as the declared numbers, booleans, arrays and dates', async () => {
+    expect(
+      await request('GET', '/api/test/filter?limit=5&active=false&ids=7&since=2026-01-02T00:00:00Z'),
+    ).toEqual({
+      status: 200,
+      body: { limit: 5, active: false, ids: [7], since: '2026-01-02T00:00:00.000Z' },
+    });
+    const bad = await request('GET', '/api/test/filter?limit=five');
+    expect(bad.status).toBe(400);
+    expect(bad.body.issues[0].path).toEqual(['limit']);
+  });
+
+  it('takes JSON bodies as they are: the text "false" is not a boolean', async () => {
+    expect((await request('POST', '/api/test/flags', { active: 'false' })).status).toBe(400);
+    expect(await request('POST', '/api/test/flags', { active: false })).toEqual({
+      status: 200,
+      body: { active: false },
+    });
+  });
+
+  it('aborts the procedure when the client goes away', async () => {
+    const controller = new AbortController();
+    const pending = fetch(base + '/api/test/slow', { signal: controller.signal }).catch(() => null);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    controller.abort();
+    await pending;
+    const seen = await Promise.race([abortedSeen, new Promise((r) => setTimeout(() => r(false), 3000))]);
+    expect(seen).toBe(true);
   });
 });

@@ -1,11 +1,13 @@
-import { TRPCError } from '@trpc/server';
+import { StandardSchemaV1Error, TRPCError } from '@trpc/server';
+import { getHTTPStatusCodeFromError } from '@trpc/server/http';
+import { z } from 'zod';
 import {
   ConnectionException,
   NotFoundError,
   UniqueConstraintViolationException,
   ForeignKeyConstraintViolationException,
 } from '@mikro-orm/core';
-import { AppError, type AppErrorCode, type AppErrorIssue } from '../app-error.ts';
+import { AppError, type AppErrorCode } from '../app-error.ts';
 
 /** The one table from outcome to HTTP status; the REST adapter, plain routes and tRPC all follow it. */
 export const HTTP_STATUS: Record<AppErrorCode, number> = {
@@ -68,35 +70,59 @@ export function toAppError(error: unknown): AppError {
   return new AppError('INTERNAL_SERVER_ERROR', GENERIC_INTERNAL_MESSAGE);
 }
 
-/**
- * The REST adapter only copies `issues` from a cause named ZodError, so validation problems found by
- * services travel in that form and reach clients exactly like schema validation errors.
- */
-function issuesCause(issues: AppErrorIssue[], original: unknown): Error {
-  return Object.assign(new Error('Validation failed'), { name: 'ZodError', issues, original });
-}
-
 export function toTRPCError(error: unknown): TRPCError {
   const cause = error instanceof TRPCError && error.cause ? error.cause : error;
   if (error instanceof TRPCError && !(cause instanceof Error && cause !== error)) return error;
   if (error instanceof TRPCError && error.code !== 'INTERNAL_SERVER_ERROR' && !(cause instanceof AppError))
     return error;
   const appError = toAppError(cause);
-  return new TRPCError({
-    code: appError.code,
-    message: appError.message,
-    cause: appError.details.issues ? issuesCause(appError.details.issues, appError) : appError,
-  });
+  return new TRPCError({ code: appError.code, message: appError.message, cause: appError });
 }
 
-/** Details that ride along in the error body (never a stack or an internal message). */
-export function errorExtras(error: TRPCError): Record<string, unknown> {
-  const cause = error.cause as (Error & { issues?: unknown; original?: unknown }) | undefined;
-  const appError =
-    cause instanceof AppError ? cause : cause?.original instanceof AppError ? cause.original : null;
-  const extras: Record<string, unknown> = {};
-  if (cause?.name === 'ZodError' && cause.issues) extras.issues = cause.issues;
-  if (appError?.details.reason) extras.reason = appError.details.reason;
-  if (appError?.details.retryAfter !== undefined) extras.retry_after = appError.details.retryAfter;
-  return extras;
+/** Problems found by an input schema: zod's own error, or the standard-schema error tRPC raises. */
+function schemaIssuesOf(cause: unknown): unknown[] | undefined {
+  if (cause instanceof z.ZodError || cause instanceof StandardSchemaV1Error) return cause.issues as unknown[];
+  return undefined;
+}
+
+/** The error body of DESIGN §4: `{ message, code, issues?, reason?, retry_after? }`. */
+export interface ErrorBody {
+  message: string;
+  code: string;
+  issues?: unknown[];
+  reason?: string;
+  retry_after?: number;
+}
+
+export interface ErrorAnswer {
+  status: number;
+  body: ErrorBody;
+  /** A 500: the body says nothing of it, so whoever answers logs `cause`. */
+  internal: boolean;
+  cause: unknown;
+}
+
+/**
+ * The one translation from anything thrown to a status and body: the tRPC error formatter, the REST
+ * adapter, the streamed and file routes and express's error handler all answer through it.
+ */
+export function errorAnswer(error: unknown): ErrorAnswer {
+  const trpcError = toTRPCError(error);
+  const status = HTTP_STATUS[trpcError.code as AppErrorCode] ?? getHTTPStatusCodeFromError(trpcError);
+  const internal = status >= 500 && trpcError.code === 'INTERNAL_SERVER_ERROR';
+  const schemaIssues = schemaIssuesOf(trpcError.cause);
+  const appError = trpcError.cause instanceof AppError ? trpcError.cause : undefined;
+  const body: ErrorBody = {
+    message: internal
+      ? GENERIC_INTERNAL_MESSAGE
+      : schemaIssues
+        ? 'Input validation failed'
+        : trpcError.message,
+    code: trpcError.code,
+  };
+  const issues = schemaIssues ?? appError?.details.issues;
+  if (issues) body.issues = issues;
+  if (appError?.details.reason) body.reason = appError.details.reason;
+  if (appError?.details.retryAfter !== undefined) body.retry_after = appError.details.retryAfter;
+  return { status, body, internal, cause: trpcError.cause ?? trpcError };
 }

@@ -2,7 +2,7 @@ import { initTRPC } from '@trpc/server';
 import superjson from 'superjson';
 import type { OpenApiMeta } from 'trpc-to-openapi';
 import type { Context } from './context.ts';
-import { GENERIC_INTERNAL_MESSAGE, errorExtras } from './errors.ts';
+import { errorAnswer } from './errors.ts';
 
 export interface Meta extends OpenApiMeta {
   /** Callable while the user still has to replace a temporary password. */
@@ -16,16 +16,9 @@ export const t = initTRPC
     transformer: superjson,
     isDev: false,
     errorFormatter({ shape, error, ctx, path }) {
-      const internal = error.code === 'INTERNAL_SERVER_ERROR';
-      if (internal)
-        ctx?.deps.logger.error(
-          { err: error.cause ?? error, path, requestId: ctx?.requestId },
-          'internal error',
-        );
-      const message = internal ? GENERIC_INTERNAL_MESSAGE : error.message;
-      const extras = errorExtras(error);
-      const rest = ctx ? ctx.transport === 'rest' : path === undefined;
-      if (rest) return { message, code: error.code, ...extras } as unknown as typeof shape;
+      const { body, internal, cause } = errorAnswer(error);
+      if (internal) ctx?.deps.logger.error({ err: cause, path, requestId: ctx?.requestId }, 'internal error');
+      const { message, code: _code, ...extras } = body;
       return {
         ...shape,
         message,

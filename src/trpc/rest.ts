@@ -1,32 +1,27 @@
 import type { ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
-import { TRPCError, type AnyProcedure, type AnyRouter } from '@trpc/server';
-import {
-  getErrorShape,
-  getHTTPStatusCodeFromError,
-  getParseFn,
-  getTRPCErrorFromUnknown,
-  middlewareMarker,
-  type AnyMiddlewareFunction,
-  type MiddlewareResult,
-} from '@trpc/server/unstable-core-do-not-import';
-import type { AppErrorCode } from '../app-error.ts';
+import type { AnyProcedure, AnyRouter } from '@trpc/server';
+import { z } from 'zod';
+import type { Logger } from 'pino';
 import type { Context } from './context.ts';
 import type { Meta } from './init.ts';
-import { HTTP_STATUS } from './errors.ts';
+import { createCallerFactory } from './procedures.ts';
+import { HTTP_STATUS, errorAnswer } from './errors.ts';
 
-type ZodLike = { _zod?: { def: Record<string, unknown> & { type?: string; coerce?: boolean } } };
 type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+type Call = (input: unknown) => Promise<unknown>;
+type Caller = Record<string, unknown>;
+
+/** Reads one query-string value as the type its schema declares (query strings carry only text). */
+type QueryValueReader = (value: unknown) => unknown;
 
 interface Route {
-  path: string;
-  procedure: AnyProcedure;
-  /** The procedure's middleware chain, which tRPC keeps on its definition (ending with the resolver). */
-  middlewares: AnyMiddlewareFunction[];
+  /** The procedure's path in the router, split at dots, to reach it on a caller. */
+  segments: string[];
   /** The procedure takes no input (`z.void()`), so nothing from the request is passed. */
   takesNoInput: boolean;
-  /** Query keys declared as arrays: a single `?key=v` still has to arrive as `[v]`. */
-  arrayKeys: string[];
+  /** Per query key, how its text becomes the declared type; keys absent here pass through as text. */
+  queryReaders: Map<string, QueryValueReader>;
 }
 
 interface ParamRoute extends Route {
@@ -36,169 +31,72 @@ interface ParamRoute extends Route {
 /** The methods whose input is the JSON body. */
 export const BODY_METHODS = new Set<string>(['POST', 'PUT', 'PATCH']);
 
-function unwrap(schema: ZodLike | undefined): ZodLike | undefined {
-  const def = schema?._zod?.def;
-  switch (def?.type) {
-    case 'optional':
-    case 'nullable':
-    case 'default':
-    case 'prefault':
-      return unwrap(def.innerType as ZodLike);
-    case 'lazy':
-      return unwrap((def.getter as () => ZodLike)());
-    case 'pipe':
-      return unwrap(def.in as ZodLike);
-    default:
-      return schema;
-  }
+/** The schema inside optional/nullable/default/pipe wrappers, through zod's public accessors. */
+function innermost(schema: z.ZodType | undefined): z.ZodType | undefined {
+  if (schema instanceof z.ZodOptional || schema instanceof z.ZodNullable)
+    return innermost(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodDefault || schema instanceof z.ZodPrefault)
+    return innermost(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodLazy) return innermost(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodPipe) return innermost(schema.in as z.ZodType);
+  return schema;
 }
 
-const kindOf = (schema: ZodLike | undefined) => unwrap(schema)?._zod?.def.type;
-
-function pinCoercion(schema: ZodLike | undefined, seen: Set<unknown>): void {
-  const def = schema?._zod?.def;
-  if (!def || seen.has(schema)) return;
-  seen.add(schema);
-  switch (def.type) {
-    case 'boolean':
-    case 'number':
-    case 'bigint':
-      if (!def.coerce)
-        Object.defineProperty(def, 'coerce', { get: () => false, set: () => {}, configurable: true });
-      return;
-    case 'object':
-      for (const field of Object.values(def.shape as Record<string, ZodLike>)) pinCoercion(field, seen);
-      return;
-    case 'array':
-      return pinCoercion(def.element as ZodLike, seen);
-    case 'optional':
-    case 'nullable':
-    case 'default':
-    case 'prefault':
-      return pinCoercion(def.innerType as ZodLike, seen);
-    case 'pipe':
-      pinCoercion(def.in as ZodLike, seen);
-      return pinCoercion(def.out as ZodLike, seen);
-    case 'lazy':
-      return pinCoercion((def.getter as () => ZodLike)(), seen);
-  }
-}
+const readNumber = (value: unknown) =>
+  typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value)) ? Number(value) : value;
+const readBoolean = (value: unknown) => (value === 'true' ? true : value === 'false' ? false : value);
+const readBigInt = (value: unknown) => {
+  if (typeof value !== 'string' || !/^-?\d+$/.test(value)) return value;
+  return BigInt(value);
+};
+const readDate = (value: unknown) => {
+  if (typeof value !== 'string') return value;
+  const date = new Date(value);
+  return Number.isNaN(date.getTime()) ? value : date;
+};
 
 /**
- * Query coercion switches `coerce` on in the schema objects themselves, and a schema can be shared by a
- * query input and a body: `{"is_active": "false"}` in a body would then read as true. JSON bodies carry
- * real booleans and numbers, so the schemas of body inputs are pinned to their declared flag first (an
- * explicit `z.coerce` keeps working). Dates are left alone: ISO strings in bodies have to become Dates.
+ * How a query parameter's text becomes the value its schema declares. A schema that coerces on its
+ * own (`z.coerce.number()`) or reads text itself (`z.stringbool()`) gets the text unchanged; a value
+ * that does not read as the type is passed on as text, so validation answers 400 with the field.
  */
-function pinBodyCoercion(router: AnyRouter): void {
-  const seen = new Set<unknown>();
-  for (const procedure of Object.values(router._def.procedures) as AnyProcedure[]) {
-    const method = (procedure._def.meta as Meta | undefined)?.openapi?.method;
-    if (method && BODY_METHODS.has(method))
-      for (const input of procedure._def.inputs as ZodLike[]) pinCoercion(input, seen);
+function queryReaderFor(schema: z.ZodType | undefined): QueryValueReader | undefined {
+  const inner = innermost(schema);
+  if (inner instanceof z.ZodArray) {
+    const element = queryReaderFor(inner.element as z.ZodType);
+    return (value) => {
+      const list = Array.isArray(value) ? value : [value];
+      return element ? list.map(element) : list;
+    };
   }
+  if ((inner?.def as { coerce?: boolean } | undefined)?.coerce) return undefined;
+  if (inner instanceof z.ZodNumber) return readNumber;
+  if (inner instanceof z.ZodBoolean) return readBoolean;
+  if (inner instanceof z.ZodBigInt) return readBigInt;
+  if (inner instanceof z.ZodDate) return readDate;
+  return undefined;
 }
 
-/** Query strings carry only text: numbers, booleans and dates of a query input are read from it. */
-function coerceQuerySchema(schema: ZodLike | undefined): void {
-  const def = unwrap(schema)?._zod?.def;
-  if (def?.type !== 'object') return;
-  for (const field of Object.values(def.shape as Record<string, ZodLike>)) {
-    const inner = unwrap(field);
-    const type = inner?._zod?.def.type;
-    if (type === 'array') coerceQuerySchema(inner!._zod!.def.element as ZodLike);
-    else if (type === 'number' || type === 'boolean' || type === 'bigint' || type === 'date')
-      inner!._zod!.def.coerce = true;
-    else if (type === 'object') coerceQuerySchema(inner);
+function queryReadersOf(input: z.ZodType | undefined): Map<string, QueryValueReader> {
+  const readers = new Map<string, QueryValueReader>();
+  const inner = innermost(input);
+  if (!(inner instanceof z.ZodObject)) return readers;
+  for (const [key, field] of Object.entries(inner.shape as Record<string, z.ZodType>)) {
+    const reader = queryReaderFor(field);
+    if (reader) readers.set(key, reader);
   }
+  return readers;
 }
 
-function queryInput(req: Request, arrayKeys: string[]): Record<string, unknown> {
+function queryInput(req: Request, readers: Map<string, QueryValueReader>): Record<string, unknown> {
   const input: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(req.query as Record<string, unknown>))
-    if (value) input[key] = Array.isArray(value) && value.length === 1 ? value[0] : value;
-  for (const key of arrayKeys)
-    if (input[key] !== undefined && !Array.isArray(input[key])) input[key] = [input[key]];
-  return input;
-}
-
-/** What every middleware of a procedure receives besides `next`. */
-interface Call {
-  ctx: Context;
-  type: AnyProcedure['_def']['type'];
-  path: string;
-  input: unknown;
-  getRawInput: () => Promise<unknown>;
-  meta: Meta | undefined;
-}
-
-interface NextOptions {
-  ctx?: Record<string, unknown>;
-  input?: unknown;
-  getRawInput?: () => Promise<unknown>;
-}
-
-/**
- * A procedure's middlewares (guard, input parsers, output validator, resolver) run in order, as tRPC's
- * own caller runs them and with the same options, but built as plain object literals: tRPC copies its
- * call options through a transpiled object-spread helper twice per level, which alone measured a tenth
- * of a cached authenticated call (bench/api-overhead.ts). Guards and validation stay tRPC's own.
- */
-async function runMiddlewares(
-  middlewares: AnyMiddlewareFunction[],
-  index: number,
-  call: Call,
-): Promise<MiddlewareResult<unknown>> {
-  try {
-    return await middlewares[index]({
-      ctx: call.ctx,
-      type: call.type,
-      path: call.path,
-      input: call.input,
-      getRawInput: call.getRawInput,
-      meta: call.meta,
-      signal: undefined,
-      next: nextStep(middlewares, index + 1, call),
-    } as Parameters<AnyMiddlewareFunction>[0]);
-  } catch (cause) {
-    return { ok: false, error: getTRPCErrorFromUnknown(cause), marker: middlewareMarker };
+  for (const [key, value] of Object.entries(req.query as Record<string, unknown>)) {
+    if (!value) continue;
+    const single = Array.isArray(value) && value.length === 1 ? value[0] : value;
+    const reader = readers.get(key);
+    input[key] = reader ? reader(single) : single;
   }
-}
-
-/**
- * tRPC's output validator with the same outcome (the parsed data, or a 500 "Output validation failed"),
- * in place of tRPC's own, which copies its result through the spread helper that runMiddlewares avoids.
- */
-function outputValidator(parse: (value: unknown) => unknown): AnyMiddlewareFunction {
-  return async function validateOutput({ next }) {
-    const result = await next();
-    if (!result.ok) return result;
-    try {
-      return { ...result, data: await parse(result.data) };
-    } catch (cause) {
-      throw new TRPCError({ message: 'Output validation failed', code: 'INTERNAL_SERVER_ERROR', cause });
-    }
-  };
-}
-
-/*
- * The two functions below only return closures: tsx (which runs the server) keeps function names by
- * attaching them at run time to every closure written as a named property, once per request here.
- */
-function nextStep(middlewares: AnyMiddlewareFunction[], index: number, call: Call) {
-  return (next?: NextOptions) =>
-    runMiddlewares(middlewares, index, {
-      ctx: next?.ctx ? ({ ...call.ctx, ...next.ctx } as Context) : call.ctx,
-      type: call.type,
-      path: call.path,
-      input: next && 'input' in next ? next.input : call.input,
-      getRawInput: next?.getRawInput ?? call.getRawInput,
-      meta: call.meta,
-    });
-}
-
-function rawInputOf(input: unknown) {
-  return () => Promise.resolve(input);
+  return input;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
@@ -207,45 +105,43 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
+/** The procedure at `segments` on a caller (tRPC's caller is a proxy keyed by the router's paths). */
+function procedureOn(caller: Caller, segments: string[]): Call {
+  let node: unknown = caller;
+  for (const segment of segments) node = (node as Caller)[segment];
+  return node as Call;
+}
+
 /**
  * The REST face of the routers: every procedure whose meta names a method and path (routes.tsv) answers
- * there, through the procedure itself, so guards, input and output validation are those of tRPC.
- * trpc-to-openapi still writes the OpenAPI document from the same meta; its adapter is not used because
- * per request it scanned every route's regular expression, built a fetch Request only for an abort
- * signal, and created a caller proxy — a third of the cost of a cached authenticated call
- * (bench/api-overhead.ts). Routes are resolved once here: static paths by map, the others by pattern.
+ * there, called through tRPC's public server-side caller, so guards, input and output validation and
+ * the abort signal are tRPC's own. trpc-to-openapi writes the OpenAPI document from the same meta; its
+ * adapter is not used because per request it scanned every route's regular expression. Routes are
+ * resolved once here: static paths by map, the others by pattern.
  */
 export function createRestHandler(
   router: AnyRouter,
   createContext: (opts: { req: Request }) => Context,
+  logger: Logger,
   /** Routes (method, OpenAPI path) that another handler serves, such as streamed answers. */
   servedElsewhere: { method: string; path: string }[] = [],
 ) {
-  pinBodyCoercion(router);
+  const createCaller = createCallerFactory(router);
   const skipped = new Set(servedElsewhere.map((r) => `${r.method.toUpperCase()} ${r.path}`));
   const staticRoutes = new Map<string, Route>();
   const paramRoutes = new Map<string, ParamRoute[]>();
   for (const [path, procedure] of Object.entries(router._def.procedures as Record<string, AnyProcedure>)) {
     const openapi = (procedure._def.meta as Meta | undefined)?.openapi;
     if (!openapi || procedure._def.type === 'subscription') continue;
-    const input = (procedure._def.inputs as ZodLike[])[0];
-    const inputKind = kindOf(input);
-    const shape = inputKind === 'object' ? (unwrap(input)!._zod!.def.shape as Record<string, ZodLike>) : {};
-    const def = procedure._def as unknown as { middlewares?: AnyMiddlewareFunction[]; output?: unknown };
-    if (!def.middlewares?.length) throw new Error(`The procedure ${path} has no middleware chain to run`);
-    const middlewares = def.middlewares.map((middleware) =>
-      (middleware as { _type?: string })._type === 'output'
-        ? outputValidator(getParseFn(def.output as Parameters<typeof getParseFn>[0]))
-        : middleware,
-    );
+    const input = (procedure._def.inputs as z.ZodType[])[0];
+    const inner = innermost(input);
     const route: Route = {
-      path,
-      procedure,
-      middlewares,
-      takesNoInput: inputKind === 'void' || inputKind === 'undefined' || inputKind === 'never',
-      arrayKeys: Object.keys(shape).filter((key) => kindOf(shape[key]) === 'array'),
+      segments: path.split('.'),
+      takesNoInput:
+        inner instanceof z.ZodVoid || inner instanceof z.ZodUndefined || inner instanceof z.ZodNever,
+      // Body inputs are JSON and carry real numbers and booleans: only query inputs are read from text.
+      queryReaders: queryReadersOf(input),
     };
-    if (!BODY_METHODS.has(openapi.method)) coerceQuerySchema(input);
     const routePath = `/${openapi.path.replace(/^\/|\/$/g, '')}`;
     if (skipped.delete(`${openapi.method} ${routePath}`)) continue;
     if (!routePath.includes('{')) staticRoutes.set(`${openapi.method} ${routePath}`, route);
@@ -298,43 +194,29 @@ export function createRestHandler(
     const input = route.takesNoInput
       ? undefined
       : {
-          ...queryInput(req, route.arrayKeys),
+          ...queryInput(req, route.queryReaders),
           ...(useBody ? ((req.body as object | undefined) ?? {}) : {}),
           ...params,
         };
+    // A client that goes away aborts the procedure (long queries and streams watch the signal).
+    const controller = new AbortController();
+    const abortOnClose = () => {
+      if (!res.writableFinished) controller.abort();
+    };
+    res.once('close', abortOnClose);
     let ctx: Context | undefined;
     try {
       ctx = createContext({ req });
-      const { _def } = route.procedure;
-      const result = await runMiddlewares(route.middlewares, 0, {
-        ctx,
-        type: _def.type,
-        path: route.path,
-        input: undefined,
-        getRawInput: rawInputOf(input),
-        meta: _def.meta as Meta | undefined,
-      });
-      if (!result.ok) throw result.error;
-      sendJson(res, 200, result.data);
+      const caller = createCaller(ctx, { signal: controller.signal }) as unknown as Caller;
+      sendJson(res, 200, await procedureOn(caller, route.segments)(input));
     } catch (cause) {
-      const error =
-        cause instanceof TRPCError ? cause : new TRPCError({ code: 'INTERNAL_SERVER_ERROR', cause });
-      const shape = getErrorShape({
-        config: router._def._config,
-        error,
-        type: route.procedure._def.type,
-        path: route.path,
-        input,
-        ctx,
-      }) as Record<string, unknown>;
-      const isInputValidation =
-        error.code === 'BAD_REQUEST' && error.cause instanceof Error && error.cause.name === 'ZodError';
-      sendJson(res, HTTP_STATUS[error.code as AppErrorCode] ?? getHTTPStatusCodeFromError(error), {
-        ...shape,
-        message: isInputValidation ? 'Input validation failed' : shape.message,
-        code: error.code,
-        issues: isInputValidation ? (error.cause as Error & { issues?: unknown }).issues : undefined,
-      });
+      const { status, body, internal } = errorAnswer(cause);
+      if (internal)
+        logger.error(
+          { err: cause, path: route.segments.join('.'), requestId: ctx?.requestId },
+          'internal error',
+        );
+      sendJson(res, status, body);
     }
   };
 }
