@@ -9,8 +9,9 @@ import { loadEnv } from '../src/env.ts';
 import { startServer } from '../src/server.ts';
 import { createLogger, flushLogFile } from '../src/logger.ts';
 import { generateToken } from '../src/auth/tokens.ts';
-import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
-import { Organization } from '../src/modules/auth/auth.entity.ts';
+import { createOrganizationRecord } from '../src/modules/auth/auth.service.ts';
+import { createUser } from '../src/modules/users/users.service.ts';
+import { Organization } from '../src/modules/users/users.entity.ts';
 import { formatResult, load, median, runIfMain, signIn, type LoadResult } from './harness.ts';
 
 /**

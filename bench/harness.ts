@@ -6,7 +6,8 @@ import pg from 'pg';
 import autocannon from 'autocannon';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { openDatabase } from '../src/db/orm.ts';
-import { createOrganizationRecord, createUser } from '../src/modules/auth/auth.service.ts';
+import { createOrganizationRecord } from '../src/modules/auth/auth.service.ts';
+import { createUser } from '../src/modules/users/users.service.ts';
 import type { Scope } from '../src/deps.ts';
 
 export interface LoadResult {

@@ -29,7 +29,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { loadEnv } from '../src/env.ts';
 import { startServer } from '../src/server.ts';
 import { createLogger } from '../src/logger.ts';
-import { createUser } from '../src/modules/auth/auth.service.ts';
+import { createUser } from '../src/modules/users/users.service.ts';
 import type { Scope } from '../src/deps.ts';
 import {
   addAdmin,

@@ -65,7 +65,8 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
   // Embedded mode with the demo: a second PGlite as the demo workspace's source/target warehouse.
   if (db.kind === 'embedded' && env.SEED_DEMO) {
     // Loaded only here: PGlite's module is not worth its memory to a server-mode process.
-    const { connectDemoWorkspace, startDemoWarehouse } = await import('./warehouse/demo.ts');
+    const { startDemoWarehouse } = await import('./warehouse/demo.ts');
+    const { connectDemoWorkspace } = await import('./db/demo-workspace.ts');
     deps.demoWarehouse = await startDemoWarehouse({
       dataDir: env.dataDir,
       logger,

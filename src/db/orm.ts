@@ -5,8 +5,9 @@ import { MikroORM, defineConfig, type Options } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import { createEmbeddedDialect, openEmbeddedPostgres } from './embedded.ts';
 import { CONNECTION_WAIT_MS, releaseClientsWhoseConnectionDied } from './pool.ts';
-import { LoginFailure, Organization, Session, User } from '../modules/auth/auth.entity.ts';
-import { Role } from '../modules/admin/admin.entity.ts';
+import { LoginFailure, Session } from '../modules/auth/auth.entity.ts';
+import { Organization, User } from '../modules/users/users.entity.ts';
+import { Role } from '../modules/users/users.entity.ts';
 import {
   CacheSettings,
   FeatureSettings,

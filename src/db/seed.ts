@@ -3,11 +3,13 @@ import { join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
 import { generateToken } from '../auth/tokens.ts';
-import { Organization, User } from '../modules/auth/auth.entity.ts';
+import { Organization, User } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
-import { createOrganizationRecord, createUser } from '../modules/auth/auth.service.ts';
+import { createOrganizationRecord } from '../modules/auth/auth.service.ts';
+import { createUser } from '../modules/users/users.service.ts';
 
 export const DEMO_DOMAIN = 'demo.local';
+export const DEMO_WORKSPACE = 'demo';
 
 export interface SeedReport {
   lines: string[];
@@ -50,7 +52,7 @@ async function ensureDemo(deps: AppDeps, em: EntityManager, report: SeedReport) 
         must_change_password: false,
       },
     );
-    tx.create(Workspace, { organization: org.id, name: 'demo', description: 'Demo workspace' });
+    tx.create(Workspace, { organization: org.id, name: DEMO_WORKSPACE, description: 'Demo workspace' });
   });
   const line = `demo admin: POST /api/auth/login {"username":"admin","domain":"${DEMO_DOMAIN}","password":"${password}"}`;
   report.lines.push(line);

@@ -1,6 +1,6 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../db/base-entity.ts';
-import { Organization } from '../modules/auth/auth.entity.ts';
+import { Organization } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 
 export const JOB_RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;

@@ -1,5 +1,5 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
-import { Organization } from '../modules/auth/auth.entity.ts';
+import { Organization } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 
 /** One metered LLM call: the ledger that budget status sums per organization and month. */

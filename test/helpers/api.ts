@@ -1,7 +1,8 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { TestServer } from './server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_PASSWORD } from './constants.ts';
-import { createOrganizationRecord, createUser } from '../../src/modules/auth/auth.service.ts';
+import { createOrganizationRecord } from '../../src/modules/auth/auth.service.ts';
+import { createUser } from '../../src/modules/users/users.service.ts';
 
 export interface ApiResponse<T = any> {
   status: number;

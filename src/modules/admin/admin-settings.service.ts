@@ -23,7 +23,7 @@ import {
 } from '../../features.ts';
 import { checkRemote, normalizeRepoPath } from '../../vcs/git-remote.ts';
 import { remoteOf } from '../../vcs/push-workspace.ts';
-import { User } from '../auth/auth.entity.ts';
+import { User } from '../users/users.entity.ts';
 import {
   CacheSettings,
   FeatureSettings,

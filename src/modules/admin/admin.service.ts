@@ -1,12 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { packageVersion } from '../../version.ts';
-import { ALL_PERMISSIONS, BUILTIN_ROLES, PERMISSIONS, isPermission } from '../../auth/permissions.ts';
+import { ALL_PERMISSIONS, PERMISSIONS, isPermission } from '../../auth/permissions.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { createUser, deleteUserOf, setPassword, updateUserOf } from '../auth/auth.service.ts';
-import { Role, type RoleEntity } from './admin.entity.ts';
+import { createUser, deleteUserOf, setPassword, updateUserOf } from '../users/users.service.ts';
+import { Role, type RoleEntity } from '../users/users.entity.ts';
 
 export function roleView(role: RoleEntity, userCount?: number) {
   return {
@@ -19,34 +18,6 @@ export function roleView(role: RoleEntity, userCount?: number) {
     created_at: role.createdAt,
     updated_at: role.updatedAt,
   };
-}
-
-/** The built-in roles every organization starts with. */
-export function createBuiltinRoles(em: EntityManager, organizationId: string): void {
-  for (const role of BUILTIN_ROLES)
-    em.create(Role, {
-      organization: organizationId,
-      ...role,
-      permissions: [...role.permissions],
-      isBuiltin: true,
-    });
-}
-
-/** Role names → roles of the organization; every unknown name is reported at once. */
-export async function resolveRoles(
-  em: EntityManager,
-  organizationId: string,
-  names: string[],
-): Promise<RoleEntity[]> {
-  const unique = [...new Set(names)];
-  if (unique.length === 0) return [];
-  const roles = await em.find(Role, { organization: organizationId, name: { $in: unique } });
-  const missing = unique.filter((n) => !roles.some((r) => r.name === n));
-  if (missing.length)
-    throw new AppError('BAD_REQUEST', `Unknown roles: ${missing.join(', ')}`, {
-      issues: missing.map((name) => ({ path: ['roles'], message: `unknown role ${name}` })),
-    });
-  return roles;
 }
 
 function validatePermissions(permissions: string[]): string[] {

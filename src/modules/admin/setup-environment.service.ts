@@ -6,8 +6,9 @@ import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profi
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
-import { Organization, User } from '../auth/auth.entity.ts';
-import { createOrganizationRecord, createUser, organizationView } from '../auth/auth.service.ts';
+import { Organization, User } from '../users/users.entity.ts';
+import { createOrganizationRecord, organizationView } from '../auth/auth.service.ts';
+import { createUser } from '../users/users.service.ts';
 import { planMapping, tableKey } from '../discovery/discovery-plan.ts';
 import { DiscoveryRun, type DiscoveryRunEntity } from '../discovery/discovery.entity.ts';
 import type { TableMappingEntity } from '../mappings/mappings.entity.ts';

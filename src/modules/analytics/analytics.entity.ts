@@ -1,6 +1,6 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
-import { Organization } from '../auth/auth.entity.ts';
+import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 import type { StatTestName, StatTestResult } from '../../stats/result.ts';
 

@@ -1,6 +1,6 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
-import { Organization, User } from '../auth/auth.entity.ts';
+import { Organization, User } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 
 export const MATERIALIZATION_STATUSES = ['never', 'queued', 'running', 'succeeded', 'failed'] as const;

@@ -1,38 +1,5 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
-import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
-import { Role } from '../admin/admin.entity.ts';
-
-export const Organization = defineEntity({
-  name: 'Organization',
-  tableName: 'organizations',
-  properties: {
-    id: uuidPrimaryKey(),
-    name: p.string(),
-    domain: p.string().unique(),
-    ...timestamps(),
-  },
-});
-
-/** A person who signs in. Super admins belong to no organization. */
-export const User = defineEntity({
-  name: 'User',
-  tableName: 'users',
-  properties: {
-    id: uuidPrimaryKey(),
-    organization: () => p.manyToOne(Organization).nullable().deleteRule('cascade'),
-    username: p.string(),
-    email: p.string().nullable(),
-    passwordHash: p.text().hidden(),
-    isSuperAdmin: p.boolean().default(false),
-    mustChangePassword: p.boolean().default(false),
-    isActive: p.boolean().default(true),
-    preferences: p.json<Record<string, unknown>>().default('{}'),
-    lastLoginAt: p.datetime().nullable(),
-    roles: () => p.manyToMany(Role).pivotTable('user_roles'),
-    ...timestamps(),
-  },
-  uniques: [{ properties: ['organization', 'username'] }],
-});
+import { User } from '../users/users.entity.ts';
 
 /** Only sha256(token) is stored, so a leaked table cannot be replayed (the Lucia guide's scheme). */
 export const Session = defineEntity({
@@ -59,9 +26,5 @@ export const LoginFailure = defineEntity({
     at: p.datetime().onCreate(() => new Date()),
   },
 });
-
-export type OrganizationEntity = InferEntity<typeof Organization>;
-
-export type UserEntity = InferEntity<typeof User>;
 
 export type SessionEntity = InferEntity<typeof Session>;

@@ -9,6 +9,7 @@ import { publicRest, rest } from '../../trpc/openapi-meta.ts';
 import { successOutput } from '../../trpc/common-schemas.ts';
 import * as s from './auth.schemas.ts';
 import * as auth from './auth.service.ts';
+import { createUser } from '../users/users.service.ts';
 
 const tag = 'auth';
 const pending = { allowPendingPasswordChange: true };
@@ -158,7 +159,7 @@ export const authRouter = router({
     .input(s.superAdminCreateUserInput)
     .output(s.createdUserOutput)
     .mutation(({ ctx, input }) =>
-      auth.createUser(ctx, {
+      createUser(ctx, {
         ...input,
         organizationId: input.organization_id,
         isSuperAdmin: input.is_super_admin,

@@ -1,7 +1,7 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
-import { Organization, User } from '../auth/auth.entity.ts';
-import { Role } from '../admin/admin.entity.ts';
+import { Organization, User } from '../users/users.entity.ts';
+import { Role } from '../users/users.entity.ts';
 
 /**
  * A non-human caller with roles like a user. Its key is `dms_<prefix>_<secret>`: the prefix finds the

@@ -2,7 +2,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { generateApiKey } from '../../auth/api-key.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { resolveRoles } from '../admin/admin.service.ts';
+import { resolveRoles } from '../users/users.service.ts';
 import { ServiceAccount, type ServiceAccountEntity } from './service-accounts.entity.ts';
 
 const DAY_MS = 86_400_000;

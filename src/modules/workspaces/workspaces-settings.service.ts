@@ -1,7 +1,7 @@
 import { AppError } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { User } from '../auth/auth.entity.ts';
+import { User } from '../users/users.entity.ts';
 import { Workspace, OrganizationSettings, type OrganizationSettingsEntity } from './workspaces.entity.ts';
 import {
   ADMIN_SETTINGS_DEFAULTS,

@@ -1,6 +1,6 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
-import { Organization } from '../auth/auth.entity.ts';
+import { Organization } from '../users/users.entity.ts';
 
 /** A stored connection config: the shape of src/warehouse/config.ts with the password sealed by SecretBox. */
 export type StoredConnectionConfig = Record<string, unknown> & { password?: string };

@@ -7,7 +7,7 @@ import {
   type ConnectionConfig,
 } from '../../warehouse/config.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
-import { User } from '../auth/auth.entity.ts';
+import { User } from '../users/users.entity.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
 import { collectFacts, reconcileSchema, type StaleConnection } from './workspace-extensions.ts';

@@ -1,0 +1,157 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError, notFound } from '../../app-error.ts';
+import type { Scope } from '../../deps.ts';
+import { BUILTIN_ROLES } from '../../auth/permissions.ts';
+import { hashPassword, passwordPolicyIssues } from '../../auth/password.ts';
+import { deleteUserSessions } from '../../auth/session.ts';
+import { generateToken } from '../../auth/tokens.ts';
+import { Organization, Role, User, type RoleEntity, type UserEntity } from './users.entity.ts';
+
+// The one way users and roles come to exist and change, for sign-in (auth) and administration (admin).
+
+export function userView(user: UserEntity) {
+  return {
+    id: user.id,
+    username: user.username,
+    email: user.email ?? null,
+    organization_id: user.organization?.id ?? null,
+    is_super_admin: user.isSuperAdmin,
+    is_active: user.isActive,
+    must_change_password: user.mustChangePassword,
+    roles: user.roles.isInitialized() ? user.roles.getItems().map((r) => r.name) : [],
+    last_login_at: user.lastLoginAt ?? null,
+    created_at: user.createdAt,
+    updated_at: user.updatedAt,
+  };
+}
+
+export async function findOrganization(em: EntityManager, id: string) {
+  const org = await em.findOne(Organization, { id });
+  if (!org) throw notFound('Organization');
+  return org;
+}
+
+export interface NewUser {
+  organizationId?: string;
+  isSuperAdmin: boolean;
+  username: string;
+  email?: string;
+  password?: string;
+  roles: string[];
+  must_change_password: boolean;
+}
+
+/** The one way a user comes to exist: policy-checked password (or a generated temporary one), roles. */
+export async function createUser(scope: Scope, input: NewUser) {
+  const { em } = scope;
+  if (input.isSuperAdmin === !!input.organizationId)
+    throw new AppError('BAD_REQUEST', 'A user is either a super admin or belongs to an organization', {
+      issues: [
+        { path: ['organization_id'], message: 'required unless is_super_admin is true, and only then' },
+      ],
+    });
+  if (input.organizationId) await findOrganization(em, input.organizationId);
+  const taken = await em.count(User, {
+    username: input.username,
+    organization: input.organizationId ?? null,
+  });
+  if (taken) throw new AppError('CONFLICT', `The username ${input.username} is taken`);
+  const temporary = input.password === undefined ? generateToken(15) : undefined;
+  const password = input.password ?? temporary!;
+  const issues = passwordPolicyIssues(input.username, password);
+  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  const roles = input.organizationId ? await resolveRoles(em, input.organizationId, input.roles) : [];
+  const user = em.create(User, {
+    organization: input.organizationId ?? null,
+    username: input.username,
+    email: input.email ?? null,
+    passwordHash: await hashPassword(password),
+    isSuperAdmin: input.isSuperAdmin,
+    mustChangePassword: temporary ? true : input.must_change_password,
+    preferences: {},
+  });
+  user.roles.set(roles);
+  await em.flush();
+  return { user: userView(user), ...(temporary ? { temporary_password: temporary } : {}) };
+}
+
+/** A user of the given organization (null = any: the super admin's reach). Others answer 404. */
+async function findUser(em: EntityManager, organizationId: string | null, userId: string) {
+  const user = await em.findOne(
+    User,
+    organizationId ? { id: userId, organization: organizationId } : { id: userId },
+    { populate: ['roles'] },
+  );
+  if (!user) throw notFound('User');
+  return user;
+}
+
+export async function updateUserOf(
+  scope: Scope,
+  organizationId: string | null,
+  input: {
+    user_id: string;
+    email?: string | null;
+    is_active?: boolean;
+    must_change_password?: boolean;
+    roles?: string[];
+  },
+) {
+  const user = await findUser(scope.em, organizationId, input.user_id);
+  if (input.email !== undefined) user.email = input.email;
+  if (input.is_active !== undefined) user.isActive = input.is_active;
+  if (input.must_change_password !== undefined) user.mustChangePassword = input.must_change_password;
+  if (input.roles) {
+    if (!user.organization) throw new AppError('BAD_REQUEST', 'A super admin has no organization roles');
+    user.roles.set(await resolveRoles(scope.em, user.organization.id, input.roles));
+  }
+  await scope.em.flush();
+  if (input.is_active === false) await deleteUserSessions(scope.em, user.id);
+  scope.deps.authenticator.forget();
+  return userView(user);
+}
+
+export async function deleteUserOf(scope: Scope, organizationId: string | null, userId: string) {
+  const user = await findUser(scope.em, organizationId, userId);
+  await scope.em.remove(user).flush();
+  scope.deps.authenticator.forget();
+}
+
+export async function setPassword(scope: Scope, userId: string, password: string, mustChange: boolean) {
+  const user = await findUser(scope.em, null, userId);
+  const issues = passwordPolicyIssues(user.username, password);
+  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  user.passwordHash = await hashPassword(password);
+  user.mustChangePassword = mustChange;
+  await scope.em.flush();
+  await deleteUserSessions(scope.em, user.id);
+  scope.deps.authenticator.forget();
+}
+
+/** The built-in roles every organization starts with. */
+export function createBuiltinRoles(em: EntityManager, organizationId: string): void {
+  for (const role of BUILTIN_ROLES)
+    em.create(Role, {
+      organization: organizationId,
+      ...role,
+      permissions: [...role.permissions],
+      isBuiltin: true,
+    });
+}
+
+/** Role names → roles of the organization; every unknown name is reported at once. */
+export async function resolveRoles(
+  em: EntityManager,
+  organizationId: string,
+  names: string[],
+): Promise<RoleEntity[]> {
+  const unique = [...new Set(names)];
+  if (unique.length === 0) return [];
+  const roles = await em.find(Role, { organization: organizationId, name: { $in: unique } });
+  const missing = unique.filter((n) => !roles.some((r) => r.name === n));
+  if (missing.length)
+    throw new AppError('BAD_REQUEST', `Unknown roles: ${missing.join(', ')}`, {
+      issues: missing.map((name) => ({ path: ['roles'], message: `unknown role ${name}` })),
+    });
+  return roles;
+}
