@@ -231,7 +231,7 @@ describe('schema sync', () => {
     const res = await sync();
     expect(res.status).toBe(200);
     expect(res.body.statements.join('\n')).toContain(
-      'alter table "analytics"."customers" add column "signed_up_at" timestamp with time zone',
+      'alter table "analytics"."customers" add column "signed_up_at" timestamptz',
     );
     expect((await status()).body.status).toBe('in_sync');
   });

@@ -244,7 +244,8 @@ describe('selection', () => {
     ]) {
       const res = await call('GET', `/api/workspaces/${path}`, { token: fresh.token });
       expect(res.status, path).toBe(409);
-      expect(res.body.message).toContain('POST /api/workspaces/select');
+      expect(res.body, path).toMatchObject({ reason: 'NO_WORKSPACE_SELECTED' });
+      expect(res.body.message).toContain('No workspace selected');
     }
   });
 

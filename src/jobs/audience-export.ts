@@ -7,7 +7,7 @@ import type { AppDeps } from '../deps.ts';
 import type { JobContext } from './queue.ts';
 import { isFeatureEnabledFor } from '../features.ts';
 import { quoteIdent, warehouses } from '../warehouse/postgres.ts';
-import { portableFamily } from '../warehouse/ddl.ts';
+import { portableFamily } from '../warehouse/types.ts';
 import type { Warehouse } from '../warehouse/warehouse.ts';
 import { AudienceExport, type AudienceExportEntity } from '../modules/audiences/audiences.entity.ts';
 import { csvLine, exportSelect, qualifiedName } from '../modules/audiences/audiences-sql.ts';

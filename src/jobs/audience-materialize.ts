@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
 import type { JobContext } from './queue.ts';
 import { quoteIdent, warehouses } from '../warehouse/postgres.ts';
-import { connectionConfig, targetSchemaOf } from '../modules/workspaces/workspaces.service.ts';
+import { requiredConnectionConfig, targetSchemaOf } from '../modules/workspaces/workspaces.service.ts';
 import { Audience, type AudienceEntity } from '../modules/audiences/audiences.entity.ts';
 import {
   MATERIALIZED_SCHEMA,
@@ -21,8 +21,7 @@ export interface MaterializePayload extends Record<string, unknown> {
 
 /** The warehouse an audience belongs to: its workspace's target, as long as it still points there. */
 export function audienceTarget(deps: AppDeps, em: EntityManager, audience: AudienceEntity): ConnectionConfig {
-  const config = connectionConfig({ em, deps }, audience.workspace, 'target');
-  if (!config) throw new Error(`Workspace ${audience.workspace.name} has no target warehouse configured`);
+  const config = requiredConnectionConfig({ em, deps }, audience.workspace, 'target');
   if (config.database !== audience.targetDatabase || config.schemas[0] !== audience.targetSchema)
     throw new Error(
       `The workspace target is now ${config.database}/${config.schemas[0]}; this audience was defined on ${audience.targetDatabase}/${audience.targetSchema}`,

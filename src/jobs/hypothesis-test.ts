@@ -4,7 +4,7 @@ import type { AppDeps } from '../deps.ts';
 import { runStatTest } from '../stats/engine.ts';
 import type { StatTestResult } from '../stats/result.ts';
 import { warehouses } from '../warehouse/postgres.ts';
-import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
+import { requiredConnectionConfig } from '../modules/workspaces/workspaces.service.ts';
 import { Hypothesis } from '../modules/analytics/analytics.entity.ts';
 import { statSpecOf, warehouseStatsQuery } from '../modules/analytics/analytics-spec.ts';
 import type { JobContext } from './queue.ts';
@@ -61,8 +61,7 @@ export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPa
   hypothesis.lastRunId = context.runId;
   await em.flush();
   try {
-    const config = connectionConfig({ em, deps }, hypothesis.workspace, 'target');
-    if (!config) throw new Error(`Workspace ${hypothesis.workspace.name} has no target warehouse configured`);
+    const config = requiredConnectionConfig({ em, deps }, hypothesis.workspace, 'target');
     const warehouse = await warehouses(deps).open(config, `${hypothesis.workspace.id}:target`);
     await context.progress({ step: 'aggregating', test: hypothesis.test });
     const result = jsonSafe(

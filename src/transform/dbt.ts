@@ -8,7 +8,8 @@ import {
   type PlanOptions,
   type TargetTable,
 } from './mapping.ts';
-import { POSTGRES_TYPES, selectSqlFromPlan } from './sql.ts';
+import { selectSqlFromPlan } from './sql.ts';
+import { POSTGRES_TYPES } from '../warehouse/types.ts';
 import { PROFILE_TABLE, goldenRecordSelect, type GoldenRecordOptions } from '../quality/golden-records.ts';
 
 /*

@@ -1,7 +1,7 @@
 import { loadModule, parseSync } from 'libpg-query';
 import { AppError, type AppErrorIssue } from '../app-error.ts';
 import { parseSqlExpression } from '../warehouse/sql-guard.ts';
-import { PORTABLE_TYPES, type PortableType } from '../modules/schemas/schemas.schemas.ts';
+import { PORTABLE_TYPES, type PortableType } from '../warehouse/types.ts';
 
 /*
  * A mapping (DESIGN §5) turned into a plan that the SQL, Python and dbt generators share, so the

@@ -1,5 +1,5 @@
 import { AppError } from '../app-error.ts';
-import type { PortableType } from '../modules/schemas/schemas.schemas.ts';
+import type { PortableType } from '../warehouse/types.ts';
 import {
   planMapping,
   type ExpressionNode,

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { PortableType } from '../modules/schemas/schemas.schemas.ts';
+import { POSTGRES_TYPES, type PortableType } from '../warehouse/types.ts';
 import { quoteIdent } from '../warehouse/postgres.ts';
 import type { TableRef } from '../warehouse/warehouse.ts';
 import {
@@ -11,20 +11,6 @@ import {
   type SourceTable,
   type TargetTable,
 } from './mapping.ts';
-
-/** The PostgreSQL type of each portable schema.json type; json is stored as jsonb. */
-export const POSTGRES_TYPES: Record<PortableType, string> = {
-  text: 'text',
-  integer: 'integer',
-  bigint: 'bigint',
-  numeric: 'numeric',
-  boolean: 'boolean',
-  date: 'date',
-  timestamp: 'timestamp',
-  timestamptz: 'timestamptz',
-  json: 'jsonb',
-  uuid: 'uuid',
-};
 
 export function sourceTableSql(table: Pick<SourceTable, 'schema' | 'name'>): string {
   return table.schema ? `${quoteIdent(table.schema)}.${quoteIdent(table.name)}` : quoteIdent(table.name);

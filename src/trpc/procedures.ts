@@ -30,11 +30,9 @@ function guarded(check?: (principal: Principal) => void) {
       principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx, ctx.bearer) : null;
       if (!principal) throw new AppError('UNAUTHORIZED', 'Missing or invalid credentials');
       if (principal.mustChangePassword && !meta?.allowPendingPasswordChange)
-        throw new AppError(
-          'FORBIDDEN',
-          'Change your temporary password first (POST /api/auth/change-password)',
-          { reason: 'PASSWORD_CHANGE_REQUIRED' },
-        );
+        throw new AppError('FORBIDDEN', 'Change your temporary password first', {
+          reason: 'PASSWORD_CHANGE_REQUIRED',
+        });
       check?.(principal);
       if (principal.organizationId && !principal.isSuperAdmin) ctx.setTenant(principal.organizationId);
     } catch (error) {

@@ -1,3 +1,4 @@
+import { portableFamily, postgresType } from './types.ts';
 import { AppError } from '../app-error.ts';
 import { quoteIdent } from './postgres.ts';
 import type { IntrospectedSchema, IntrospectedTable, Warehouse } from './warehouse.ts';
@@ -17,50 +18,6 @@ export interface SchemaDocument {
     primary_key?: string[];
     columns: { name: string; type: string; nullable?: boolean; description?: string; pii?: boolean }[];
   }[];
-}
-
-/** Portable type → the PostgreSQL type created, spelled as format_type() reports it. */
-export const POSTGRES_TYPES: Record<string, string> = {
-  text: 'text',
-  integer: 'integer',
-  bigint: 'bigint',
-  numeric: 'numeric',
-  boolean: 'boolean',
-  date: 'date',
-  timestamp: 'timestamp without time zone',
-  timestamptz: 'timestamp with time zone',
-  json: 'jsonb',
-  uuid: 'uuid',
-};
-
-export function postgresType(portable: string): string {
-  const type = POSTGRES_TYPES[portable.toLowerCase()];
-  if (!type)
-    throw new AppError(
-      'BAD_REQUEST',
-      `Unknown column type ${portable} (use one of ${Object.keys(POSTGRES_TYPES).join(', ')})`,
-    );
-  return type;
-}
-
-/** The portable family of a PostgreSQL type, so `varchar(80)` satisfies `text` and `numeric(12,2)` `numeric`. */
-export function portableFamily(pgType: string): string {
-  const t = pgType
-    .toLowerCase()
-    .replace(/\(.*\)/, '')
-    .trim();
-  if (['text', 'character varying', 'character', 'varchar', 'char', 'name', 'citext'].includes(t))
-    return 'text';
-  if (['integer', 'smallint', 'int', 'int4', 'int2'].includes(t)) return 'integer';
-  if (['bigint', 'int8'].includes(t)) return 'bigint';
-  if (['numeric', 'decimal', 'real', 'double precision', 'money'].includes(t)) return 'numeric';
-  if (t === 'boolean') return 'boolean';
-  if (t === 'date') return 'date';
-  if (t === 'timestamp without time zone' || t === 'timestamp') return 'timestamp';
-  if (t === 'timestamp with time zone' || t === 'timestamptz') return 'timestamptz';
-  if (t === 'json' || t === 'jsonb') return 'json';
-  if (t === 'uuid') return 'uuid';
-  return `other:${t}`;
 }
 
 const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;

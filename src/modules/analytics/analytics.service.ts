@@ -352,7 +352,7 @@ export async function createInsight(
       'CONFLICT',
       hypothesis.status === 'queued' || hypothesis.status === 'running'
         ? 'The hypothesis test is still running; create the insight when it has finished'
-        : 'The hypothesis has no test result; test it first (POST /api/analytics/hypotheses/test)',
+        : 'The hypothesis has no test result; test it first',
       { reason: 'NOT_TESTED' },
     );
   const pValue = Number(hypothesis.pValue);

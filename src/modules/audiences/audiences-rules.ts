@@ -1,3 +1,4 @@
+import { POSTGRES_TYPES, type PortableType } from '../../warehouse/types.ts';
 import { AppError, type AppErrorIssue } from '../../app-error.ts';
 import { quoteIdent } from '../../warehouse/postgres.ts';
 
@@ -59,18 +60,6 @@ const OPS_BY_TYPE: Record<string, string[]> = {
   timestamptz: [...EQUALITY, ...ORDERING, 'within last days', ...NULL_OPS],
   uuid: [...EQUALITY, ...NULL_OPS],
   json: [...NULL_OPS],
-};
-
-const PG_CAST: Record<string, string> = {
-  text: 'text',
-  integer: 'integer',
-  bigint: 'bigint',
-  numeric: 'numeric',
-  boolean: 'boolean',
-  date: 'date',
-  timestamp: 'timestamp',
-  timestamptz: 'timestamptz',
-  uuid: 'uuid',
 };
 
 /** Spellings people use for the same operator. */
@@ -192,7 +181,7 @@ export function compileRules(
       return 'false';
     }
     const col = quoteIdent(column.name);
-    const cast = PG_CAST[type];
+    const cast = POSTGRES_TYPES[type as PortableType];
     const bad = (why: string) => {
       issues.push({ path: [...path, 'value'], message: `Value of ${field} (${op}) must be ${why}` });
       return 'false';

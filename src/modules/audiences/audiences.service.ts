@@ -10,6 +10,7 @@ import { EXPORT_KIND, exportFilePath, registerExportJob } from '../../jobs/audie
 import {
   UUID,
   connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   targetSchemaOf,
   type WorkspaceEntity,
@@ -50,13 +51,7 @@ export interface Target {
 
 /** The workspace's target warehouse; 409 when none is configured (nothing to select from). */
 export function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): Target {
-  const config = connectionConfig(scope, workspace, 'target');
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no target warehouse: configure one with POST /api/workspaces/${workspace.name}/config { "target_config": … }`,
-      { reason: 'NO_TARGET_CONFIG' },
-    );
+  const config = requiredConnectionConfig(scope, workspace, 'target');
   return { config, database: config.database, schema: config.schemas[0] };
 }
 
@@ -145,11 +140,9 @@ interface DefinitionInput {
 async function checkDefinition(workspace: WorkspaceEntity, input: DefinitionInput) {
   const schema = targetSchemaOf(workspace);
   if (!schema)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no target schema: assign one with POST /api/workspaces/target-schema/assign`,
-      { reason: 'NO_TARGET_SCHEMA' },
-    );
+    throw new AppError('CONFLICT', `Workspace ${workspace.name} has no target schema: assign one first`, {
+      reason: 'NO_TARGET_SCHEMA',
+    });
   const table = schemaTable(schema, input.target_table);
   if (!table) {
     const message = `Unknown target table ${input.target_table} (tables of the target schema: ${schema.tables.map((t) => t.name).join(', ')})`;

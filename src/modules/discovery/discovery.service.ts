@@ -21,7 +21,7 @@ import { loadLlmParameters } from '../admin/llm-settings.service.ts';
 import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import {
-  connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   targetSchemaOf,
   type WorkspaceEntity,
@@ -243,13 +243,7 @@ export async function* discover(
   const startedAt = performance.now();
   const organization = organizationOf(scope.principal);
   const workspace = await currentWorkspace(scope);
-  const config = connectionConfig(scope, workspace, 'source');
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config)`,
-      { reason: 'NO_SOURCE_CONFIG' },
-    );
+  const config = requiredConnectionConfig(scope, workspace, 'source');
   const targets = targetTablesOf(workspace, input.target_tables);
   const settings = await effectiveAdminSettings(scope, workspace.name);
   let mode: LlmMode = llmManager.mode;

@@ -3,7 +3,7 @@ import { AppError, notFound, type AppErrorIssue } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
-import { portableFamily } from '../../warehouse/ddl.ts';
+import { portableFamily } from '../../warehouse/types.ts';
 import {
   parseExpression,
   parseTableKey,

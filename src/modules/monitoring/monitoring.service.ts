@@ -10,6 +10,7 @@ import { listQualityConfigs } from '../schemas/quality-configs.service.ts';
 import { tableAssignments, workspaceDestinations } from '../schemas/reverse-etl.service.ts';
 import {
   connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   targetSchemaOf,
   type WorkspaceEntity,
@@ -28,13 +29,7 @@ import { PROFILE_TABLE } from '../../quality/golden-records.ts';
 export const MAX_TABLES_PER_REQUEST = 100;
 
 function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): ConnectionConfig {
-  const config = connectionConfig(scope, workspace, 'target');
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no target warehouse configured (POST /api/workspaces/{workspace_name}/config with target_config)`,
-      { reason: 'NO_TARGET_CONFIG' },
-    );
+  const config = requiredConnectionConfig(scope, workspace, 'target');
   return config;
 }
 

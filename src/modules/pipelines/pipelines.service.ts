@@ -14,6 +14,7 @@ import type { Mapping, TargetTable } from '../../transform/mapping.ts';
 import { registerWorkspaceExtension } from '../workspaces/workspace-extensions.ts';
 import {
   connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   targetSchemaOf,
   type WorkspaceEntity,
@@ -103,8 +104,12 @@ async function requireProject(scope: CallerScope) {
   const workspace = await currentWorkspace(scope);
   const project = await findProject(scope, workspace);
   if (!project)
-    throw notFound(
-      `Transformation project of workspace ${workspace.name} (generate it with POST /api/pipelines/generate-project)`,
+    throw new AppError(
+      'NOT_FOUND',
+      `Workspace ${workspace.name} has no transformation project; generate it first`,
+      {
+        reason: 'NO_PROJECT',
+      },
     );
   return { workspace, project };
 }
@@ -118,7 +123,7 @@ export async function generateProject(scope: CallerScope, input: { table_names?:
   if (options.models.length === 0)
     throw new AppError(
       'CONFLICT',
-      `No committed transformation to generate a project from in workspace ${workspace.name}: commit one with POST /api/mappings/{table_name}/commit-transformation`,
+      `No committed transformation to generate a project from in workspace ${workspace.name}: commit a mapping's transformation first`,
       { reason: 'NOTHING_COMMITTED' },
     );
   const files = await generateDbtProject(options);
@@ -327,11 +332,7 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     models?: { name: string; columns?: { name: string; data_tests?: DataTest[] }[] }[];
   };
   const columns = schemaYml.models?.find((m) => m.name === input.table_name)?.columns ?? [];
-  const sourceConfig = connectionConfig(scope, workspace, 'source');
-  if (!sourceConfig)
-    throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
-      reason: 'NO_SOURCE_CONFIG',
-    });
+  const sourceConfig = requiredConnectionConfig(scope, workspace, 'source');
   const source = await warehouses(scope.deps).open(sourceConfig, `${workspace.id}:source`);
   const targetConfig = connectionConfig(scope, workspace, 'target');
   const temp = quoteIdent('dimas_model_test');

@@ -9,7 +9,7 @@ import {
   type ColumnTestConfig,
   type TableMonitoringConfig,
 } from '../../quality/rules.ts';
-import { portableFamily } from '../../warehouse/ddl.ts';
+import { portableFamily } from '../../warehouse/types.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
 import { workspaceWarehouse } from '../sources/sources.service.ts';
 import {

@@ -14,6 +14,7 @@ import { warehouses } from '../../warehouse/postgres.ts';
 import { reconcileSchema, registerWorkspaceExtension } from '../workspaces/workspace-extensions.ts';
 import {
   connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   targetSchemaOf,
   type WorkspaceEntity,
@@ -49,13 +50,7 @@ function requireSchema(workspace: WorkspaceEntity): TargetSchema {
 }
 
 function requireTarget(scope: CallerScope, workspace: WorkspaceEntity) {
-  const config = connectionConfig(scope, workspace, 'target');
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no target warehouse configured (POST /api/workspaces/{workspace_name}/config with target_config)`,
-      { reason: 'NO_TARGET_CONFIG' },
-    );
+  const config = requiredConnectionConfig(scope, workspace, 'target');
   return config;
 }
 

@@ -1,21 +1,7 @@
 import { z } from 'zod';
 import { identifierName, jsonObject, timestamp } from '../../trpc/common-schemas.ts';
 import { columnTestConfigSchema } from '../../quality/rules.ts';
-
-/** The portable column types of schema.json (DESIGN §5); the warehouse layer maps them to its dialect. */
-export const PORTABLE_TYPES = [
-  'text',
-  'integer',
-  'bigint',
-  'numeric',
-  'boolean',
-  'date',
-  'timestamp',
-  'timestamptz',
-  'json',
-  'uuid',
-] as const;
-export type PortableType = (typeof PORTABLE_TYPES)[number];
+import { PORTABLE_TYPES } from '../../warehouse/types.ts';
 
 const SQL_IDENTIFIER = /^[a-zA-Z_][a-zA-Z0-9_]{0,62}$/;
 const IDENTIFIER_RULE = 'must be a SQL identifier: a letter or _, then letters, digits or _, at most 63';

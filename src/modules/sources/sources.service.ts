@@ -5,6 +5,7 @@ import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedSchema, IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import {
   connectionConfig,
+  requiredConnectionConfig,
   currentWorkspace,
   workspaceByName,
   type WorkspaceEntity,
@@ -18,15 +19,7 @@ export async function workspaceWarehouse(
   side: Side,
 ): Promise<{ workspace: WorkspaceEntity; config: ConnectionConfig; warehouse: Warehouse }> {
   const workspace = await currentWorkspace(scope);
-  const config = connectionConfig(scope, workspace, side);
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      side === 'source'
-        ? `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config)`
-        : `Workspace ${workspace.name} has no target warehouse configured`,
-      { reason: side === 'source' ? 'NO_SOURCE_CONFIG' : 'NO_TARGET_CONFIG' },
-    );
+  const config = requiredConnectionConfig(scope, workspace, side);
   const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:${side}`);
   return { workspace, config, warehouse };
 }

@@ -40,19 +40,15 @@ export async function currentWorkspace(scope: CallerScope): Promise<WorkspaceEnt
   const organization = organizationOf(scope.principal);
   const id = await selectedWorkspaceId(scope);
   if (!id)
-    throw new AppError(
-      'CONFLICT',
-      'No workspace selected: select one with POST /api/workspaces/select { "workspace_name": … }',
-      { reason: 'NO_WORKSPACE_SELECTED' },
-    );
+    throw new AppError('CONFLICT', 'No workspace selected: select one first', {
+      reason: 'NO_WORKSPACE_SELECTED',
+    });
   const workspace = await scope.em.findOne(Workspace, { id, organization });
   if (!workspace) {
     selectionCache.forget(scope);
-    throw new AppError(
-      'CONFLICT',
-      'The selected workspace no longer exists: select another with POST /api/workspaces/select',
-      { reason: 'NO_WORKSPACE_SELECTED' },
-    );
+    throw new AppError('CONFLICT', 'The selected workspace no longer exists: select another', {
+      reason: 'NO_WORKSPACE_SELECTED',
+    });
   }
   return workspace;
 }
@@ -80,6 +76,23 @@ export function connectionConfig(
     ...rest,
     ...(password ? { password: scope.deps.secrets.decrypt(password) } : {}),
   });
+}
+
+/** The workspace's source or target connection, or the one refusal every area answers without it. */
+export function requiredConnectionConfig(
+  scope: Scope,
+  workspace: WorkspaceEntity,
+  side: 'source' | 'target',
+): ConnectionConfig {
+  const config = connectionConfig(scope, workspace, side);
+  if (config) return config;
+  throw new AppError(
+    'CONFLICT',
+    side === 'source'
+      ? `Workspace ${workspace.name} has no source database configured`
+      : `Workspace ${workspace.name} has no target warehouse configured`,
+    { reason: side === 'source' ? 'NO_SOURCE_CONFIG' : 'NO_TARGET_CONFIG' },
+  );
 }
 
 export function targetSchemaOf(workspace: WorkspaceEntity): TargetSchema | null {
@@ -402,10 +415,9 @@ export async function targetSchemaContent(scope: CallerScope) {
   const workspace = await currentWorkspace(scope);
   const schema = targetSchemaOf(workspace);
   if (!schema)
-    throw new AppError(
-      'NOT_FOUND',
-      `Workspace ${workspace.name} has no target schema; assign one with POST /api/workspaces/target-schema/assign`,
-    );
+    throw new AppError('NOT_FOUND', `Workspace ${workspace.name} has no target schema; assign one first`, {
+      reason: 'NO_TARGET_SCHEMA',
+    });
   return { workspace_name: workspace.name, template_name: workspace.schemaTemplate ?? null, schema };
 }
 
