@@ -19,7 +19,8 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
-import { resolveIdentities, updateIdentities, type IdentitySource } from '../src/quality/identity-graph.ts';
+import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
+import { type IdentitySource } from '../src/quality/identity-schema.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
 import { benchDatabaseUrl, runIfMain, urlFor } from './harness.ts';
 

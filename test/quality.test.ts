@@ -4,13 +4,12 @@ import { to as copyTo } from 'pg-copy-streams';
 import { PGlite } from '@electric-sql/pglite';
 import { loadModule, parseSync } from 'libpg-query';
 import { buildMetricsQuery, computeTableMetrics, type ColumnInput } from '../src/quality/metrics.ts';
+import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
 import {
   createIdentitySchema,
   identityGraphStats,
-  resolveIdentities,
-  updateIdentities,
   type ResolveOptions,
-} from '../src/quality/identity-graph.ts';
+} from '../src/quality/identity-schema.ts';
 import {
   evaluateColumnMonitoring,
   evaluateIdentityHealth,

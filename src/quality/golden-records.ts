@@ -1,4 +1,4 @@
-import { normalizeSql, type IdentitySource, type Normalizer } from './identity-graph.ts';
+import { normalizeSql, type IdentitySource, type Normalizer } from './identity-schema.ts';
 import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 
 /*

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { parseTableName, qualified, quoteIdent, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 import type { TableMetrics } from './metrics.ts';
-import type { IdentityGraphStats } from './identity-graph.ts';
+import type { IdentityGraphStats } from './identity-schema.ts';
 
 export const severitySchema = z.enum(['info', 'warning', 'error', 'critical']);
 export type Severity = z.infer<typeof severitySchema>;
