@@ -4,11 +4,8 @@ import { detectTimestampColumn } from '../../quality/metrics.ts';
 import { TableMapping } from '../mappings/mappings.entity.ts';
 import { SchemaConfig } from '../schemas/schemas.entity.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
-import {
-  replaceTargetSchema,
-  targetSchemaOf,
-  type WorkspaceEntity,
-} from '../workspaces/workspaces.service.ts';
+import { targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import { replaceTargetSchema } from '../workspaces/workspaces-schema.service.ts';
 import { DefaultMonitor } from './monitoring.entity.ts';
 
 /*

@@ -2,7 +2,11 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
 import { resolveIdentities, updateIdentities } from '../../quality/identity-graph.ts';
-import { createIdentitySchema, identityGraphStats, type IdentifierColumn } from '../../quality/identity-schema.ts';
+import {
+  createIdentitySchema,
+  identityGraphStats,
+  type IdentifierColumn,
+} from '../../quality/identity-schema.ts';
 import {
   DEFAULT_SURVIVORSHIP_RULE,
   PROFILE_TABLE,

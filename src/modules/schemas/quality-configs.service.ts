@@ -15,10 +15,10 @@ import { workspaceWarehouse } from '../sources/sources.service.ts';
 import {
   connectionConfig,
   currentWorkspace,
-  replaceTargetSchema,
   targetSchemaOf,
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
+import { replaceTargetSchema } from '../workspaces/workspaces-schema.service.ts';
 import { SchemaConfig, type SchemaConfigEntity, type SchemaSide } from './schemas.entity.ts';
 import type { TargetSchema } from './schemas.schemas.ts';
 

@@ -8,12 +8,12 @@ import { adminSettingsUpdateInput, type ConnectionConfigInput } from './workspac
 import {
   connectionWarnings,
   maskedConfig,
-  replaceTargetSchema,
   storeConnectionConfig,
   targetSchemaOf,
   workflowStateOf,
   workspaceByName,
 } from './workspaces.service.ts';
+import { replaceTargetSchema } from './workspaces-schema.service.ts';
 import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 

@@ -3,6 +3,8 @@ import { rest } from '../../trpc/openapi-meta.ts';
 import { successOutput } from '../../trpc/common-schemas.ts';
 import * as s from './workspaces.schemas.ts';
 import * as workspaces from './workspaces.service.ts';
+import * as workspaceSchema from './workspaces-schema.service.ts';
+import * as workflow from './workspaces-workflow.service.ts';
 import * as settings from './workspaces-settings.service.ts';
 import * as config from './workspaces-config.service.ts';
 import * as files from './workspaces-files.service.ts';
@@ -203,7 +205,7 @@ export const workspacesRouter = router({
       ),
     )
     .output(s.schemaCheckOutput)
-    .query(({ ctx }) => workspaces.checkTargetSchema(ctx)),
+    .query(({ ctx }) => workspaceSchema.checkTargetSchema(ctx)),
 
   targetSchemaContent: read
     .meta(
@@ -215,7 +217,7 @@ export const workspacesRouter = router({
       ),
     )
     .output(s.schemaContentOutput)
-    .query(({ ctx }) => workspaces.targetSchemaContent(ctx)),
+    .query(({ ctx }) => workspaceSchema.targetSchemaContent(ctx)),
 
   targetSchemaAvailable: read
     .meta(
@@ -227,7 +229,7 @@ export const workspacesRouter = router({
       ),
     )
     .output(s.availableSchemasOutput)
-    .query(({ ctx }) => workspaces.availableSchemas(ctx)),
+    .query(({ ctx }) => workspaceSchema.availableSchemas(ctx)),
 
   targetSchemaAssign: write
     .meta(
@@ -240,7 +242,7 @@ export const workspacesRouter = router({
     )
     .input(s.assignSchemaInput)
     .output(s.assignSchemaOutput)
-    .mutation(({ ctx, input }) => workspaces.assignTargetSchema(ctx, input)),
+    .mutation(({ ctx, input }) => workspaceSchema.assignTargetSchema(ctx, input)),
 
   workflowStatus: read
     .meta(
@@ -252,7 +254,7 @@ export const workspacesRouter = router({
       ),
     )
     .output(s.workflowStatusOutput)
-    .query(({ ctx }) => workspaces.workflowStatus(ctx)),
+    .query(({ ctx }) => workflow.workflowStatus(ctx)),
 
   metrics: read
     .meta(
@@ -264,12 +266,12 @@ export const workspacesRouter = router({
       ),
     )
     .output(s.metricsOutput)
-    .query(({ ctx }) => workspaces.workspaceMetrics(ctx)),
+    .query(({ ctx }) => workflow.workspaceMetrics(ctx)),
 
   schema: read
     .meta(rest('GET', `${base}/schema`, 'Schema of the current workspace (null when none is assigned)', tag))
     .output(s.currentSchemaOutput)
-    .query(({ ctx }) => workspaces.currentSchema(ctx)),
+    .query(({ ctx }) => workspaceSchema.currentSchema(ctx)),
 
   select: read
     .meta(
@@ -395,7 +397,7 @@ export const workspacesRouter = router({
     )
     .input(s.workspaceNameParam)
     .output(s.workflowStateOutput)
-    .query(({ ctx, input }) => workspaces.workflowState(ctx, input.workspace_name)),
+    .query(({ ctx, input }) => workflow.workflowState(ctx, input.workspace_name)),
 
   workflowComplete: write
     .meta(
@@ -408,7 +410,7 @@ export const workspacesRouter = router({
     )
     .input(s.workflowMarkInput)
     .output(s.workflowStateOutput)
-    .mutation(({ ctx, input }) => workspaces.markWorkflowTask(ctx, input, true)),
+    .mutation(({ ctx, input }) => workflow.markWorkflowTask(ctx, input, true)),
 
   workflowIncomplete: write
     .meta(
@@ -416,7 +418,7 @@ export const workspacesRouter = router({
     )
     .input(s.workflowMarkInput)
     .output(s.workflowStateOutput)
-    .mutation(({ ctx, input }) => workspaces.markWorkflowTask(ctx, input, false)),
+    .mutation(({ ctx, input }) => workflow.markWorkflowTask(ctx, input, false)),
 
   configGet: read
     .meta(
