@@ -1,5 +1,6 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { loadModule, parseSync } from 'libpg-query';
 
 /*
  * The demo warehouse's door. PGlite's socket server answers every startup as a trusted superuser, so
@@ -27,18 +28,117 @@ const PASSWORD_REQUEST = Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 3]);
 
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
-/** Joins an authenticated client to its own connection of the socket server. */
-function relay(client: Socket, backend: Socket, startup: Buffer, pending: Buffer) {
-  backend.on('error', () => client.destroy());
-  client.on('close', () => backend.destroy());
-  backend.on('close', () => client.destroy());
-  backend.write(startup);
-  if (pending.length) backend.write(pending);
-  client.pipe(backend);
-  backend.pipe(client);
+/** The largest message the front passes on (PostgreSQL's own limit for a CopyData row is 1 GB). */
+const MAX_MESSAGE = 1 << 30;
+
+function message(type: string, body: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head.write(type, 0);
+  head.writeInt32BE(body.length + 4, 1);
+  return Buffer.concat([head, body]);
 }
 
-export function startAuthenticatingFront(options: {
+const COPY_FROM_REFUSED = message(
+  'E',
+  Buffer.from(
+    'SERROR\0VERROR\0C0A000\0MCOPY FROM is not supported by the demo warehouse (PGlite cannot take COPY data over its socket)\0\0',
+  ),
+);
+
+/** Does this SQL text hold a COPY … FROM statement? Decided on the parse tree; text that does not parse is PostgreSQL's to refuse. */
+function copiesFrom(sql: string): boolean {
+  if (!/copy/i.test(sql)) return false;
+  try {
+    return (parseSync(sql) as { stmts?: { stmt?: { CopyStmt?: { is_from?: boolean } } }[] }).stmts!.some(
+      (s) => s.stmt?.CopyStmt?.is_from === true,
+    );
+  } catch {
+    return false;
+  }
+}
+
+/** The SQL of a Query ('Q': text) or Parse ('P': name, text, …) message. */
+function sqlOf(type: number, body: Buffer): string | null {
+  if (type === 0x51) return body.toString('utf8', 0, body.indexOf(0));
+  if (type !== 0x50) return null;
+  const textStart = body.indexOf(0) + 1;
+  return body.toString('utf8', textStart, body.indexOf(0, textStart));
+}
+
+/**
+ * Joins an authenticated client to its own connection of the socket server, message by message.
+ * PGlite is one backend shared by every connection, and it cannot take COPY data over its socket: a
+ * COPY … FROM STDIN ends in "unexpected EOF" and a FATAL that takes the backend down for everyone.
+ * So the front refuses COPY FROM itself (an error to that client, nothing sent on), and passes on
+ * only whole messages, so a client that breaks the framing loses its own connection only.
+ */
+function relay(client: Socket, backend: Socket, startup: Buffer, pending: Buffer) {
+  let fromClient: Buffer = Buffer.alloc(0);
+  /** The transaction status of the backend's last ReadyForQuery, for answers the front gives itself. */
+  let status = 'I';
+  let skipUntilSync = false;
+  const forwardClient = (chunk: Buffer) => {
+    fromClient = fromClient.length ? Buffer.concat([fromClient, chunk]) : chunk;
+    let start = 0;
+    let end = 0;
+    const flush = () => {
+      if (end > start) backend.write(fromClient.subarray(start, end));
+    };
+    while (fromClient.length - end >= 5) {
+      const type = fromClient[end];
+      const length = fromClient.readInt32BE(end + 1);
+      if (length < 4 || length > MAX_MESSAGE) {
+        flush();
+        return void client.destroy();
+      }
+      if (fromClient.length - end < length + 1) break;
+      const body = fromClient.subarray(end + 5, end + 1 + length);
+      const sql = skipUntilSync ? null : sqlOf(type, body);
+      if (skipUntilSync || (sql !== null && copiesFrom(sql))) {
+        flush();
+        if (skipUntilSync && type === 0x53 /* Sync */) {
+          skipUntilSync = false;
+          client.write(message('Z', Buffer.from(status)));
+        } else if (!skipUntilSync) {
+          client.write(COPY_FROM_REFUSED);
+          // A simple query is answered at once; an extended one after its Sync, as PostgreSQL does.
+          if (type === 0x51) client.write(message('Z', Buffer.from(status)));
+          else skipUntilSync = true;
+        }
+        end += length + 1;
+        start = end;
+        continue;
+      }
+      end += length + 1;
+    }
+    flush();
+    fromClient = fromClient.subarray(end);
+  };
+  let fromBackend: Buffer = Buffer.alloc(0);
+  const watchBackend = (chunk: Buffer) => {
+    client.write(chunk);
+    fromBackend = fromBackend.length ? Buffer.concat([fromBackend, chunk]) : chunk;
+    let offset = 0;
+    while (fromBackend.length - offset >= 5) {
+      const length = fromBackend.readInt32BE(offset + 1);
+      if (fromBackend.length - offset < length + 1) break;
+      if (fromBackend[offset] === 0x5a /* ReadyForQuery */)
+        status = String.fromCharCode(fromBackend[offset + 5]);
+      offset += length + 1;
+    }
+    fromBackend = fromBackend.subarray(offset);
+  };
+  backend.on('error', () => client.destroy());
+  backend.on('close', () => client.destroy());
+  client.on('close', () => backend.destroy());
+  client.on('error', () => backend.destroy());
+  backend.on('data', watchBackend);
+  backend.write(startup);
+  client.on('data', forwardClient);
+  if (pending.length) forwardClient(pending);
+}
+
+export async function startAuthenticatingFront(options: {
   host: string;
   port: number;
   password: string;
@@ -46,6 +146,7 @@ export function startAuthenticatingFront(options: {
   backendPath: string;
 }): Promise<Server> {
   const expected = digest(options.password);
+  await loadModule();
   const server = createServer((client) => handle(client));
   function handle(client: Socket) {
     let buffer = Buffer.alloc(0);
