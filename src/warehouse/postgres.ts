@@ -682,12 +682,15 @@ class PostgresWarehouse implements Warehouse {
   }
 
   async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
-    // What can fail at run time is a user's checked expression (a cast, a division): a 400 with the
-    // database's message, as for user SQL.
+    // Generated SQL carries users' expressions (metrics, filters, mapping expressions): the functions
+    // it calls pass the same catalog rule as user SQL, and the connection is reset afterwards. What
+    // can fail at run time (a cast, a division) is a 400 with the database's message, as for user SQL.
+    const { calls } = await assertReadOnlySql(sql);
     return this.#readOnly(
       options.timeoutMs ?? this.settings.statementTimeoutMs,
       async (client) => (await client.query(sql, options.params)).rows,
       'user-sql',
+      calls,
     );
   }
 

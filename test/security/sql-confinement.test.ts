@@ -148,6 +148,28 @@ describe('user SQL that runs inside a write', () => {
   });
 });
 
+describe("users' expressions inside generated SQL", () => {
+  it('refuses a hypothesis metric that calls a volatile function, and nothing is written', async () => {
+    const before = await largeObjects();
+    const created = await call(server, 'POST', '/api/analytics/hypotheses', {
+      token: tenant.admin.token,
+      body: {
+        statement: 'Even ids have a larger metric',
+        table: 't',
+        metric: { expression: '(lo_create(0) % 7)::numeric' },
+        segment: { column: 'name', groups: ['n1', 'n2'] },
+        test: 'welch_t',
+        alpha: 0.05,
+      },
+    });
+    // Creation checks the metric on the warehouse: that check is where the rule stops it.
+    expect(created.status, JSON.stringify(created.body)).toBe(400);
+    expect(created.body).toMatchObject({ reason: 'ROUTINE_NOT_ALLOWED' });
+    expect(created.body.message).toContain('lo_create');
+    expect(await largeObjects()).toBe(before);
+  });
+});
+
 describe('results are bounded in bytes', () => {
   it('answers 413 for a result over WAREHOUSE_RESULT_BYTE_CAP, and the pool serves the next query', async () => {
     const huge = await run(
