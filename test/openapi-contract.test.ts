@@ -118,6 +118,8 @@ describe('document metadata', () => {
     const discover = doc.paths['/api/workspaces/discover'].post;
     const stream = discover.responses['200'].content['text/event-stream'];
     expect(stream.schema.oneOf ?? stream.schema.anyOf).toBeDefined();
+    expect(discover.description).toMatch(/`event: <type>`/);
+    expect(discover.description).toMatch(/Last-Event-ID/);
   });
 });
 

@@ -25,7 +25,7 @@ async function main() {
     const subscription = client.discovery.discover.subscribe(
       {},
       {
-        onData: (event) => {
+        onData: ({ data: event }) => {
           const item = document.createElement('li');
           item.dataset.type = event.type;
           item.textContent =
