@@ -75,15 +75,23 @@ export function createApp(deps: AppDeps) {
   app.set('trust proxy', trustProxySetting(deps.env.TRUST_PROXY));
 
   // The API reference is the one HTML page: it gets helmet's whole set, with a policy fitting Swagger UI.
-  const pageHeaders = helmet({
-    contentSecurityPolicy: {
-      directives: {
-        'img-src': ["'self'", 'data:'],
-        'script-src': ["'self'"],
-        'style-src': ["'self'", "'unsafe-inline'"],
+  // `upgrade-insecure-requests` only over HTTPS: reached over plain HTTP (a LAN address, no TLS in front),
+  // it would make the browser fetch the page's own assets over https and show a blank page.
+  const pageHelmet = (secure: boolean) =>
+    helmet({
+      contentSecurityPolicy: {
+        directives: {
+          'img-src': ["'self'", 'data:'],
+          'script-src': ["'self'"],
+          'style-src': ["'self'", "'unsafe-inline'"],
+          'upgrade-insecure-requests': secure ? [] : null,
+        },
       },
-    },
-  });
+    });
+  const securePageHeaders = pageHelmet(true);
+  const plainPageHeaders = pageHelmet(false);
+  const pageHeaders = (req: Request, res: Response, next: NextFunction) =>
+    (req.secure ? securePageHeaders : plainPageHeaders)(req, res, next);
   const apiHeaders = (_req: Request, res: Response, next: NextFunction) => {
     for (const [name, value] of API_SECURITY_HEADERS) res.setHeader(name, value);
     next();

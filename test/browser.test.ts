@@ -5,7 +5,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { TEST_PASSWORD } from './helpers/constants.ts';
-import { browserMissing, bundleForBrowser, launchChromium } from './helpers/browser.ts';
+import { browserMissing, bundleForBrowser, launchChromium, nonLoopbackAddress } from './helpers/browser.ts';
 
 /*
  * The client entry in a real browser: bundled by esbuild, loaded by headless Chromium from the
@@ -116,5 +116,53 @@ describe.skipIf(browserMissing)(title, () => {
     expect(suggestions).toContain('email ← crm.customers.email');
     expect(pageErrors).toEqual([]);
     await page.close();
+  });
+});
+
+/*
+ * /api/docs reached the way a colleague on the network reaches it: plain HTTP on the machine's LAN
+ * address. Its CSP must not upgrade the page's own asset requests to https.
+ */
+const lanAddress = nonLoopbackAddress();
+const docsSkip = browserMissing ?? (lanAddress ? null : 'this machine has no non-loopback IPv4 address');
+
+describe.skipIf(docsSkip)(docsSkip ? `the API reference (skipped: ${docsSkip})` : 'the API reference', () => {
+  let lan: TestServer;
+  let docsBrowser: Browser;
+  beforeAll(async () => {
+    lan = await startTestServer({ HOST: '0.0.0.0', TRUST_PROXY: 'loopback' });
+    docsBrowser = await launchChromium();
+  });
+  afterAll(async () => {
+    await docsBrowser?.close();
+    await lan?.close();
+  });
+
+  it('renders the operations over plain HTTP on a non-loopback address', async () => {
+    const origin = `http://${lanAddress}:${new URL(lan.url).port}`;
+    const page = await docsBrowser.newPage();
+    const requested: string[] = [];
+    const failed: string[] = [];
+    page.on('request', (request) => requested.push(request.url()));
+    page.on('requestfailed', (request) => failed.push(request.url()));
+    const response = await page.goto(`${origin}/api/docs`);
+    expect(response!.status()).toBe(200);
+    expect(response!.headers()['content-security-policy']).not.toMatch(/upgrade-insecure-requests/);
+    await page.waitForSelector('.opblock-summary-path', { timeout: 60_000 });
+    const paths = await page.$$eval('.opblock-summary-path', (items) =>
+      items.map((i) => i.getAttribute('data-path')),
+    );
+    expect(paths).toContain('/api/auth/login');
+    expect(await page.textContent('.info .title')).toMatch(/dimas API/);
+    expect(requested.every((url) => url.startsWith(`${origin}/`))).toBe(true);
+    expect(failed).toEqual([]);
+    await page.close();
+  }, 90_000);
+
+  it('keeps upgrade-insecure-requests when the page is served over HTTPS (behind a TLS proxy)', async () => {
+    const plain = await fetch(`${lan.url}/api/docs`);
+    const secure = await fetch(`${lan.url}/api/docs`, { headers: { 'x-forwarded-proto': 'https' } });
+    expect(plain.headers.get('content-security-policy')).not.toMatch(/upgrade-insecure-requests/);
+    expect(secure.headers.get('content-security-policy')).toMatch(/upgrade-insecure-requests/);
   });
 });
