@@ -6,6 +6,7 @@ import { llmBudgetStatus } from '../admin/llm-settings.service.ts';
 import * as s from './discovery.schemas.ts';
 import * as discovery from './discovery.service.ts';
 import { eventIds } from './discovery-events.ts';
+import { toTRPCError } from '../../trpc/errors.ts';
 
 const write = permissionProcedure('workspace.write');
 
@@ -61,8 +62,14 @@ export const discoveryRouter = router({
       const { lastEventId, ...rest } = input;
       const resumeFrom = lastEventId ?? rest.last_event_id;
       const idOf = eventIds(resumeFrom);
-      for await (const event of discovery.discover(ctx, { ...rest, last_event_id: resumeFrom }, signal))
-        yield tracked(idOf(event), event);
+      try {
+        for await (const event of discovery.discover(ctx, { ...rest, last_event_id: resumeFrom }, signal))
+          yield tracked(idOf(event), event);
+      } catch (error) {
+        // Thrown while iterating, past the procedure's error mapping: without it a 409 would reach the
+        // client as a 500, which httpSubscriptionLink retries for ever.
+        throw toTRPCError(error);
+      }
     }),
 
   cancel: authedProcedure
