@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { EventSource } from 'eventsource';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import { createDimasClient, TRPCClientError } from '../src/client/index.ts';
+import { createDimasClient, type TRPCClientError } from '../src/client/index.ts';
 import { createLogger, flushLogFile } from '../src/logger.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { createTenant, type Tenant } from './helpers/api.ts';
