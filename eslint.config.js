@@ -2,7 +2,16 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.data/**', 'coverage/**', 'scratch/**'] },
+  {
+    ignores: [
+      'node_modules/**',
+      '.data/**',
+      'coverage/**',
+      'scratch/**',
+      'dist/**',
+      'examples/openapi-fetch/schema.d.ts',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -2,6 +2,7 @@ import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import express, { type NextFunction, type Request, type Response } from 'express';
+import { isTrackedEnvelope } from '@trpc/server';
 import helmet from 'helmet';
 import cors from 'cors';
 import archiver from 'archiver';
@@ -18,6 +19,7 @@ import { packageVersion } from './version.ts';
 import { trustProxySetting } from './env.ts';
 import { TooDeepError, jsonDepthExceeds } from './json-depth.ts';
 import { flushLogFile, requestLogger } from './logger.ts';
+import type { DiscoveryEvent } from './modules/discovery/discovery.schemas.ts';
 
 const require = createRequire(import.meta.url);
 const createCaller = createCallerFactory(appRouter);
@@ -72,15 +74,23 @@ export function createApp(deps: AppDeps) {
   app.set('trust proxy', trustProxySetting(deps.env.TRUST_PROXY));
 
   // The API reference is the one HTML page: it gets helmet's whole set, with a policy fitting Swagger UI.
-  const pageHeaders = helmet({
-    contentSecurityPolicy: {
-      directives: {
-        'img-src': ["'self'", 'data:'],
-        'script-src': ["'self'"],
-        'style-src': ["'self'", "'unsafe-inline'"],
+  // `upgrade-insecure-requests` only over HTTPS: reached over plain HTTP (a LAN address, no TLS in front),
+  // it would make the browser fetch the page's own assets over https and show a blank page.
+  const pageHelmet = (secure: boolean) =>
+    helmet({
+      contentSecurityPolicy: {
+        directives: {
+          'img-src': ["'self'", 'data:'],
+          'script-src': ["'self'"],
+          'style-src': ["'self'", "'unsafe-inline'"],
+          'upgrade-insecure-requests': secure ? [] : null,
+        },
       },
-    },
-  });
+    });
+  const securePageHeaders = pageHelmet(true);
+  const plainPageHeaders = pageHelmet(false);
+  const pageHeaders = (req: Request, res: Response, next: NextFunction) =>
+    (req.secure ? securePageHeaders : plainPageHeaders)(req, res, next);
   const apiHeaders = (_req: Request, res: Response, next: NextFunction) => {
     for (const [name, value] of API_SECURITY_HEADERS) res.setHeader(name, value);
     next();
@@ -191,8 +201,11 @@ export function createApp(deps: AppDeps) {
     let streamOwner: string | undefined;
     try {
       const ctx = restContext({ req });
+      // EventSource sends the id of the last event it got when it reconnects: the stream resumes there.
+      const lastEventId = req.headers['last-event-id'];
+      const body = (req.body ?? {}) as Record<string, unknown>;
       const events = await createCaller(ctx, { signal: controller.signal }).discovery.discover(
-        req.body ?? {},
+        typeof lastEventId === 'string' && lastEventId ? { ...body, lastEventId } : body,
       );
       const iterator = events[Symbol.asyncIterator]();
       // The procedure's guard has put the caller on the context; the discovery has not started yet.
@@ -216,13 +229,18 @@ export function createApp(deps: AppDeps) {
         connection: 'keep-alive',
         'x-accel-buffering': 'no',
       });
-      heartbeat = setInterval(() => res.write(': heartbeat\n\n'), 15_000);
+      heartbeat = setInterval(() => res.write(': heartbeat\n\n'), deps.env.SSE_HEARTBEAT_MS);
       for (let step = first; !step.done; step = await iterator.next()) {
         if (controller.signal.aborted) {
           await iterator.return?.(undefined);
           break;
         }
-        res.write(`id: ${step.value.seq}\ndata: ${JSON.stringify(step.value)}\n\n`);
+        // The procedure yields tracked events (id, data) for tRPC clients; REST writes the same id.
+        const value: unknown = step.value;
+        const [id, event] = isTrackedEnvelope<DiscoveryEvent>(value)
+          ? value
+          : [undefined, value as DiscoveryEvent];
+        res.write(`event: ${event.type}\n${id ? `id: ${id}\n` : ''}data: ${JSON.stringify(event)}\n\n`);
       }
       res.end();
     } catch (error) {

@@ -34,6 +34,8 @@ export const envSchema = z.object({
   LOGIN_MAX_FAILURES_PER_ADDRESS: z.coerce.number().int().positive().default(30),
   LOGIN_FAILURE_WINDOW_SECONDS: z.coerce.number().int().positive().default(900),
   SSE_MAX_STREAMS_PER_USER: z.coerce.number().int().min(1).max(100).default(3),
+  // A `: heartbeat` comment on idle event streams, so that proxies do not close them.
+  SSE_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
   GIT_COMMIT: z.string().optional(),
   WAREHOUSE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
   WAREHOUSE_ROW_CAP: z.coerce.number().int().min(1).max(1_000_000).default(10_000),

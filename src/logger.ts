@@ -123,6 +123,15 @@ export function flushLogFile(logger: Logger): Promise<void> {
 }
 
 /**
+ * The URL as the client sent it, read before any mount (`app.use('/trpc')`, the docs assets) strips its
+ * prefix. Subscriptions carry the token in `connectionParams` of the query string: that value is masked.
+ */
+function loggedUrl(url: string): string {
+  if (!url.includes('connectionParams=')) return url;
+  return url.replace(/([?&]connectionParams=)[^&]*/, '$1[redacted]');
+}
+
+/**
  * One line per request when its response is done: request id, method, url, status and milliseconds.
  * The id comes from `x-request-id` when the caller sends one and is echoed back; errors logged while
  * serving carry the same `requestId`. Written here rather than with pino-http, which builds a child
@@ -137,6 +146,7 @@ export function requestLogger(logger: Logger) {
     req.id = id;
     res.setHeader('x-request-id', id);
     const start = performance.now();
+    const url = loggedUrl(req.url ?? '');
     // 'close' follows 'finish' on every response, and is the only event of an aborted one.
     res.once('close', () => {
       const aborted = !res.writableFinished;
@@ -144,7 +154,7 @@ export function requestLogger(logger: Logger) {
         {
           requestId: id,
           method: req.method,
-          url: req.url,
+          url,
           statusCode: res.statusCode,
           responseTime: Math.round(performance.now() - start),
         },

@@ -114,11 +114,12 @@ async function stream(
   body: unknown = {},
   onEvent: (e: DiscoveryEvent, ids: string[]) => boolean | void | Promise<boolean | void> = () => {},
   on: TestServer = server,
+  headers: Record<string, string> = {},
 ) {
   const controller = new AbortController();
   const res = await fetch(`${on.url}/api/workspaces/discover`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body),
     signal: controller.signal,
   });
@@ -128,16 +129,19 @@ async function stream(
       error: await res.json(),
       events: [] as DiscoveryEvent[],
       ids: [],
+      names: [],
       comments: [],
     };
   const events: DiscoveryEvent[] = [];
   const ids: string[] = [];
+  const names: string[] = [];
   const comments: string[] = [];
   let stop = false;
   const pending: DiscoveryEvent[] = [];
   const parser = createParser({
     onEvent: (message) => {
       ids.push(message.id ?? '');
+      names.push(message.event ?? '');
       pending.push(JSON.parse(message.data));
     },
     onComment: (comment) => comments.push(comment),
@@ -157,7 +161,7 @@ async function stream(
   } finally {
     if (stop) controller.abort();
   }
-  return { status: res.status, error: null, events, ids, comments };
+  return { status: res.status, error: null, events, ids, names, comments };
 }
 
 async function runRow(runId: string) {
@@ -248,7 +252,7 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
     const { status, events, ids } = await stream(tenant.admin.token);
     expect(status).toBe(200);
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
-    expect(ids).toEqual(events.map((e) => String(e.seq)));
+    expect(ids).toEqual(events.map((e) => `${(events[0] as { run_id: string }).run_id}:${e.seq}`));
     expect(events[0]).toMatchObject({
       type: 'started',
       mode: 'offline',
@@ -499,7 +503,7 @@ describe('discovery as a tRPC subscription', () => {
       const sub = client.discovery.discover.subscribe(
         { tables: ['customers', 'orders'] },
         {
-          onData: (e) => {
+          onData: ({ data: e }) => {
             events.push(e);
             if (e.type === 'completed' || e.type === 'cancelled' || e.type === 'error') {
               sub.unsubscribe();
@@ -529,7 +533,7 @@ describe('discovery as a tRPC subscription', () => {
       const sub = client.discovery.discover.subscribe(
         {},
         {
-          onData: (e) => {
+          onData: ({ data: e }) => {
             if (e.type === 'started') runId = e.run_id;
             if (e.type === 'table_profiled') {
               sub.unsubscribe();
@@ -853,5 +857,116 @@ describe('GET /api/analytics/budget/status', () => {
     expect((await call(server, 'GET', '/api/analytics/budget/status', { token: superAdmin })).status).toBe(
       403,
     );
+  });
+});
+
+// ---------------------------------------------------------------- the stream as a client relies on it
+
+describe('the event stream protocol', () => {
+  it('names each event, ids it <run_id>:<seq>, and sends heartbeats at SSE_HEARTBEAT_MS', async () => {
+    const beating = await startTestServer({ SSE_HEARTBEAT_MS: '100' });
+    try {
+      const owner = await createTenant(beating);
+      await workspaceFor(owner, { schemas: ['slow'] }, beating);
+      const fast = await stream(owner.admin.token, {}, undefined, beating);
+      expect(fast.status).toBe(200);
+      expect(fast.names).toEqual(fast.events.map((e) => e.type));
+      const runId = (fast.events[0] as { run_id: string }).run_id;
+      expect(fast.ids).toEqual(fast.events.map((e) => `${runId}:${e.seq}`));
+      // The slow views take seconds: several heartbeats went by.
+      expect(fast.comments.filter((c) => c.trim() === 'heartbeat').length).toBeGreaterThan(3);
+    } finally {
+      await beating.close();
+    }
+    // At the default (15 s) the same few seconds pass without one.
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    const quiet = await stream(tenant.admin.token);
+    expect(quiet.events.at(-1)!.type).toBe('completed');
+    expect(quiet.comments).toEqual([]);
+  });
+
+  it('Last-Event-ID resumes a stream: the missed events come from the stored run, to its end', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let resumed: Promise<Awaited<ReturnType<typeof stream>>> | undefined;
+    // The first connection reads on; a second one, as after a network cut, resumes from event 1.
+    const first = await stream(tenant.admin.token, {}, (_e, ids) => {
+      resumed ??= stream(tenant.admin.token, {}, undefined, server, { 'last-event-id': ids[0] });
+    });
+    const second = await resumed!;
+    expect(first.events.at(-1)!.type).toBe('completed');
+    expect(second.status).toBe(200);
+    expect(second.events).toEqual(first.events.slice(1));
+    expect(second.ids).toEqual(first.ids.slice(1));
+    // Resumed once the run is over: from any point, up to the last event.
+    const late = await stream(tenant.admin.token, {}, undefined, server, { 'last-event-id': first.ids[3] });
+    expect(late.events).toEqual(first.events.slice(4));
+  });
+
+  it('a client that lost the stream finds how the run ended', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let lastId = '';
+    const cut = await stream(tenant.admin.token, {}, (e, ids) => {
+      lastId = ids.at(-1)!;
+      return e.type === 'table_profiled';
+    });
+    const runId = (cut.events[0] as { run_id: string }).run_id;
+    await until(
+      () => runRow(runId),
+      (r) => r.status !== 'running',
+    );
+    const after = await stream(tenant.admin.token, {}, undefined, server, { 'last-event-id': lastId });
+    expect(after.events[0].seq).toBe(cut.events.at(-1)!.seq + 1);
+    expect(after.events.at(-1)).toMatchObject({ type: 'cancelled', run_id: runId });
+    expect((after.events.at(-1) as { message: string }).message).toMatch(/client disconnected/);
+  });
+
+  it('refuses a malformed Last-Event-ID (400) and another tenant’s run (404)', async () => {
+    const bad = await stream(tenant.admin.token, {}, undefined, server, { 'last-event-id': 'nonsense' });
+    expect(bad.status).toBe(400);
+    expect(bad.error).toMatchObject({ code: 'BAD_REQUEST', issues: [{ path: ['last_event_id'] }] });
+    await workspaceFor(tenant);
+    const mine = await stream(tenant.admin.token, { tables: ['customers'] });
+    const other = await createTenant(server);
+    const foreign = await stream(other.admin.token, {}, undefined, server, { 'last-event-id': mine.ids[0] });
+    expect(foreign.status).toBe(404);
+    expect(foreign.events).toEqual([]);
+  });
+
+  it('the tRPC subscription resumes from lastEventId (tracked events)', async () => {
+    await workspaceFor(tenant);
+    const full = await stream(tenant.admin.token, { tables: ['customers', 'orders'] });
+    const client = trpc(tenant.admin.token);
+    const replayed: { id: string; seq: number }[] = [];
+    await new Promise<void>((resolve, reject) => {
+      const sub = client.discovery.discover.subscribe(
+        { lastEventId: full.ids[1] },
+        {
+          onData: ({ id, data }) => {
+            replayed.push({ id, seq: data.seq });
+            if (data.type === 'completed') {
+              sub.unsubscribe();
+              resolve();
+            }
+          },
+          onError: reject,
+        },
+      );
+    });
+    expect(replayed.map((r) => r.id)).toEqual(full.ids.slice(2));
+  });
+
+  it('cancel answers how each run really ended', async () => {
+    await workspaceFor(tenant, { schemas: ['slow'] });
+    let cancel: Awaited<ReturnType<typeof call>> | undefined;
+    const { events } = await stream(tenant.admin.token, {}, async (e) => {
+      if (e.type === 'table_profiled' && !cancel)
+        cancel = await call(server, 'POST', '/api/workspaces/discover/cancel', { token: tenant.admin.token });
+    });
+    const runId = (events[0] as { run_id: string }).run_id;
+    // The answer came after the run stopped, and says what the run row says.
+    expect((cancel!.body as { runs: unknown }).runs).toEqual([
+      { run_id: runId, status: 'cancelled', reason: 'cancel requested' },
+    ]);
+    expect(((await runRow(runId)) as { status: string }).status).toBe('cancelled');
   });
 });

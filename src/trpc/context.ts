@@ -29,8 +29,25 @@ function bearerOf(header: string | undefined): string | null {
   return match ? match[1] : null;
 }
 
+/**
+ * A browser's EventSource cannot send headers, so httpSubscriptionLink carries the token in its
+ * `connectionParams` (`{ token }`, serialized into the query string). The header wins when both are sent.
+ */
+function connectionToken(
+  info: { connectionParams?: Record<string, string | undefined> | null } | undefined,
+): string | null {
+  const token = info?.connectionParams?.token;
+  return typeof token === 'string' && /^\S+$/.test(token) ? token : null;
+}
+
 export function createContextFactory(deps: AppDeps, transport: Context['transport']) {
-  return ({ req }: { req: Request }): Context => {
+  return ({
+    req,
+    info,
+  }: {
+    req: Request;
+    info?: { connectionParams?: Record<string, string | undefined> | null };
+  }): Context => {
     let em: EntityManager | undefined;
     let tenant: string | undefined;
     return {
@@ -54,7 +71,7 @@ export function createContextFactory(deps: AppDeps, transport: Context['transpor
         return req.ip ?? req.socket.remoteAddress ?? 'unknown';
       },
       userAgent: req.headers['user-agent'] ?? null,
-      bearer: bearerOf(req.headers.authorization),
+      bearer: bearerOf(req.headers.authorization) ?? connectionToken(info),
     };
   };
 }

@@ -15,6 +15,8 @@ export const t = initTRPC
   .create({
     transformer: superjson,
     isDev: false,
+    // Subscriptions (discovery) send a ping on idle streams, like the REST stream's heartbeat comment.
+    sse: { ping: { enabled: true, intervalMs: 15_000 } },
     errorFormatter({ shape, error, ctx, path }) {
       const { body, internal, cause } = errorAnswer(error);
       if (internal) ctx?.deps.logger.error({ err: cause, path, requestId: ctx?.requestId }, 'internal error');

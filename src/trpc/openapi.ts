@@ -1,7 +1,10 @@
 import { generateOpenApiDocument } from 'trpc-to-openapi';
 import { appRouter } from './router.ts';
+import { describeErrors } from './openapi-errors.ts';
 
-let cached: ReturnType<typeof generateOpenApiDocument> | undefined;
+type Document = ReturnType<typeof generateOpenApiDocument>;
+
+let cached: Document | undefined;
 
 /**
  * Routes whose 200 is not JSON: app.ts streams them (the REST adapter leaves them alone), and the
@@ -24,7 +27,7 @@ export const STREAMED_ROUTES: {
   },
 ];
 
-function describeStreamedResponses(document: ReturnType<typeof generateOpenApiDocument>) {
+function describeStreamedResponses(document: Document) {
   for (const route of STREAMED_ROUTES) {
     const ok = document.paths?.[route.path]?.[route.method]?.responses?.['200'];
     if (!ok || !('content' in ok) || !ok.content?.['application/json']) continue;
@@ -38,17 +41,21 @@ function describeStreamedResponses(document: ReturnType<typeof generateOpenApiDo
 
 /** The OpenAPI 3.1 document of every REST route, generated once from the procedures' schemas. */
 export function openApiDocument(version: string) {
-  cached ??= describeStreamedResponses(
-    generateOpenApiDocument(appRouter, {
-      title: 'dimas API',
-      description:
-        'Data Integration, Mapping and Audience Service. Authenticate with `Authorization: Bearer <token>` ' +
-        '(a session token from POST /api/auth/login, or a service-account API key `dms_…`). ' +
-        'Errors answer `{ message, code, issues? }`.',
-      version,
-      baseUrl: '/',
-      docsUrl: '/api/docs',
-    }),
+  cached ??= describeErrors(
+    describeStreamedResponses(
+      generateOpenApiDocument(appRouter, {
+        title: 'dimas API',
+        description:
+          'Data Integration, Mapping and Audience Service. Authenticate with `Authorization: Bearer <token>` ' +
+          '(a session token from POST /api/auth/login, or a service-account API key `dms_…`). ' +
+          'Errors answer `{ message, code, issues?, reason?, retry_after? }` with the status of the code.',
+        version,
+        baseUrl: '/',
+        docsUrl: '/api/docs',
+      }),
+    ),
   );
+  // The package is private (package.json: no license granted); the document says so rather than nothing.
+  cached.info.license = { name: 'Proprietary', identifier: 'LicenseRef-dimas-proprietary' };
   return cached;
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { inject } from 'vitest';
 import { loadEnv, type Env } from '../../src/env.ts';
 import { openDatabase } from '../../src/db/orm.ts';
-import { createLogger } from '../../src/logger.ts';
+import { createLogger, type Logger } from '../../src/logger.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
 
@@ -13,7 +13,10 @@ export type TestServer = RunningServer;
  * A real server on a random port over the run's database: the PostgreSQL server of
  * TEST_DATABASE_URL, or a private embedded copy of the migrated template.
  */
-export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
+export async function startTestServer(
+  overrides: Record<string, string> = {},
+  options: { logger?: Logger } = {},
+): Promise<TestServer> {
   const databaseUrl = inject('databaseUrl');
   const dataDir = mkdtempSync(join(inject('scratchDir'), 'server-'));
   const env: Env = loadEnv({
@@ -32,5 +35,9 @@ export async function startTestServer(overrides: Record<string, string> = {}): P
   const db = databaseUrl
     ? await openDatabase({ databaseUrl })
     : await openDatabase({ loadDataDir: new Blob([readFileSync(inject('embeddedTemplate'))]) });
-  return startServer(env, { db, seed: false, logger: createLogger({ level: env.LOG_LEVEL }) });
+  return startServer(env, {
+    db,
+    seed: false,
+    logger: options.logger ?? createLogger({ level: env.LOG_LEVEL }),
+  });
 }

@@ -1,18 +1,25 @@
+import { tracked } from '@trpc/server';
 import { z } from 'zod';
 import { authedProcedure, permissionProcedure, router } from '../../trpc/procedures.ts';
 import { rest } from '../../trpc/openapi-meta.ts';
 import { llmBudgetStatus } from '../admin/llm-settings.service.ts';
 import * as s from './discovery.schemas.ts';
 import * as discovery from './discovery.service.ts';
+import { eventIds } from './discovery-events.ts';
+import { toTRPCError } from '../../trpc/errors.ts';
 
 const write = permissionProcedure('workspace.write');
 
 export const SSE_DESCRIPTION =
-  'The response is a `text/event-stream`: one message per event, `id: <seq>` then `data: <event JSON>` ' +
-  '(the schema below), and a `: heartbeat` comment every 15 s. The stream ends after `completed`, ' +
-  '`cancelled` or a fatal `error`. Closing the connection stops the discovery at its next step. ' +
-  'Failures before the first event (no workspace selected, no source or target schema, a discovery ' +
-  'already running for the workspace) answer with a JSON error and their status instead.';
+  'The response is a `text/event-stream`: one message per event, `event: <type>` (started, progress, ' +
+  'table_profiled, suggestion, ambiguity, completed, cancelled, error), `id: <run_id>:<seq>` and ' +
+  '`data: <event JSON>` (the schema below), and a `: heartbeat` comment every 15 s so that idle proxies keep ' +
+  'the connection. The stream ends after `completed`, `cancelled` or a fatal `error`. Closing the connection ' +
+  'stops the discovery at its next step. A client that lost the stream sends the same request with ' +
+  '`Last-Event-ID: <id of the last event received>` (what EventSource does) and gets the events it missed ' +
+  'from the stored run, up to its last one; no new run starts. Failures before the first event (no workspace ' +
+  'selected, no source or target schema, a discovery already running for the workspace, an unknown ' +
+  'Last-Event-ID) answer with a JSON error and their status instead.';
 
 export const discoveryRouter = router({
   /**
@@ -45,10 +52,25 @@ export const discoveryRouter = router({
       return last!;
     }),
 
-  /** The same generator as a tRPC subscription (SSE through httpSubscriptionLink). */
+  /**
+   * The same generator as a tRPC subscription (SSE through httpSubscriptionLink). Events are tracked:
+   * on reconnect the link sends the last id as `lastEventId` and the stored run is replayed from there.
+   */
   discover: write
-    .input(s.discoverInput)
-    .subscription(({ ctx, input, signal }) => discovery.discover(ctx, input, signal)),
+    .input(s.discoverInput.extend({ lastEventId: z.string().max(100).nullish() }))
+    .subscription(async function* ({ ctx, input, signal }) {
+      const { lastEventId, ...rest } = input;
+      const resumeFrom = lastEventId ?? rest.last_event_id;
+      const idOf = eventIds(resumeFrom);
+      try {
+        for await (const event of discovery.discover(ctx, { ...rest, last_event_id: resumeFrom }, signal))
+          yield tracked(idOf(event), event);
+      } catch (error) {
+        // Thrown while iterating, past the procedure's error mapping: without it a 409 would reach the
+        // client as a 500, which httpSubscriptionLink retries for ever.
+        throw toTRPCError(error);
+      }
+    }),
 
   cancel: authedProcedure
     .meta(

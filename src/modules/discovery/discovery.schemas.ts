@@ -13,11 +13,19 @@ export const discoverInput = z.object({
   target_tables: tableList
     .optional()
     .describe('Tables of the target schema to match; default every table of the schema'),
+  last_event_id: z
+    .string()
+    .max(100)
+    .optional()
+    .describe(
+      'Resume a stream instead of starting a run: the id of the last event received (`<run_id>:<seq>`); ' +
+        'the `Last-Event-ID` header does the same',
+    ),
 });
 
 export type DiscoverInput = z.infer<typeof discoverInput>;
 
-const seq = z.number().int().positive().describe('1, 2, 3… within a run; also the SSE `id:`');
+const seq = z.number().int().positive().describe('1, 2, 3… within a run; the SSE `id:` is `<run_id>:<seq>`');
 const candidate = z.object({ source_field: z.string(), confidence: z.number() });
 
 export const PROGRESS_STEPS = [
@@ -120,8 +128,21 @@ export const discoveryEvent = z.discriminatedUnion('type', [
 export type DiscoveryEvent = z.infer<typeof discoveryEvent>;
 
 export const cancelOutput = z.object({
-  cancelled: z.boolean().describe('A running discovery of the caller was found and marked'),
+  cancelled: z
+    .boolean()
+    .describe('At least one running discovery of the caller stopped because of this cancel'),
   run_ids: z.array(z.string()),
+  runs: z
+    .array(
+      z.object({
+        run_id: z.string(),
+        status: z
+          .enum(['running', 'completed', 'cancelled', 'failed'])
+          .describe('How the run ended; running if it had not reached its next step within 10 s'),
+        reason: z.string().nullable(),
+      }),
+    )
+    .describe('The outcome of each run the cancel reached'),
   message: z.string(),
 });
 

@@ -27,6 +27,7 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { planMapping, tableKey } from './discovery-plan.ts';
+import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
 import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
 
 /** How often a running discovery proves it is alive (and learns of a cancel from another process). */
@@ -148,12 +149,21 @@ export async function cancelDiscovery(scope: CallerScope) {
     [organization, scope.principal.id],
   );
   const ids = rows.map((r) => String(r.id));
+  // Answered once the runs have stopped: one that completed before seeing the cancel says so.
+  const runs = await outcomesAfterCancel(scope.deps, ids);
+  const stopped = runs.filter((r) => r.status === 'cancelled').length;
+  const going = runs.filter((r) => r.status === 'running').length;
   return {
-    cancelled: ids.length > 0,
+    cancelled: stopped > 0,
     run_ids: ids,
-    message: ids.length
-      ? `Cancel requested for ${ids.length} running discovery run(s); each stops at its next step`
-      : 'You have no running discovery',
+    runs,
+    message: !ids.length
+      ? 'You have no running discovery'
+      : going
+        ? `Cancel requested; ${going} run(s) have not reached their next step yet`
+        : stopped === ids.length
+          ? `${stopped} discovery run(s) cancelled`
+          : `${ids.length - stopped} of ${ids.length} run(s) ended before the cancel took effect`,
   };
 }
 
@@ -240,6 +250,7 @@ export async function* discover(
   input: DiscoverInput,
   signal?: AbortSignal,
 ): AsyncGenerator<Event, void, unknown> {
+  if (input.last_event_id) return yield* resumeDiscovery(scope, input.last_event_id, signal);
   const startedAt = performance.now();
   const organization = organizationOf(scope.principal);
   const workspace = await currentWorkspace(scope);
@@ -256,8 +267,13 @@ export async function* discover(
 
   const runId = await acquireRun(scope, workspace, mode);
   const control = new RunControl(scope.deps, runId, signal);
+  const log = new EventLog(scope.deps, runId, organization);
   let seq = 0;
-  const event = (draft: Draft): Event => ({ ...draft, seq: ++seq }) as Event;
+  const event = (draft: Draft): Event => {
+    const numbered = { ...draft, seq: ++seq } as Event;
+    log.add(numbered);
+    return numbered;
+  };
   const summary: Summary = {
     tables: 0,
     columns: 0,
@@ -477,6 +493,10 @@ export async function* discover(
       reason: signal?.aborted ? 'the client disconnected' : 'the client stopped reading the events',
     };
     summary.duration_ms ||= Math.round(performance.now() - startedAt);
+    // Stored before the run row says it ended: a resuming client then finds the last event there.
+    await log.close(() =>
+      event({ type: 'cancelled', run_id: runId, message: `Discovery stopped: ${ended!.reason}` }),
+    );
     await finishRun(scope.deps, runId, ended.status, ended.reason, { ...summary });
   }
 }
