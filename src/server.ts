@@ -78,6 +78,11 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
   await deps.jobs.start();
   const stopSchedulers = startSchedulers(deps);
   const server = createApp(deps).listen(env.PORT, env.HOST);
+  // Idle keep-alive connections stay open longer than the clients' and proxies' own idle timeouts
+  // (60 s for most load balancers): with Node's 5 s a client could reuse a connection the server was
+  // closing at that moment and see ECONNRESET, which a busy machine made frequent.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);
