@@ -257,4 +257,58 @@ describe.skipIf(unavailable)(`MySQL extract-load ${unavailable ? `(skipped: ${un
       '10',
     ]);
   });
+
+  it('maps, commits and materializes from the raw copy, in PostgreSQL SQL', async () => {
+    const token = tenant.admin.token;
+    const api = async (method: string, path: string, body?: unknown) => {
+      const res = await call(server, method, path, { token, body });
+      expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(200);
+      return res.body;
+    };
+    await api('POST', '/api/schemas/workspace', {
+      schema: {
+        name: 'shop',
+        version: '2',
+        tables: [
+          {
+            name: 'people',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'bigint', nullable: false },
+              { name: 'name', type: 'text', nullable: true },
+              { name: 'vip', type: 'boolean', nullable: false },
+            ],
+          },
+        ],
+      },
+    });
+    await api('POST', '/api/schemas/workspace/sync', {});
+    await api('POST', '/api/mappings/people/tables', { source_table: 'everything', relationship: 'primary' });
+    await api('POST', '/api/mappings/people/connection', {
+      connection: { source_field: 'everything.id', target_field: 'id' },
+    });
+    await api('POST', '/api/mappings/people/connection', {
+      connection: { source_field: 'everything.name', target_field: 'name' },
+    });
+    // A PostgreSQL expression over the mapped boolean: the raw copy is what the mapping reads.
+    await api('POST', '/api/mappings/people/transformation', {
+      transformation: { target_field: 'vip', expression: 'coalesce(everything.flag, false)' },
+    });
+    const committed = await api('POST', '/api/mappings/people/commit-transformation', {
+      message: 'raw copy',
+    });
+    expect(committed.sql).toContain(`raw_${source.name}`);
+    const { run_id } = await api('POST', '/api/mappings/people/materialize', {});
+    const run = await until(
+      'the materialization',
+      async () => (await api('GET', '/api/mappings/people')).materialization.last_run,
+      (r) => r?.run_id === run_id && ['succeeded', 'failed'].includes(r.status),
+    );
+    expect(run.status, run.error).toBe('succeeded');
+    expect(await target.sql('select id, name, vip from analytics.people order by id')).toEqual([
+      { id: '1', name: 'changed', vip: true },
+      { id: '2', name: '', vip: false },
+      { id: '10', name: 'new row', vip: false },
+    ]);
+  });
 });
