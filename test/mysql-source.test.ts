@@ -137,4 +137,25 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     const [{ n }] = await db.sql<{ n: number }>('select nextval(invoice_numbers) as n');
     expect(Number(n)).toBe(1);
   });
+
+  it('refuses a user with SUPER when the operator says so (WAREHOUSE_REFUSE_SUPERUSER)', async () => {
+    const strict = await startTestServer({ WAREHOUSE_REFUSE_SUPERUSER: 'true' });
+    try {
+      const other = await createTenant(strict);
+      const created = await call(strict, 'POST', '/api/workspaces/create', {
+        token: other.admin.token,
+        body: { name: 'shop', select: true, source_config: { type: 'mysql', ...MARIADB, database: db.name } },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      // root holds SUPER on the test server.
+      const res = await call(strict, 'POST', '/api/sources/execute-query', {
+        token: other.admin.token,
+        body: { sql: 'select 1' },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(422);
+      expect(res.body.message).toMatch(/SUPER privilege/);
+    } finally {
+      await strict.close();
+    }
+  });
 });
