@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream';
+import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ConnectionConfig } from './config.ts';
 import { type MysqlColumn, type MysqlWarehouse, mysqlQualified, quoteMysqlIdent } from './mysql.ts';
@@ -49,7 +49,6 @@ export interface LoadResult {
 }
 
 const STATE_TABLE = '_dimas_loads';
-const BATCH_ROWS = 2000;
 /** COPY data in pieces of about this many characters (see jobs/materialize.ts: large strings pile up). */
 const CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_ROWS = 20_000;
@@ -175,7 +174,6 @@ async function loadTable(
     } else {
       await tx.query(`drop table if exists ${rawTable}`);
       const defs = mapped.map((c) => `${quoteIdent(c.name)} ${c.pg}${c.nullable ? '' : ' not null'}`);
-      if (pk.length) defs.push(`primary key (${pk.map(quoteIdent).join(', ')})`);
       await tx.query(`create table ${rawTable} (${defs.join(', ')})`);
       await tx.query(
         `comment on table ${rawTable} is ${literal(`Raw copy of MySQL ${table.schema}.${table.name}, loaded by dimas`)}`,
@@ -184,34 +182,54 @@ async function loadTable(
     const cursorIndex = cursor ? mapped.findIndex((c) => c.name === cursor) : -1;
     let max: string | null = incremental ? state.cursor_value : null;
     let rows = 0;
-    const kinds = mapped.map((c) => c.kind);
-    async function* copyText() {
-      let chunk = '';
-      for await (const batch of source.extract(sql, {
-        params,
-        raw: true,
-        batchSize: BATCH_ROWS,
-        signal: options.signal,
-      })) {
-        for (const row of batch as unknown as (Buffer | null)[][]) {
-          let line = '';
-          for (let i = 0; i < row.length; i++) line += (i ? '\t' : '') + encodeValue(kinds[i], row[i]);
-          chunk += line + '\n';
-          if (chunk.length >= CHUNK_CHARS) {
-            yield chunk;
-            chunk = '';
-          }
-          if (cursorIndex >= 0 && row[cursorIndex] !== null) {
-            const value = row[cursorIndex].toString('utf8');
+    const encoders = mapped.map((c) => c.kind);
+    const width = encoders.length;
+    // Rows are encoded as they arrive, inside one Transform: no per-row promise, COPY data handed on
+    // in chunks of about CHUNK_CHARS.
+    let chunk = '';
+    const encode = new Transform({
+      writableObjectMode: true,
+      readableObjectMode: false,
+      transform(row: (Buffer | null)[], _encoding, done) {
+        let line = encodeValue(encoders[0], row[0]);
+        for (let i = 1; i < width; i++) line += '\t' + encodeValue(encoders[i], row[i]);
+        chunk += line + '\n';
+        if (cursorIndex >= 0) {
+          const raw = row[cursorIndex];
+          if (raw !== null) {
+            const value = raw.toString('latin1');
             if (max === null || greater(value, max, cursorKind === 'int')) max = value;
           }
-          rows++;
-          if (rows % PROGRESS_EVERY_ROWS === 0) await progress(rows);
         }
-      }
-      if (chunk) yield chunk;
+        rows++;
+        if (chunk.length >= CHUNK_CHARS) {
+          this.push(chunk);
+          chunk = '';
+        }
+        if (rows % PROGRESS_EVERY_ROWS === 0) progress(rows).then(() => done(), done);
+        else done();
+      },
+      flush(done) {
+        if (chunk) this.push(chunk);
+        done();
+      },
+    });
+    const extract = await source.openExtract(sql, params);
+    let ok = false;
+    try {
+      await pipeline(extract.rows, encode, tx.copyFrom(`copy ${into} from stdin`), {
+        signal: options.signal,
+      });
+      ok = true;
+    } catch (error) {
+      const e = error as { sqlMessage?: string; errno?: number };
+      throw e.sqlMessage || e.errno ? extract.translate(error) : error;
+    } finally {
+      await extract.finish(ok);
     }
-    await pipeline(Readable.from(copyText()), tx.copyFrom(`copy ${into} from stdin`));
+    if (!incremental && pk.length)
+      // The key is built once after the copy rather than maintained row by row during it.
+      await tx.query(`alter table ${rawTable} add primary key (${pk.map(quoteIdent).join(', ')})`);
     if (incremental) {
       if (pk.length) {
         const on = pk.map((k) => `t.${quoteIdent(k)} = s.${quoteIdent(k)}`).join(' and ');

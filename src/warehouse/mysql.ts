@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import net from 'node:net';
+import type { Readable } from 'node:stream';
 import mysql from 'mysql2';
 import type { Pool, PoolConnection, FieldPacket } from 'mysql2';
 import { AppError } from '../app-error.ts';
@@ -682,6 +683,38 @@ export class MysqlWarehouse implements Warehouse {
       if (clean) connection.release();
       else connection.destroy();
     }
+  }
+
+  /**
+   * The rows of a statement dimas generated as an object stream of arrays of the server's bytes
+   * (typeCast off), read in a consistent-snapshot READ ONLY transaction: the loader pipes it straight
+   * into COPY. `finish(true)` commits and returns the connection; `finish(false)` drops it (the server
+   * may still be sending).
+   */
+  async openExtract(
+    sql: string,
+    params: unknown[] = [],
+  ): Promise<{ rows: Readable; finish(ok: boolean): Promise<void>; translate(error: unknown): AppError }> {
+    const connection = await this.#connect();
+    try {
+      await connection.promise().query(this.#timeoutSql(0));
+      await connection.promise().query('start transaction with consistent snapshot, read only');
+    } catch (error) {
+      connection.destroy();
+      throw translate(error, this.config, 'internal');
+    }
+    const rows = connection
+      .query({ sql, values: params, typeCast: false, rowsAsArray: true })
+      .stream({ highWaterMark: 2000 });
+    return {
+      rows,
+      finish: async (ok) => {
+        if (!ok) return void connection.destroy();
+        await connection.promise().query('commit');
+        connection.release();
+      },
+      translate: (error) => translate(error, this.config, 'internal'),
+    };
   }
 
   async transaction<T>(_fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
