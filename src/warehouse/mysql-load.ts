@@ -2,7 +2,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ConnectionConfig } from './config.ts';
 import { type MysqlColumn, type MysqlWarehouse, mysqlQualified, quoteMysqlIdent } from './mysql.ts';
-import { encodeValue, mapMysqlType } from './mysql-types.ts';
+import { CopyEncoder, mapMysqlType } from './mysql-types.ts';
 import { quoteIdent } from './postgres.ts';
 import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './warehouse.ts';
 
@@ -49,8 +49,6 @@ export interface LoadResult {
 }
 
 const STATE_TABLE = '_dimas_loads';
-/** COPY data in pieces of about this many characters (see jobs/materialize.ts: large strings pile up). */
-const CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_ROWS = 20_000;
 const UPDATED_NAMES = ['updated_at', 'modified_at', 'last_modified', 'updated', 'modified', 'last_update'];
 
@@ -182,18 +180,21 @@ async function loadTable(
     const cursorIndex = cursor ? mapped.findIndex((c) => c.name === cursor) : -1;
     let max: string | null = incremental ? state.cursor_value : null;
     let rows = 0;
-    const encoders = mapped.map((c) => c.kind);
-    const width = encoders.length;
-    // Rows are encoded as they arrive, inside one Transform: no per-row promise, COPY data handed on
-    // in chunks of about CHUNK_CHARS.
-    let chunk = '';
+    // Rows are encoded from the server's bytes as they arrive, inside one Transform: no per-row
+    // promise, no decoding of values to JS strings.
+    let encoder: CopyEncoder;
     const encode = new Transform({
       writableObjectMode: true,
       readableObjectMode: false,
+      construct(done) {
+        encoder = new CopyEncoder(
+          mapped.map((c) => c.kind),
+          (chunk) => this.push(chunk),
+        );
+        done();
+      },
       transform(row: (Buffer | null)[], _encoding, done) {
-        let line = encodeValue(encoders[0], row[0]);
-        for (let i = 1; i < width; i++) line += '\t' + encodeValue(encoders[i], row[i]);
-        chunk += line + '\n';
+        encoder.row(row);
         if (cursorIndex >= 0) {
           const raw = row[cursorIndex];
           if (raw !== null) {
@@ -202,15 +203,11 @@ async function loadTable(
           }
         }
         rows++;
-        if (chunk.length >= CHUNK_CHARS) {
-          this.push(chunk);
-          chunk = '';
-        }
         if (rows % PROGRESS_EVERY_ROWS === 0) progress(rows).then(() => done(), done);
         else done();
       },
       flush(done) {
-        if (chunk) this.push(chunk);
+        encoder.flush();
         done();
       },
     });

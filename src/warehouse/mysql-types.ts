@@ -165,3 +165,88 @@ export function encodeValue(kind: ValueKind, value: string | Buffer | null): str
       return copyEscape(text);
   }
 }
+
+const CHUNK_BYTES = 64 * 1024;
+const BACKSLASH_N = Buffer.from('\\N');
+const UTC = Buffer.from('+00');
+const ESCAPES: Record<number, number> = { 0x5c: 0x5c, 0x0a: 0x6e, 0x0d: 0x72, 0x09: 0x74 };
+
+/** Year, month or day all zeros, read off the bytes (`YYYY-MM-DD…`). */
+function zeroDateBytes(v: Buffer): boolean {
+  if (v.length < 10) return true;
+  const zero = (from: number, to: number) => {
+    for (let i = from; i < to; i++) if (v[i] !== 0x30) return false;
+    return true;
+  };
+  return zero(0, 4) || zero(5, 7) || zero(8, 10);
+}
+
+/**
+ * COPY text built directly from the server's bytes: numbers, dates and text that needs no escaping
+ * are copied as they are, with no decoding to a JS string and back. Full chunks are handed to `emit`.
+ */
+export class CopyEncoder {
+  #buf = Buffer.allocUnsafe(CHUNK_BYTES);
+  #pos = 0;
+  constructor(
+    private readonly kinds: ValueKind[],
+    private readonly emit: (chunk: Buffer) => void,
+  ) {}
+
+  #room(bytes: number) {
+    if (this.#pos + bytes <= this.#buf.length) return;
+    this.flush();
+    if (bytes > this.#buf.length) this.#buf = Buffer.allocUnsafe(Math.max(CHUNK_BYTES, bytes));
+  }
+
+  #bytes(b: Buffer) {
+    this.#room(b.length);
+    b.copy(this.#buf, this.#pos);
+    this.#pos += b.length;
+  }
+
+  #text(v: Buffer) {
+    this.#room(v.length * 2);
+    const buf = this.#buf;
+    let pos = this.#pos;
+    for (let i = 0; i < v.length; i++) {
+      const c = v[i];
+      if (c === 0) continue;
+      const e = c === 0x5c || c === 0x0a || c === 0x0d || c === 0x09 ? ESCAPES[c] : 0;
+      if (e) {
+        buf[pos++] = 0x5c;
+        buf[pos++] = e;
+      } else buf[pos++] = c;
+    }
+    this.#pos = pos;
+  }
+
+  row(values: (Buffer | null)[]) {
+    const kinds = this.kinds;
+    for (let i = 0; i < kinds.length; i++) {
+      if (i) this.#bytes(TAB);
+      const v = values[i];
+      const kind = kinds[i];
+      if (v === null) this.#bytes(BACKSLASH_N);
+      else if (kind === 'int' || kind === 'numeric' || kind === 'interval') this.#bytes(v);
+      else if (kind === 'text' || kind === 'json') this.#text(v);
+      else if (kind === 'date' || kind === 'timestamp' || kind === 'timestamptz') {
+        if (zeroDateBytes(v)) this.#bytes(BACKSLASH_N);
+        else {
+          this.#bytes(v);
+          if (kind === 'timestamptz') this.#bytes(UTC);
+        }
+      } else this.#bytes(Buffer.from(encodeValue(kind, v), 'utf8'));
+    }
+    this.#bytes(NEWLINE);
+  }
+
+  flush() {
+    if (this.#pos) this.emit(this.#buf.subarray(0, this.#pos));
+    this.#buf = Buffer.allocUnsafe(CHUNK_BYTES);
+    this.#pos = 0;
+  }
+}
+
+const TAB = Buffer.from('\t');
+const NEWLINE = Buffer.from('\n');
