@@ -303,7 +303,7 @@ describe('setup-environment', () => {
       ['bad domain', { ...good, organization: { name: 'X', domain: 'not a domain' } }],
       ['bad username', { ...good, admin: { username: '!' } }],
       ['bad workspace name', { ...good, workspace: { name: '1 bad name' } }],
-      ['other source type', { ...good, source: { ...source(), type: 'mysql' } }],
+      ['unsupported source type', { ...good, source: { ...source(), type: 'oracle' } }],
       ['source without host', { ...good, source: { ...source(), host: undefined } }],
       ['no template', { ...good, template: undefined }],
       ['discover not a boolean', { ...good, discover: 'yes' }],

@@ -14,6 +14,7 @@ import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
 import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
 import { MATERIALIZE_MAPPING_KIND } from '../modules/mappings/mappings.service.ts';
 import { enqueueMonitoringRun } from './monitoring-run.ts';
+import { mappedSourceConfig } from '../modules/sources/source-copy.ts';
 
 export interface MaterializeMappingPayload extends Record<string, unknown> {
   workspace_id: string;
@@ -135,7 +136,7 @@ export async function materializeMapping(
   });
   if (!commit) return { skipped: 'the mappings were cleared' };
   const scope = { em, deps };
-  const sourceConfig = connectionConfig(scope, workspace, 'source');
+  const sourceConfig = mappedSourceConfig(scope, workspace);
   const targetConfig = connectionConfig(scope, workspace, 'target');
   if (!sourceConfig) throw new Error(`Workspace ${workspace.name} has no source database configured`);
   if (!targetConfig) throw new Error(`Workspace ${workspace.name} has no target warehouse configured`);

@@ -5,6 +5,7 @@ import { ensureMonitoringRunJob, startMonitoringScheduler } from './monitoring-r
 import { ensureIdentityResolutionJob } from './identity-resolution.ts';
 import { ensureHypothesisTestJob } from './hypothesis-test.ts';
 import { ensureMaterializeJob } from './materialize.ts';
+import { ensureSourceLoadJob } from '../modules/sources/sources.jobs.ts';
 
 /**
  * Every kind of long work is registered before the queue starts, so that runs queued before a
@@ -16,6 +17,7 @@ export async function registerJobHandlers(deps: AppDeps): Promise<void> {
   await ensureIdentityResolutionJob(deps);
   await ensureHypothesisTestJob(deps);
   await ensureMaterializeJob(deps);
+  await ensureSourceLoadJob(deps);
 }
 
 /** Periodic work (scheduled exports); returns the function that stops it. */

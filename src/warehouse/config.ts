@@ -7,13 +7,28 @@ const identifier = z.string().min(1).max(63);
  * warehouse, or a reverse-ETL destination. The password is write-only: stored encrypted, never returned.
  */
 export const connectionConfigSchema = z.object({
-  type: z.literal('postgres'),
+  type: z
+    .enum(['postgres', 'mysql'])
+    .describe(
+      'postgres: source and target; mysql (MySQL 8, MariaDB 10.6+): a source, extract-loaded into the target',
+    ),
   host: z.string().min(1).max(255),
-  port: z.coerce.number().int().min(1).max(65535).default(5432),
+  port: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(65535)
+    .optional()
+    .describe('Default 5432 for postgres, 3306 for mysql'),
   database: z.string().min(1).max(63),
   user: z.string().min(1).max(63),
   password: z.string().max(1024).optional(),
-  schemas: z.array(identifier).min(1).max(50).default(['public']),
+  schemas: z
+    .array(identifier)
+    .min(1)
+    .max(50)
+    .default(['public'])
+    .describe('PostgreSQL schemas; for mysql the databases to read (default: `database`)'),
   tables: z
     .array(z.string().min(1).max(127))
     .max(5000)
@@ -27,6 +42,17 @@ export const connectionConfigSchema = z.object({
     .max(100)
     .optional()
     .describe('Reusable named source queries, listed before tables in the unified schema'),
+  raw_schema: identifier
+    .optional()
+    .describe(
+      'mysql: the schema of the target warehouse the tables are loaded into (default raw_<database>)',
+    ),
+  cursor_columns: z
+    .record(z.string().min(1).max(127), z.string().min(1).max(64))
+    .optional()
+    .describe(
+      'mysql: table → column whose growth marks new and changed rows (default: updated_at-like column, else the auto-increment key)',
+    ),
 });
 
 export type ConnectionConfig = z.infer<typeof connectionConfigSchema>;
@@ -35,7 +61,7 @@ export type ConnectionConfig = z.infer<typeof connectionConfigSchema>;
 export function maskConnectionConfig(config: ConnectionConfig | null | undefined) {
   if (!config) return null;
   const { password, ...visible } = config;
-  return { ...visible, password_set: !!password };
+  return { ...visible, port: portOf(visible), password_set: !!password };
 }
 
 /** Something about a connection the user should fix even though it works (e.g. a superuser role). */
@@ -51,3 +77,9 @@ export const connectionWarningsSchema = z
   .describe(
     "What the last connection's identity check saw of the role: a superuser or a role that bypasses row-level security",
   );
+
+export const DEFAULT_PORTS = { postgres: 5432, mysql: 3306 } as const;
+
+/** The port a config connects to (stored configs may leave it to the engine's default). */
+export const portOf = (config: Pick<ConnectionConfig, 'type' | 'port'>): number =>
+  config.port ?? DEFAULT_PORTS[config.type];

@@ -6,6 +6,7 @@ import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
 import type { ConnectionConfig, ConnectionWarning } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
+import { MysqlPools } from './mysql.ts';
 import {
   DEFAULT_BLOCKED_NETWORKS,
   networkGuardSettings,
@@ -285,6 +286,8 @@ export class WarehouseRegistry {
   /** What the last identity check saw of each connection's role (outlives its pool, bounded). */
   #roles = new Map<string, RoleFacts>();
   #sweeper: NodeJS.Timeout;
+  /** MySQL / MariaDB sources: pools of their own, behind the same network guard and settings. */
+  #mysql: MysqlPools;
 
   constructor(settings: WarehouseSettings) {
     this.settings = {
@@ -295,6 +298,7 @@ export class WarehouseRegistry {
       network: { blocked: parseNetworkList(DEFAULT_BLOCKED_NETWORKS.join(',')), allowSocketPaths: false },
       ...settings,
     };
+    this.#mysql = new MysqlPools(this.settings);
     this.#sweeper = setInterval(() => void this.#sweep(), Math.min(60_000, this.settings.poolIdleMs)).unref();
   }
 
@@ -303,6 +307,7 @@ export class WarehouseRegistry {
    * old pool. Nothing connects yet: the checks run on first use and refuse with a 422 there.
    */
   async open(config: ConnectionConfig, owner?: string): Promise<Warehouse> {
+    if (config.type === 'mysql') return this.#mysql.open(config);
     const key = poolKey(config);
     let entry = this.#pools.get(key);
     if (!entry) {
@@ -324,6 +329,8 @@ export class WarehouseRegistry {
    * no connection is made, so a connection not used since the server started has none yet.
    */
   warningsFor(config: Pick<ConnectionConfig, 'host' | 'port' | 'database' | 'user'>): ConnectionWarning[] {
+    if ('type' in config && config.type === 'mysql')
+      return this.#mysql.warningsFor(config as ConnectionConfig);
     return roleWarnings(this.#roles.get(roleKey(config)));
   }
 
@@ -334,6 +341,7 @@ export class WarehouseRegistry {
 
   async close(): Promise<void> {
     clearInterval(this.#sweeper);
+    await this.#mysql.close();
     await Promise.all([...this.#pools.keys()].map((key) => this.#end(key)));
     this.#owners.clear();
   }

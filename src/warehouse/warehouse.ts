@@ -1,5 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import type { ConnectionConfig } from './config.ts';
+import type { ColumnProfile } from '../llm/profile.ts';
 
 /** A relation of a warehouse as introspection reports it. */
 export type RelationKind = 'table' | 'view' | 'materialized_view' | 'foreign_table' | 'partitioned_table';
@@ -141,6 +142,16 @@ export interface Warehouse {
   assertUserSqlAllowed(sql: string): Promise<void>;
   /** A read-only statement streamed in batches through a cursor; nothing is held beyond one batch. */
   stream(sql: string, options?: StreamOptions): AsyncGenerator<Record<string, unknown>[]>;
+  /**
+   * Discovery's column profiles in the engine's own SQL; absent, discovery runs the PostgreSQL profile
+   * through `aggregate`.
+   */
+  profileTable?(
+    schema: string,
+    table: string,
+    columns: readonly { name: string; type: string }[],
+    options?: { rowLimit?: number | null; sampleSize?: number; maxSampleLength?: number },
+  ): Promise<ColumnProfile[]>;
   /** DDL/DML in one transaction: committed when `fn` resolves, rolled back when it throws. */
   transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T>;
 }

@@ -348,13 +348,13 @@ export async function* discover(
       const key = tableKey(table);
       let profiles: ColumnProfile[] = [];
       try {
-        profiles = await profileTable(
-          run,
-          table.schema,
-          table.name,
-          table.columns.map((c) => ({ name: c.name, type: c.type })),
-          { rowLimit: settings.sample_size },
-        );
+        const columns = table.columns.map((c) => ({ name: c.name, type: c.type }));
+        // An engine with its own SQL (MySQL) profiles itself; PostgreSQL runs the shared statement.
+        profiles = warehouse.profileTable
+          ? await warehouse.profileTable(table.schema, table.name, columns, {
+              rowLimit: settings.sample_size,
+            })
+          : await profileTable(run, table.schema, table.name, columns, { rowLimit: settings.sample_size });
         yield event(profiledEvent(key, table, profiles));
       } catch (error) {
         const e = toAppError(error);

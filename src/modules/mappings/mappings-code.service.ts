@@ -11,11 +11,7 @@ import { generatePythonScript } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
 import { ensureMaterializeJob } from '../../jobs/materialize.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
-import {
-  connectionConfig,
-  currentWorkspace,
-  type WorkspaceEntity,
-} from '../workspaces/workspaces.service.ts';
+import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
@@ -30,6 +26,7 @@ import {
   sqlFilePath,
   targetTableOf,
 } from './mappings.service.ts';
+import { mappedSourceConfig } from '../sources/source-copy.ts';
 
 // ---- generated SQL ----
 
@@ -180,7 +177,7 @@ export async function generateCode(scope: CallerScope, tableName: string) {
 // ---- running it on the source ----
 
 async function sourceWarehouse(scope: Scope, workspace: WorkspaceEntity): Promise<Warehouse> {
-  const config = connectionConfig(scope, workspace, 'source');
+  const config = mappedSourceConfig(scope, workspace);
   if (!config)
     throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
       reason: 'NO_SOURCE_CONFIG',

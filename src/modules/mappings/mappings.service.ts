@@ -16,12 +16,7 @@ import {
   type TargetTable,
 } from '../../transform/mapping.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
-import {
-  connectionConfig,
-  currentWorkspace,
-  targetSchemaOf,
-  type WorkspaceEntity,
-} from '../workspaces/workspaces.service.ts';
+import { currentWorkspace, targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import {
   registerWorkspaceExtension,
   type StaleConnection,
@@ -36,6 +31,7 @@ import {
   type StoredTransformation,
   type TableMappingEntity,
 } from './mappings.entity.ts';
+import { mappedSourceConfig } from '../sources/source-copy.ts';
 
 /** The job kind of a table materialization (src/jobs/materialize.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
@@ -87,7 +83,7 @@ export async function sourceCatalog(
     )) as SourceCatalog | undefined;
     if (hit) return hit;
   }
-  const config = connectionConfig(scope, workspace, 'source');
+  const config = mappedSourceConfig(scope, workspace);
   if (!config)
     throw new AppError(
       'CONFLICT',

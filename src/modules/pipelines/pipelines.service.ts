@@ -25,6 +25,7 @@ import { canonicalJson } from '../mappings/mappings-code.service.ts';
 import { TransformationProject, type ProjectModelInput } from './pipelines.entity.ts';
 import { IdentityGraph } from '../monitoring/monitoring.entity.ts';
 import { profileOptionsOf, type RecordedProfilePlan } from '../../quality/golden-records.ts';
+import { mappedSourceConfig } from '../sources/source-copy.ts';
 
 /** Where the project's files sit in the workspace's file projection (git-diff, download, VCS). */
 export const PROJECT_DIR = 'transformation';
@@ -73,7 +74,7 @@ async function projectInputs(scope: Scope, workspace: WorkspaceEntity, only?: st
       schema_fingerprint: sha(current),
     });
   }
-  const sourceSchema = connectionConfig(scope, workspace, 'source')?.schemas[0] ?? 'public';
+  const sourceSchema = mappedSourceConfig(scope, workspace)?.schemas[0] ?? 'public';
   // The unified profiles, once the identity graph has been built with them, are a model too.
   const graph = await scope.em.findOne(IdentityGraph, {
     organization: workspace.organization.id,
@@ -332,7 +333,8 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     models?: { name: string; columns?: { name: string; data_tests?: DataTest[] }[] }[];
   };
   const columns = schemaYml.models?.find((m) => m.name === input.table_name)?.columns ?? [];
-  const sourceConfig = requiredConnectionConfig(scope, workspace, 'source');
+  const sourceConfig =
+    mappedSourceConfig(scope, workspace) ?? requiredConnectionConfig(scope, workspace, 'source');
   const source = await warehouses(scope.deps).open(sourceConfig, `${workspace.id}:source`);
   const targetConfig = connectionConfig(scope, workspace, 'target');
   const temp = quoteIdent('dimas_model_test');

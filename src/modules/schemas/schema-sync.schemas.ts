@@ -35,8 +35,25 @@ export const schemaDiff = z.object({
   ),
 });
 
+const sourceLoadRun = z
+  .object({
+    run_id: z.string(),
+    status: z.string().describe('queued, running, completed, failed or cancelled'),
+    mode: z.enum(['full', 'incremental']),
+    progress: z.record(z.string(), z.unknown()).describe('table, tables_done, tables_total, rows_loaded'),
+    result: z
+      .record(z.string(), z.unknown())
+      .nullable()
+      .describe('raw_schema, rows, and per table: mode, rows, cursor_column, cursor_value'),
+    error: z.string().nullable(),
+    started_at: timestamp.nullable(),
+    finished_at: timestamp.nullable(),
+  })
+  .describe('The latest extract-load of a MySQL / MariaDB source into the raw schema of the target');
+
 export const syncStatusOutput = z.object({
   workspace_name: z.string(),
+  source_load: sourceLoadRun.nullable().describe('null unless the source is loaded (MySQL / MariaDB)'),
   status: indicator,
   message: z.string(),
   target_schema: z.string().nullable().describe('PostgreSQL schema of the target tables'),
@@ -64,6 +81,17 @@ export const syncInput = z.object({
     .describe('Drop columns schema.json no longer has and change column types (can lose data)'),
   dry_run: z.boolean().default(false).describe('Only report the statements'),
   grant_user: z.string().min(1).max(63).optional().describe('Also grant usage and DML on the tables'),
+  load_source: z
+    .object({
+      mode: z
+        .enum(['incremental', 'full'])
+        .default('incremental')
+        .describe('incremental: rows past each table’s cursor column; full: every table rebuilt'),
+    })
+    .optional()
+    .describe(
+      'MySQL / MariaDB sources: also queue the extract-load of the selected tables into the raw schema (a job; follow it on GET /api/schemas/workspace/sync/status)',
+    ),
 });
 
 export const syncOutput = z.object({
@@ -80,6 +108,16 @@ export const syncOutput = z.object({
     .array(staleConnection)
     .describe('Mapping connections to fields that no longer exist; flagged, not dropped'),
   synced_at: timestamp.nullable(),
+  source_load: z
+    .object({
+      run_id: z.string(),
+      status: z.string(),
+      created: z.boolean().describe('false: a load of this workspace was already under way and is returned'),
+      mode: z.enum(['full', 'incremental']),
+      raw_schema: z.string(),
+    })
+    .nullable()
+    .describe('The queued load when load_source was given'),
 });
 
 export const ddlInput = z.object({

@@ -1,3 +1,4 @@
+import { sourceLoadView, startSourceLoad } from '../sources/sources.jobs.ts';
 import { createHash } from 'node:crypto';
 import { AppError } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
@@ -104,6 +105,7 @@ export async function syncStatus(scope: CallerScope) {
     target_schema: config?.schemas[0] ?? null,
     last_synced_at: run?.createdAt ?? null,
     schema_changed_since_sync: run && schema ? run.schemaFingerprint !== structureFingerprint(schema) : null,
+    source_load: await sourceLoadView(scope, workspace.id),
   };
   const failed = (message: string) => ({
     ...base,
@@ -153,11 +155,19 @@ export async function syncStatus(scope: CallerScope) {
 
 export async function syncWorkspaceSchema(
   scope: CallerScope,
-  input: { allow_destructive: boolean; dry_run: boolean; grant_user?: string },
+  input: {
+    allow_destructive: boolean;
+    dry_run: boolean;
+    grant_user?: string;
+    load_source?: { mode: 'incremental' | 'full' };
+  },
 ) {
   const workspace = await currentWorkspace(scope);
   const schema = requireSchema(workspace);
   const config = requireTarget(scope, workspace);
+  // The raw copy of a MySQL source is part of what the target needs; it runs as a job of its own.
+  const sourceLoad =
+    input.load_source && !input.dry_run ? await startSourceLoad(scope, input.load_source.mode) : null;
   const targetSchema = config.schemas[0];
   const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:target`);
   const result = await syncSchema(warehouse, schema, {
@@ -199,6 +209,7 @@ export async function syncWorkspaceSchema(
     after: result.after,
     stale_connections: stale,
     synced_at: syncedAt,
+    source_load: sourceLoad,
   };
 }
 

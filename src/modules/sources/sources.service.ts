@@ -1,6 +1,7 @@
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
+import { mysqlSchemas } from '../../warehouse/mysql.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedSchema, IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import {
@@ -171,7 +172,7 @@ async function resolveTable(warehouse: Warehouse, config: ConnectionConfig, name
   const dot = name.indexOf('.');
   if (dot > 0) return { schema: name.slice(0, dot), name: name.slice(dot + 1) };
   const schema = await warehouse.introspect({ tables: [name] });
-  const found = config.schemas
+  const found = (config.type === 'mysql' ? mysqlSchemas(config) : config.schemas)
     .map((s) => schema.tables.find((t) => t.schema === s && t.name === name))
     .find(Boolean);
   if (!found) throw notFound(`Table ${name}`);

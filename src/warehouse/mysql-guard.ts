@@ -1,0 +1,101 @@
+import { AppError } from '../app-error.ts';
+
+/**
+ * User SQL for a MySQL / MariaDB source. libpg-query cannot parse MySQL, so the statement is checked
+ * lexically (comments and literals removed first) and then run in `START TRANSACTION READ ONLY`,
+ * which makes the server refuse writes to tables. The lexical check is what stops the rest: DDL
+ * commits the open transaction implicitly in MySQL (so READ ONLY alone would not stop it), files
+ * (`INTO OUTFILE`), locks (`FOR UPDATE`, `GET_LOCK`) and executable comments (`/*! … *\/`).
+ */
+
+const STARTS = new Set(['select', 'with', 'show', 'explain', 'describe', 'desc', 'values', 'table']);
+
+// Words that may not appear outside literals, whatever the statement starts with.
+const REFUSED: [RegExp, string][] = [
+  [/\binto\b/, 'INTO (outfile, dumpfile, variables)'],
+  [/\bfor\s+update\b/, 'FOR UPDATE'],
+  [/\bfor\s+share\b/, 'FOR SHARE'],
+  [/\block\s+in\s+share\s+mode\b/, 'LOCK IN SHARE MODE'],
+  [
+    /\b(get_lock|release_lock|release_all_locks|is_free_lock|load_file|sys_exec|sys_eval)\s*\(/,
+    'a function with side effects',
+  ],
+  [
+    /\b(insert|update|delete|replace|create|alter|drop|truncate|rename|grant|revoke|set|call|do|handler|load|lock|unlock|flush|kill|install|uninstall|prepare|execute)\b(?!\s*\()/,
+    'a statement that changes something',
+  ],
+];
+
+/** The statement with comments, string literals and quoted identifiers blanked out (their length kept). */
+function blankOut(sql: string): string {
+  let out = '';
+  let i = 0;
+  while (i < sql.length) {
+    const c = sql[i];
+    const next = sql[i + 1];
+    if (c === '/' && next === '*') {
+      if (sql[i + 2] === '!' || (sql[i + 2] === 'M' && sql[i + 3] === '!'))
+        throw new AppError(
+          'BAD_REQUEST',
+          'Executable comments (/*! … */) are not allowed in source queries',
+          {
+            reason: 'NOT_READ_ONLY',
+          },
+        );
+      const end = sql.indexOf('*/', i + 2);
+      const stop = end < 0 ? sql.length : end + 2;
+      out += ' '.repeat(stop - i);
+      i = stop;
+    } else if ((c === '-' && next === '-' && /\s/.test(sql[i + 2] ?? ' ')) || c === '#') {
+      const end = sql.indexOf('\n', i);
+      const stop = end < 0 ? sql.length : end;
+      out += ' '.repeat(stop - i);
+      i = stop;
+    } else if (c === "'" || c === '"' || c === '`') {
+      let j = i + 1;
+      while (j < sql.length) {
+        if (sql[j] === '\\' && c !== '`') j += 2;
+        else if (sql[j] === c && sql[j + 1] === c) j += 2;
+        else if (sql[j] === c) break;
+        else j++;
+      }
+      out += c + '_'.repeat(Math.max(0, Math.min(j, sql.length) - i - 1)) + c;
+      i = j + 1;
+    } else {
+      out += c;
+      i++;
+    }
+  }
+  return out;
+}
+
+/** One read-only statement, or a 400 saying what is refused; returns it without a trailing `;`. */
+export function assertMysqlReadOnly(sql: string): string {
+  const statement = sql.trim().replace(/;\s*$/, '');
+  if (!statement) throw new AppError('BAD_REQUEST', 'The query is empty');
+  const bare = blankOut(statement).toLowerCase();
+  if (bare.includes(';'))
+    throw new AppError('BAD_REQUEST', 'Only one statement may run at a time', {
+      reason: 'MULTIPLE_STATEMENTS',
+    });
+  const first = /^\s*\(*\s*([a-z]+)/.exec(bare)?.[1] ?? '';
+  if (!STARTS.has(first))
+    throw new AppError(
+      'BAD_REQUEST',
+      `Only read-only statements (SELECT, WITH, SHOW, EXPLAIN, DESCRIBE) run on the source; this one starts with ${first.toUpperCase() || 'nothing'}`,
+      { reason: 'NOT_READ_ONLY' },
+    );
+  // SHOW only reads (SHOW CREATE TABLE names a verb that would otherwise be refused).
+  for (const [pattern, what] of first === 'show' ? REFUSED.slice(0, 5) : REFUSED) {
+    const hit = pattern.exec(bare);
+    if (hit)
+      throw new AppError(
+        'BAD_REQUEST',
+        `The query uses ${what} (${hit[0].trim().toUpperCase()}), which may not run on the source`,
+        {
+          reason: 'NOT_READ_ONLY',
+        },
+      );
+  }
+  return statement;
+}
