@@ -770,7 +770,17 @@ describe('openai mode', () => {
       expect(user.source_tables[0].columns[0]).toHaveProperty('null_rate');
 
       const openaiPicks = events.filter((e) => e.type === 'suggestion' && e.target_table === 'customers');
-      expect(openaiPicks.every((e) => e.type === 'suggestion' && e.matched_by === 'openai')).toBe(true);
+      // Provenance: the fields the model named are labelled openai with the model among their signals;
+      // the others (last_name, phone, …) stay offline.
+      const named = ['customer_id', 'email', 'first_name', 'loyalty_points'];
+      for (const e of openaiPicks)
+        if (e.type === 'suggestion')
+          expect({ field: e.target_field, by: e.matched_by, model: e.signals.includes('model') }).toEqual({
+            field: e.target_field,
+            by: named.includes(e.target_field) ? 'openai' : 'offline',
+            model: named.includes(e.target_field),
+          });
+      expect(openaiPicks.some((e) => e.type === 'suggestion' && e.matched_by === 'offline')).toBe(true);
       expect(
         openaiPicks.find((e) => e.type === 'suggestion' && e.target_field === 'loyalty_points'),
       ).toMatchObject({
@@ -798,7 +808,8 @@ describe('openai mode', () => {
         llm_mode: 'openai',
       });
 
-      // A budget below what is spent: every table falls back, and the endpoint is not called.
+      // A budget below what is spent: the first table falls back, the rest of the run stays offline
+      // without asking again, and the endpoint is not called.
       await call(server, 'POST', '/api/admin/llm-parameters', {
         token: t.admin.token,
         body: { monthly_budget_usd: 2 },
@@ -807,12 +818,16 @@ describe('openai mode', () => {
       const poor = await stream(t.admin.token);
       expect(llmRequests).toHaveLength(0);
       const fallbacks = poor.events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
-      expect(fallbacks).toHaveLength(2);
-      for (const f of fallbacks)
-        expect(f).toMatchObject({ reason: 'budget_exceeded', message: expect.stringMatching(/budget/) });
+      expect(fallbacks).toHaveLength(1);
+      expect(fallbacks[0]).toMatchObject({
+        reason: 'budget_exceeded',
+        message: expect.stringMatching(
+          /budget.*remaining 1 target table\(s\) of this run use the offline matcher/,
+        ),
+      });
       expect(poor.events.at(-1)).toMatchObject({
         type: 'completed',
-        summary: { llm_calls: 0, llm_fallbacks: 2 },
+        summary: { llm_calls: 0, llm_fallbacks: 1 },
       });
       const after = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
       expect(after.body).toMatchObject({ exceeded: true, remaining_usd: 0, monthly_budget_usd: 2 });

@@ -8,7 +8,13 @@ import {
   type TableMatch,
   type TargetTable,
 } from './offline-matcher.ts';
-import { buildMatchPrompt, mergeAnswer, parseMatchAnswer, requestCompletion } from './openai.ts';
+import {
+  buildMatchPrompt,
+  mergeAnswer,
+  parseMatchAnswer,
+  requestCompletion,
+  worstCaseTokens,
+} from './openai.ts';
 import type { LlmParameters } from './parameters.ts';
 
 export const LLM_MODES = ['offline', 'openai'] as const;
@@ -84,6 +90,8 @@ export interface MatchContext {
   manager?: LlmManager;
   /** Overrides the manager's mode (e.g. when the organization's feature flag disables LLM matching). */
   mode?: LlmMode;
+  /** Workspace setting mask_pii_in_samples: personal columns go out as patterns and statistics only. */
+  maskPii?: boolean;
 }
 
 export type FallbackReason = 'budget_exceeded' | 'llm_error' | 'invalid_answer';
@@ -95,6 +103,8 @@ export interface MatchOutcome {
   /** Set when openai mode was asked for and the offline result was used instead: worth an event. */
   fallback: { reason: FallbackReason; message: string } | null;
   usage: { model: string; prompt_tokens: number; completion_tokens: number; cost_usd: number } | null;
+  /** `target_field → source_field` of the suggestions the model itself made (empty unless source is openai). */
+  modelPicks: ReadonlyMap<string, string>;
 }
 
 const isAbort = (error: unknown, signal?: AbortSignal) =>
@@ -114,7 +124,8 @@ export async function matchTableWithProvider(
   const manager = ctx.manager ?? llmManager;
   const mode = ctx.mode ?? manager.mode;
   const offline = matchTable(req.target, req.sources, req.options);
-  if (mode === 'offline') return { match: offline, source: 'offline', fallback: null, usage: null };
+  if (mode === 'offline')
+    return { match: offline, source: 'offline', fallback: null, usage: null, modelPicks: new Map() };
 
   const table = req.target.name;
   const fallback = (
@@ -126,15 +137,8 @@ export async function matchTableWithProvider(
     source: 'offline',
     fallback: { reason, message: `${message}; the offline matcher's result is used for ${table}` },
     usage,
+    modelPicks: new Map(),
   });
-
-  try {
-    await ctx.meter.check();
-  } catch (error) {
-    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED)
-      return fallback('budget_exceeded', error.message);
-    throw error;
-  }
 
   const prompt = buildMatchPrompt({
     target: req.target,
@@ -142,7 +146,15 @@ export async function matchTableWithProvider(
     offline,
     systemPrompt: req.systemPrompt,
     successCriteria: req.successCriteria,
+    maskPii: ctx.maskPii ?? true,
   });
+  try {
+    await ctx.meter.check(worstCaseTokens(prompt, ctx.params));
+  } catch (error) {
+    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED)
+      return fallback('budget_exceeded', error.message);
+    throw error;
+  }
   let completion;
   try {
     completion = await requestCompletion(manager.client(ctx.params), ctx.params, prompt, ctx.signal);
@@ -171,7 +183,16 @@ export async function matchTableWithProvider(
   };
   if (!parsed.ok)
     return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
-  return { match: mergeAnswer(offline, parsed.answer, req.options), source: 'openai', fallback: null, usage };
+  const match = mergeAnswer(offline, parsed.answer, req.options);
+  const named = new Map(parsed.answer.mappings.map((m) => [m.target_field, m.source_field]));
+  const modelPicks = new Map(
+    match.fields.flatMap((f) =>
+      f.suggestion && named.get(f.target_field) === f.suggestion.source_field
+        ? [[f.target_field, f.suggestion.source_field] as const]
+        : [],
+    ),
+  );
+  return { match, source: 'openai', fallback: null, usage, modelPicks };
 }
 
 /** A short, secret-free description of a failed call. */

@@ -76,7 +76,12 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     source_field: z.string().describe('schema.table.column'),
     confidence: z.number(),
     status: z.enum(['suggested', 'confirmed']).describe('confirmed when at or above auto_confirm_threshold'),
-    matched_by: z.enum(['offline', 'openai']),
+    matched_by: z
+      .enum(['offline', 'openai'])
+      .describe('openai only when the model itself named this column for this field'),
+    signals: z
+      .array(z.enum(['name', 'type', 'pattern', 'model']))
+      .describe('What produced the suggestion: name, type and value-pattern evidence, and the model'),
   }),
   z.object({
     type: z.literal('ambiguity'),

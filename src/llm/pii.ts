@@ -1,0 +1,34 @@
+import type { PatternShare } from './value-patterns.ts';
+
+/*
+ * Which columns hold personal data. One rule for everything that shows values outside the process
+ * (LLM prompts) or to a user (sample values, previews), so the two can never disagree: a column is
+ * personal when its name says so, when profiling finds personal values in it, or when the target
+ * schema marks the field it feeds as `pii`.
+ */
+
+/** Names of personal columns: names, contact data, address, birth date, personal identifiers. */
+const PERSONAL_NAME =
+  /(^|_)(first|last|middle|given|family|full|maiden|nick|display|user)_?names?$|^(name|surname|forename|fullname|firstname|lastname|username)$|e_?mail|phone|mobile|^tel(ephone)?$|_tel$|^fax|address|street|^city$|postal|zip|post_?code|birth|^dob$|^age$|gender|^sex$|ssn|social_security|passport|national_id|tax_id|iban|account_number|card_number|^ip(_address)?$|(^|_)(ip|device|cookie|anonymous|anon|visitor|loyalty|external|crm|customer|cust|user|member|person|contact|patient|subscriber|guest|lead)_?(id|key|uuid|number|no)$/i;
+
+/** Value patterns that are personal whatever the column is called. */
+const PERSONAL_PATTERNS = new Set(['email', 'phone', 'gender']);
+
+export interface ColumnFacts {
+  name: string;
+  patterns?: readonly PatternShare[];
+}
+
+export function isPersonalColumn(column: ColumnFacts, markedPii = false): boolean {
+  if (markedPii) return true;
+  if (PERSONAL_NAME.test(column.name)) return true;
+  return (column.patterns ?? []).some((p) => PERSONAL_PATTERNS.has(p.pattern) && p.share >= 0.3);
+}
+
+/** What a masked value looks like: its shape (letters → a/A, digits → 9) with the length kept. */
+export function maskValue(value: string): string {
+  return value
+    .replace(/\p{Lu}/gu, 'A')
+    .replace(/\p{Ll}/gu, 'a')
+    .replace(/\p{Nd}/gu, '9');
+}
