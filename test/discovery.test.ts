@@ -847,6 +847,46 @@ describe('openai mode', () => {
   });
 });
 
+describe('openai mode: a hanging endpoint', () => {
+  it('costs one timeout: the rest of the run switches to the offline matcher at once, and the stream says so', async () => {
+    const t = await createTenant(server);
+    await workspaceFor(t);
+    const saved = await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: t.admin.token,
+      body: { base_url: llmUrl, model: 'test-model', timeout_seconds: 1, monthly_budget_usd: 100 },
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'openai' } });
+    try {
+      llmRequests.length = 0;
+      llmQueue.push(
+        { content: '{"mappings": []}', delayMs: 5000 },
+        { content: '{"mappings": []}', delayMs: 5000 },
+      );
+      const started = performance.now();
+      const { events } = await stream(t.admin.token);
+      const took = performance.now() - started;
+      expect(llmRequests).toHaveLength(1);
+      expect(took).toBeLessThan(4000);
+      const fallbacks = events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
+      expect(fallbacks).toEqual([
+        expect.objectContaining({
+          table: 'customers',
+          reason: 'llm_error',
+          message: expect.stringMatching(
+            /timed out.*remaining 1 target table\(s\) of this run use the offline matcher/,
+          ),
+        }),
+      ]);
+      expect(events.at(-1)).toMatchObject({ type: 'completed', summary: { llm_calls: 0, llm_fallbacks: 1 } });
+      expect(events.some((e) => e.type === 'suggestion' && e.target_table === 'orders')).toBe(true);
+    } finally {
+      llmQueue.length = 0;
+      await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
+    }
+  });
+});
+
 describe('GET /api/analytics/budget/status', () => {
   it('reports an untouched budget, and guards', async () => {
     const t = await createTenant(server);
