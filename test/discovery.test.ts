@@ -808,8 +808,8 @@ describe('openai mode', () => {
         llm_mode: 'openai',
       });
 
-      // A budget below what is spent: the first table falls back, the rest of the run stays offline
-      // without asking again, and the endpoint is not called.
+      // A budget below what is spent: customers is answered from the llm_responses cache (no call, no
+      // cost); orders would need a call and is refused; the endpoint is not called.
       await call(server, 'POST', '/api/admin/llm-parameters', {
         token: t.admin.token,
         body: { monthly_budget_usd: 2 },
@@ -818,16 +818,16 @@ describe('openai mode', () => {
       const poor = await stream(t.admin.token);
       expect(llmRequests).toHaveLength(0);
       const fallbacks = poor.events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
-      expect(fallbacks).toHaveLength(1);
-      expect(fallbacks[0]).toMatchObject({
-        reason: 'budget_exceeded',
-        message: expect.stringMatching(
-          /budget.*remaining 1 target table\(s\) of this run use the offline matcher/,
-        ),
-      });
+      expect(fallbacks).toEqual([
+        expect.objectContaining({
+          table: 'orders',
+          reason: 'budget_exceeded',
+          message: expect.stringMatching(/budget/),
+        }),
+      ]);
       expect(poor.events.at(-1)).toMatchObject({
         type: 'completed',
-        summary: { llm_calls: 0, llm_fallbacks: 1 },
+        summary: { llm_calls: 0, llm_fallbacks: 1, llm_cached: 1, introspection_cached: true },
       });
       const after = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
       expect(after.body).toMatchObject({ exceeded: true, remaining_usd: 0, monthly_budget_usd: 2 });
@@ -842,6 +842,67 @@ describe('openai mode', () => {
       expect(offline.events[0]).toMatchObject({ mode: 'offline' });
       expect(offline.events.some((e) => e.type === 'progress' && e.step === 'llm_disabled')).toBe(true);
     } finally {
+      await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
+    }
+  });
+});
+
+describe('caches: introspection and llm_responses', () => {
+  const answer = JSON.stringify({
+    primary_table: 'crm.customers',
+    mappings: [{ target_field: 'email', source_field: 'crm.customers.email', confidence: 0.99 }],
+  });
+
+  it('serves the second discovery from cache, empties it on a source config change, and obeys the cache settings', async () => {
+    const t = await createTenant(server);
+    const name = await workspaceFor(t);
+    await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: t.admin.token,
+      body: { base_url: llmUrl, model: 'test-model', monthly_budget_usd: 100 },
+    });
+    await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'openai' } });
+    const run = async () => {
+      const { events } = await stream(t.admin.token, { target_tables: ['customers'] });
+      const last = events.at(-1);
+      expect(last?.type, JSON.stringify(last)).toBe('completed');
+      return { events, summary: last?.type === 'completed' ? last.summary : null };
+    };
+    try {
+      llmRequests.length = 0;
+      llmQueue.push({ content: answer }, { content: answer }, { content: answer }, { content: answer });
+      const first = await run();
+      expect(first.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+      expect(llmRequests).toHaveLength(1);
+
+      const second = await run();
+      expect(llmRequests).toHaveLength(1);
+      expect(second.summary).toMatchObject({ llm_calls: 0, llm_cached: 1, introspection_cached: true });
+      expect(second.events.find((e) => e.type === 'suggestion' && e.target_field === 'email')).toMatchObject({
+        source_field: 'crm.customers.email',
+        matched_by: 'openai',
+      });
+
+      // Saving the source config empties both caches of the workspace.
+      const saved = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+        token: t.admin.token,
+        body: { source_config: sourceConfig(['crm']) },
+      });
+      expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+      const third = await run();
+      expect(llmRequests).toHaveLength(2);
+      expect(third.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+
+      // Switched off in the organization's cache settings: every run calls and introspects again.
+      const off = await call(server, 'POST', '/api/admin/cache-settings', {
+        token: t.admin.token,
+        body: { caches: { llm_responses: { enabled: false }, introspection: { enabled: false } } },
+      });
+      expect(off.status, JSON.stringify(off.body)).toBe(200);
+      const fourth = await run();
+      expect(llmRequests).toHaveLength(3);
+      expect(fourth.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+    } finally {
+      llmQueue.length = 0;
       await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
     }
   });

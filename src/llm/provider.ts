@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import OpenAI from 'openai';
 import { AppError } from '../app-error.ts';
 import { BUDGET_EXCEEDED, type Meter } from './budget.ts';
@@ -14,6 +15,8 @@ import {
   parseMatchAnswer,
   requestCompletion,
   worstCaseTokens,
+  type CompletionResult,
+  type LlmMatchAnswer,
 } from './openai.ts';
 import type { LlmParameters } from './parameters.ts';
 
@@ -92,6 +95,11 @@ export interface MatchContext {
   mode?: LlmMode;
   /** Workspace setting mask_pii_in_samples: personal columns go out as patterns and statistics only. */
   maskPii?: boolean;
+  /** Answers to identical requests (cache llm_responses): a hit is neither sent nor metered. */
+  answers?: {
+    get(key: string): Promise<CompletionResult | undefined>;
+    set(key: string, value: CompletionResult): Promise<void>;
+  };
 }
 
 export type FallbackReason = 'budget_exceeded' | 'llm_error' | 'invalid_answer';
@@ -103,6 +111,8 @@ export interface MatchOutcome {
   /** Set when openai mode was asked for and the offline result was used instead: worth an event. */
   fallback: { reason: FallbackReason; message: string } | null;
   usage: { model: string; prompt_tokens: number; completion_tokens: number; cost_usd: number } | null;
+  /** True when the model's answer came from the llm_responses cache. */
+  cached?: boolean;
   /** `target_field → source_field` of the suggestions the model itself made (empty unless source is openai). */
   modelPicks: ReadonlyMap<string, string>;
 }
@@ -148,6 +158,23 @@ export async function matchTableWithProvider(
     successCriteria: req.successCriteria,
     maskPii: ctx.maskPii ?? true,
   });
+  // Everything that shapes the answer: the same key means the same request to the same model.
+  const cacheKey = createHash('sha256')
+    .update(
+      JSON.stringify([
+        ctx.params.base_url,
+        ctx.params.model,
+        ctx.params.temperature,
+        ctx.params.max_tokens,
+        prompt,
+      ]),
+    )
+    .digest('hex');
+  const hit = await ctx.answers?.get(cacheKey);
+  if (hit) {
+    const parsedHit = parseMatchAnswer(hit.content, req.target, req.sources);
+    if (parsedHit.ok) return { ...answered(offline, parsedHit.answer, req.options, null), cached: true };
+  }
   try {
     await ctx.meter.check(worstCaseTokens(prompt, ctx.params));
   } catch (error) {
@@ -183,8 +210,18 @@ export async function matchTableWithProvider(
   };
   if (!parsed.ok)
     return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
-  const match = mergeAnswer(offline, parsed.answer, req.options);
-  const named = new Map(parsed.answer.mappings.map((m) => [m.target_field, m.source_field]));
+  await ctx.answers?.set(cacheKey, completion);
+  return answered(offline, parsed.answer, req.options, usage);
+}
+
+function answered(
+  offline: TableMatch,
+  answer: LlmMatchAnswer,
+  options: MatchOptions | undefined,
+  usage: MatchOutcome['usage'],
+): MatchOutcome {
+  const match = mergeAnswer(offline, answer, options);
+  const named = new Map(answer.mappings.map((m) => [m.target_field, m.source_field]));
   const modelPicks = new Map(
     match.fields.flatMap((f) =>
       f.suggestion && named.get(f.target_field) === f.suggestion.source_field

@@ -103,6 +103,13 @@ export const discoveryEvent = z.discriminatedUnion('type', [
       ambiguities: z.number().int(),
       llm_calls: z.number().int(),
       llm_fallbacks: z.number().int(),
+      llm_cached: z
+        .number()
+        .int()
+        .describe('Target tables answered from the llm_responses cache (no call, no cost)'),
+      introspection_cached: z
+        .boolean()
+        .describe('The source introspection came from the introspection cache'),
       duration_ms: z.number().int(),
     }),
   }),

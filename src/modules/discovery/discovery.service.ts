@@ -25,6 +25,8 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { planMapping, tableKey } from './discovery-plan.ts';
+import type { CompletionResult } from '../../llm/openai.ts';
+import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cache.ts';
 import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
 
 /** How often a running discovery proves it is alive (and learns of a cancel from another process). */
@@ -224,6 +226,8 @@ interface Summary {
   ambiguities: number;
   llm_calls: number;
   llm_fallbacks: number;
+  llm_cached: number;
+  introspection_cached: boolean;
   duration_ms: number;
 }
 
@@ -269,6 +273,8 @@ export async function* discover(
     ambiguities: 0,
     llm_calls: 0,
     llm_fallbacks: 0,
+    llm_cached: 0,
+    introspection_cached: false,
     duration_ms: 0,
   };
   let ended: { status: 'completed' | 'cancelled' | 'failed'; reason: string | null } | null = null;
@@ -314,7 +320,13 @@ export async function* discover(
 
     // 1. Introspect the selected source tables.
     const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:source`);
-    const introspected = await warehouse.introspect(input.tables ? { tables: input.tables } : {});
+    const introspectionKey = `${workspace.id}:${JSON.stringify(input.tables ?? null)}`;
+    const cachedIntrospection = (await introspectionCache.get(scope, introspectionKey)) as
+      Awaited<ReturnType<typeof warehouse.introspect>> | undefined;
+    const introspected =
+      cachedIntrospection ?? (await warehouse.introspect(input.tables ? { tables: input.tables } : {}));
+    if (cachedIntrospection) summary.introspection_cached = true;
+    else await introspectionCache.set(scope, introspectionKey, introspected);
     const tables = introspected.tables.filter((t) => t.columns.length > 0);
     const byKey = new Map(tables.map((t) => [tableKey(t), t]));
     summary.tables = tables.length;
@@ -401,6 +413,11 @@ export async function* discover(
               signal: control.signal,
               mode,
               maskPii: settings.mask_pii_in_samples,
+              answers: {
+                get: async (key) =>
+                  (await llmAnswerCache.get(scope, `${workspace.id}:${key}`)) as CompletionResult | undefined,
+                set: (key, value) => llmAnswerCache.set(scope, `${workspace.id}:${key}`, value),
+              },
             },
           );
         } catch (error) {
@@ -409,6 +426,7 @@ export async function* discover(
           throw error;
         }
         if (outcome.usage) summary.llm_calls++;
+        if (outcome.cached) summary.llm_cached++;
         if (outcome.fallback) {
           summary.llm_fallbacks++;
           const rest = targets.length - i - 1;

@@ -11,7 +11,7 @@ import { User } from '../auth/auth.entity.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
 import { collectFacts, reconcileSchema, type StaleConnection } from './workspace-extensions.ts';
-import { invalidateWorkspaceCaches, selectionCache } from './workspaces-cache.ts';
+import { invalidateSourceCaches, invalidateWorkspaceCaches, selectionCache } from './workspaces-cache.ts';
 import {
   Workspace,
   type StoredConnectionConfig,
@@ -373,6 +373,7 @@ export async function saveSourceConfig(scope: CallerScope, input: ConnectionConf
   const workspace = await currentWorkspace(scope);
   workspace.sourceConfig = storeConnectionConfig(scope, input, workspace.sourceConfig);
   await scope.em.flush();
+  invalidateSourceCaches(workspace.organization.id, workspace.id);
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return {
     workspace_name: workspace.name,
