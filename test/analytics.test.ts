@@ -9,9 +9,7 @@ import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
 import type { StatsQuery } from '../src/stats/sql.ts';
 import { statSpecOf } from '../src/modules/analytics/analytics-spec.ts';
-import { generateHypotheses } from '../src/modules/analytics/analytics-generate.service.ts';
-import { LlmManager } from '../src/llm/provider.ts';
-import { DEFAULT_LLM_PARAMETERS } from '../src/llm/parameters.ts';
+import { llmManager } from '../src/llm/provider.ts';
 
 const jStat = jStatModule.jStat ?? jStatModule;
 
@@ -523,20 +521,25 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
   let answer: unknown;
   const llm = fakeOpenAi({ model: 'fake-model', whenEmpty: () => ({ content: JSON.stringify(answer) }) });
   let llmUrl: string;
+  const KEY = 'sk-test-hypotheses-0123456789';
+
+  /** The organization's LLM parameters, saved as an admin would; the mode is set per process. */
+  async function saveParameters(body: Record<string, unknown>) {
+    const res = await call(server, 'POST', '/api/admin/llm-parameters', { token: tenant.admin.token, body });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  }
 
   beforeAll(async () => {
     llmUrl = await llm.start();
+    llmManager.setMode('openai');
   });
 
-  afterAll(() => llm.close());
+  afterAll(async () => {
+    llmManager.setMode('offline');
+    await llm.close();
+  });
 
-  async function scopeOf(token: string) {
-    const em = server.deps.orm.em.fork() as EntityManager;
-    const principal = (await server.deps.authenticator.authenticate({ em }, token))!;
-    return { em, deps: server.deps, principal };
-  }
-
-  it('keeps the proposals that name real columns, rejects the others, and meters the call', async () => {
+  it("uses the organization's endpoint, model, key and budget; keeps proposals over real columns and meters the call", async () => {
     answer = {
       hypotheses: [
         {
@@ -563,15 +566,27 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
         },
       ],
     };
-    const scope = await scopeOf(tenant.admin.token);
-    const out = await generateHypotheses(
-      scope,
-      { business_context: 'Mobile conversion', count: 5, save: true },
-      {
-        manager: new LlmManager('openai'),
-        params: { ...DEFAULT_LLM_PARAMETERS, base_url: llmUrl, model: 'fake-model' },
-      },
-    );
+    // A budget above the built-in $20 default, a price that makes the call cost $30: only the saved
+    // budget lets it through.
+    await saveParameters({
+      base_url: llmUrl,
+      model: 'configured-model',
+      api_key: KEY,
+      max_tokens: 500,
+      temperature: 0.3,
+      monthly_budget_usd: 1000,
+      price_per_1k_tokens: 20,
+    });
+    const before = llm.requests.length;
+    const res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'Mobile conversion', count: 5, save: true },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const out = res.body;
+    expect(llm.requests.length).toBe(before + 1);
+    const sent = llm.requests.at(-1)!;
+    expect(sent.headers.authorization).toBe(`Bearer ${KEY}`);
+    expect(sent.body).toMatchObject({ model: 'configured-model', max_tokens: 500, temperature: 0.3 });
     expect(out.mode).toBe('openai');
     expect(out.fallback).toBeNull();
     expect(out.hypotheses).toHaveLength(1);
@@ -581,13 +596,19 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
       columns: expect.arrayContaining(['converted', 'is_mobile']),
       test: 'two_proportion_z',
     });
-    expect(out.rejected.map((r) => r.statement)).toEqual([
+    expect(out.rejected.map((r: { statement: string }) => r.statement)).toEqual([
       'Revenue differs by plan',
       'Orders differ by plan',
     ]);
     expect(out.rejected[0].reason).toMatch(/revenue/);
-    expect(out.usage).toMatchObject({ model: 'fake-model', prompt_tokens: 1200, completion_tokens: 300 });
-    const [usage] = await scope.em
+    expect(out.usage).toMatchObject({
+      model: 'fake-model',
+      prompt_tokens: 1200,
+      completion_tokens: 300,
+      cost_usd: 30,
+    });
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const [usage] = await em
       .getConnection()
       .execute(
         `select count(*)::int as n, sum(total_tokens)::int as tokens from llm_usage where organization_id = ? and purpose = 'hypotheses'`,
@@ -598,28 +619,38 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(saved.body).toMatchObject({ origin: 'generated', test: 'two_proportion_z' });
   });
 
+  it('refuses the call, without sending it, when its worst case (prompt + max_tokens) would cross the budget', async () => {
+    // $30 spent of $1000; at $20 per 1k tokens a 60k-token allowance could cost $1200.
+    await saveParameters({ max_tokens: 60_000 });
+    const before = llm.requests.length;
+    const res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'spend', count: 1, save: false },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.mode).toBe('offline');
+    expect(res.body.fallback.reason).toBe('budget_exceeded');
+    expect(res.body.fallback.message).toMatch(/could cost up to \$1[23]\d\d\.\d+ .*max_tokens/);
+    expect(llm.requests.length).toBe(before);
+  });
+
   it('falls back to the offline rules when the answer is unusable or the endpoint fails', async () => {
     answer = { nothing: true };
-    const scope = await scopeOf(tenant.admin.token);
-    const params = { ...DEFAULT_LLM_PARAMETERS, base_url: llmUrl };
-    const unusable = await generateHypotheses(
-      scope,
-      { business_context: 'spend', count: 2, save: false },
-      { manager: new LlmManager('openai'), params },
-    );
-    expect(unusable.mode).toBe('offline');
-    expect(unusable.fallback?.reason).toBe('invalid_answer');
-    expect(unusable.hypotheses).toHaveLength(2);
+    await saveParameters({ max_tokens: 500, price_per_1k_tokens: 0.002 });
+    const unusable = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'spend', count: 2, save: false },
+    });
+    expect(unusable.body.mode).toBe('offline');
+    expect(unusable.body.fallback?.reason).toBe('invalid_answer');
+    expect(unusable.body.hypotheses).toHaveLength(2);
 
     const before = llm.requests.length;
-    const failing = await generateHypotheses(
-      scope,
-      { business_context: 'spend', count: 1, save: false },
-      { manager: new LlmManager('openai'), params: { ...params, base_url: 'http://127.0.0.1:9/v1' } },
-    );
-    expect(failing.mode).toBe('offline');
-    expect(failing.fallback?.reason).toBe('llm_error');
-    expect(failing.hypotheses).toHaveLength(1);
+    await saveParameters({ base_url: 'http://127.0.0.1:9/v1' });
+    const failing = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'spend', count: 1, save: false },
+    });
+    expect(failing.body.mode).toBe('offline');
+    expect(failing.body.fallback?.reason).toBe('llm_error');
+    expect(failing.body.hypotheses).toHaveLength(1);
     expect(llm.requests.length).toBe(before);
   });
 });

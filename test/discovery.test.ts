@@ -774,7 +774,17 @@ describe('openai mode', () => {
       expect(user.source_tables[0].columns[0]).toHaveProperty('null_rate');
 
       const openaiPicks = events.filter((e) => e.type === 'suggestion' && e.target_table === 'customers');
-      expect(openaiPicks.every((e) => e.type === 'suggestion' && e.matched_by === 'openai')).toBe(true);
+      // Provenance: the fields the model named are labelled openai with the model among their signals;
+      // the others (last_name, phone, …) stay offline.
+      const named = ['customer_id', 'email', 'first_name', 'loyalty_points'];
+      for (const e of openaiPicks)
+        if (e.type === 'suggestion')
+          expect({ field: e.target_field, by: e.matched_by, model: e.signals.includes('model') }).toEqual({
+            field: e.target_field,
+            by: named.includes(e.target_field) ? 'openai' : 'offline',
+            model: named.includes(e.target_field),
+          });
+      expect(openaiPicks.some((e) => e.type === 'suggestion' && e.matched_by === 'offline')).toBe(true);
       expect(
         openaiPicks.find((e) => e.type === 'suggestion' && e.target_field === 'loyalty_points'),
       ).toMatchObject({
@@ -802,7 +812,8 @@ describe('openai mode', () => {
         llm_mode: 'openai',
       });
 
-      // A budget below what is spent: every table falls back, and the endpoint is not called.
+      // A budget below what is spent: customers is answered from the llm_responses cache (no call, no
+      // cost); orders would need a call and is refused; the endpoint is not called.
       await call(server, 'POST', '/api/admin/llm-parameters', {
         token: t.admin.token,
         body: { monthly_budget_usd: 2 },
@@ -811,12 +822,16 @@ describe('openai mode', () => {
       const poor = await stream(t.admin.token);
       expect(llmRequests).toHaveLength(0);
       const fallbacks = poor.events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
-      expect(fallbacks).toHaveLength(2);
-      for (const f of fallbacks)
-        expect(f).toMatchObject({ reason: 'budget_exceeded', message: expect.stringMatching(/budget/) });
+      expect(fallbacks).toEqual([
+        expect.objectContaining({
+          table: 'orders',
+          reason: 'budget_exceeded',
+          message: expect.stringMatching(/budget/),
+        }),
+      ]);
       expect(poor.events.at(-1)).toMatchObject({
         type: 'completed',
-        summary: { llm_calls: 0, llm_fallbacks: 2 },
+        summary: { llm_calls: 0, llm_fallbacks: 1, llm_cached: 1, introspection_cached: true },
       });
       const after = await call(server, 'GET', '/api/analytics/budget/status', { token: t.admin.token });
       expect(after.body).toMatchObject({ exceeded: true, remaining_usd: 0, monthly_budget_usd: 2 });
@@ -831,6 +846,107 @@ describe('openai mode', () => {
       expect(offline.events[0]).toMatchObject({ mode: 'offline' });
       expect(offline.events.some((e) => e.type === 'progress' && e.step === 'llm_disabled')).toBe(true);
     } finally {
+      await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
+    }
+  });
+});
+
+describe('caches: introspection and llm_responses', () => {
+  const answer = JSON.stringify({
+    primary_table: 'crm.customers',
+    mappings: [{ target_field: 'email', source_field: 'crm.customers.email', confidence: 0.99 }],
+  });
+
+  it('serves the second discovery from cache, empties it on a source config change, and obeys the cache settings', async () => {
+    const t = await createTenant(server);
+    const name = await workspaceFor(t);
+    await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: t.admin.token,
+      body: { base_url: llmUrl, model: 'test-model', monthly_budget_usd: 100 },
+    });
+    await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'openai' } });
+    const run = async () => {
+      const { events } = await stream(t.admin.token, { target_tables: ['customers'] });
+      const last = events.at(-1);
+      expect(last?.type, JSON.stringify(last)).toBe('completed');
+      return { events, summary: last?.type === 'completed' ? last.summary : null };
+    };
+    try {
+      llmRequests.length = 0;
+      llmQueue.push({ content: answer }, { content: answer }, { content: answer }, { content: answer });
+      const first = await run();
+      expect(first.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+      expect(llmRequests).toHaveLength(1);
+
+      const second = await run();
+      expect(llmRequests).toHaveLength(1);
+      expect(second.summary).toMatchObject({ llm_calls: 0, llm_cached: 1, introspection_cached: true });
+      expect(second.events.find((e) => e.type === 'suggestion' && e.target_field === 'email')).toMatchObject({
+        source_field: 'crm.customers.email',
+        matched_by: 'openai',
+      });
+
+      // Saving the source config empties both caches of the workspace.
+      const saved = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+        token: t.admin.token,
+        body: { source_config: sourceConfig(['crm']) },
+      });
+      expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+      const third = await run();
+      expect(llmRequests).toHaveLength(2);
+      expect(third.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+
+      // Switched off in the organization's cache settings: every run calls and introspects again.
+      const off = await call(server, 'POST', '/api/admin/cache-settings', {
+        token: t.admin.token,
+        body: { caches: { llm_responses: { enabled: false }, introspection: { enabled: false } } },
+      });
+      expect(off.status, JSON.stringify(off.body)).toBe(200);
+      const fourth = await run();
+      expect(llmRequests).toHaveLength(3);
+      expect(fourth.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+    } finally {
+      llmQueue.length = 0;
+      await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
+    }
+  });
+});
+
+describe('openai mode: a hanging endpoint', () => {
+  it('costs one timeout: the rest of the run switches to the offline matcher at once, and the stream says so', async () => {
+    const t = await createTenant(server);
+    await workspaceFor(t);
+    const saved = await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: t.admin.token,
+      body: { base_url: llmUrl, model: 'test-model', timeout_seconds: 1, monthly_budget_usd: 100 },
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'openai' } });
+    try {
+      llmRequests.length = 0;
+      llmQueue.push(
+        { content: '{"mappings": []}', delayMs: 5000 },
+        { content: '{"mappings": []}', delayMs: 5000 },
+      );
+      const started = performance.now();
+      const { events } = await stream(t.admin.token);
+      const took = performance.now() - started;
+      expect(llmRequests).toHaveLength(1);
+      expect(took).toBeLessThan(4000);
+      const fallbacks = events.filter((e) => e.type === 'progress' && e.step === 'llm_fallback');
+      expect(fallbacks).toEqual([
+        expect.objectContaining({
+          table: 'customers',
+          reason: 'llm_error',
+          message: expect.stringMatching(
+            /timed out.*remaining 1 target table\(s\) of this run use the offline matcher/,
+          ),
+        }),
+      ]);
+      expect(events.at(-1)).toMatchObject({ type: 'completed', summary: { llm_calls: 0, llm_fallbacks: 1 } });
+      expect(events.some((e) => e.type === 'suggestion' && e.target_table === 'orders')).toBe(true);
+    } finally {
+      llmQueue.length = 0;
       await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });
     }
   });

@@ -288,11 +288,13 @@ describe('openai mode against a local OpenAI-compatible server', () => {
 });
 
 describe('budget', () => {
-  it('reports the month spend per organization and refuses calls past the budget', async () => {
+  it('reports the month spend per organization and refuses a call whose worst case would cross the budget', async () => {
     const t = await createTenant(server);
     const other = await createTenant(server);
-    // 1500 tokens at $0.5 per 1k = $0.75 a call; a $1 budget allows two calls.
+    // The server reports 1500 tokens at $0.5 per 1k = $0.75 a call. The worst case the check counts is
+    // the prompt (at 3 characters a token) plus max_tokens: with 300 that is well under $1.
     params.monthly_budget_usd = 1;
+    params.max_tokens = 300;
     const org = t.organization.id;
     const before = await budgetStatus(em(), org, params);
     expect(before).toMatchObject({
@@ -303,7 +305,7 @@ describe('budget', () => {
       total_tokens: 0,
     });
 
-    queue.push({ content: goodAnswer }, { content: goodAnswer }, { content: goodAnswer });
+    queue.push({ content: goodAnswer }, { content: goodAnswer });
     expect((await matchTableWithProvider(request, context({}, org))).source).toBe('openai');
     expect(await budgetStatus(em(), org, params)).toMatchObject({
       spent_usd: 0.75,
@@ -311,24 +313,42 @@ describe('budget', () => {
       exceeded: false,
       calls: 1,
     });
-    expect((await matchTableWithProvider(request, context({}, org))).source).toBe('openai');
 
+    // $0.25 left is less than the next call's worst case: refused before anything is sent.
     const refused = await matchTableWithProvider(request, context({}, org));
     expect(refused.source).toBe('offline');
     expect(refused.fallback?.reason).toBe('budget_exceeded');
-    expect(refused.fallback?.message).toMatch(/LLM budget for \d{4}-\d{2} is spent \(\$1\.50 of \$1\.00\)/);
-    expect(requests).toHaveLength(2);
+    expect(refused.fallback?.message).toMatch(
+      /could cost up to \$0\.\d+ \(prompt \+ max_tokens\), more than the \$0\.2500 left .*\(\$0\.75 of \$1\.00\)/,
+    );
+    expect(requests).toHaveLength(1);
     expect(refused.match.fields.find((f) => f.target_field === 'email')?.suggestion?.source_field).toBe(
       'crm_contacts.mail',
     );
+    queue.length = 0;
+    // A huge max_tokens is refused even with most of the budget left.
+    const t2 = await createTenant(server);
+    const wide = await matchTableWithProvider(request, {
+      ...context({}, t2.organization.id),
+      params: { ...params, max_tokens: 200_000 },
+    });
+    expect(wide.fallback?.reason).toBe('budget_exceeded');
+    expect(requests).toHaveLength(1);
+    // Spend reaching the budget reads as spent.
+    queue.push({ content: goodAnswer });
+    params.monthly_budget_usd = 0.75;
+    const spent = await matchTableWithProvider(request, context({}, org));
+    expect(spent.fallback?.message).toMatch(/LLM budget for \d{4}-\d{2} is spent \(\$0\.75 of \$0\.75\)/);
+    queue.length = 0;
+    params.monthly_budget_usd = 1;
 
     const status = await budgetStatus(em(), org, params);
     expect(status).toMatchObject({
-      spent_usd: 1.5,
-      remaining_usd: 0,
-      exceeded: true,
-      calls: 2,
-      total_tokens: 3000,
+      spent_usd: 0.75,
+      remaining_usd: 0.25,
+      exceeded: false,
+      calls: 1,
+      total_tokens: 1500,
       monthly_budget_usd: 1,
     });
     expect(status.period_start.toISOString()).toMatch(/-01T00:00:00.000Z$/);
@@ -338,9 +358,9 @@ describe('budget', () => {
       spent_usd: 0,
       exceeded: false,
     });
-    // A higher budget lets calls through again.
+    // A higher budget leaves more room.
     expect(await budgetStatus(em(), org, { monthly_budget_usd: 5 })).toMatchObject({
-      remaining_usd: 3.5,
+      remaining_usd: 4.25,
       exceeded: false,
     });
   });

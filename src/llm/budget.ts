@@ -24,8 +24,11 @@ export interface UsageRecord {
 
 /** What an LLM call needs from the budget: permission before, a ledger entry after. */
 export interface Meter {
-  /** Throws AppError TOO_MANY_REQUESTS (reason LLM_BUDGET_EXCEEDED) once the month's budget is spent. */
-  check(): Promise<void>;
+  /**
+   * Throws AppError TOO_MANY_REQUESTS (reason LLM_BUDGET_EXCEEDED) when the month's spend plus the
+   * cost of `worstCaseTokens` (prompt + max_tokens) would cross the budget.
+   */
+  check(worstCaseTokens?: number): Promise<void>;
   /** Records the call and returns its cost in USD. */
   record(usage: UsageRecord): Promise<number>;
 }
@@ -68,19 +71,24 @@ export async function budgetStatus(
   };
 }
 
-export function budgetExceededError(status: BudgetStatus): AppError {
+export function budgetExceededError(status: BudgetStatus, worstCaseUsd = 0): AppError {
   const month = status.period_start.toISOString().slice(0, 7);
+  const spent = `$${status.spent_usd.toFixed(2)} of $${status.monthly_budget_usd.toFixed(2)}`;
   return new AppError(
     'TOO_MANY_REQUESTS',
-    `The organization's LLM budget for ${month} is spent ($${status.spent_usd.toFixed(2)} of ` +
-      `$${status.monthly_budget_usd.toFixed(2)}); LLM calls are refused until next month or a higher budget`,
+    status.exceeded
+      ? `The organization's LLM budget for ${month} is spent (${spent}); LLM calls are refused until next month or a higher budget`
+      : `This LLM call could cost up to $${worstCaseUsd.toFixed(4)} (prompt + max_tokens), more than the ` +
+          `$${status.remaining_usd.toFixed(4)} left of the organization's budget for ${month} (${spent}); ` +
+          'it is refused: lower max_tokens or raise the budget',
     { reason: BUDGET_EXCEEDED },
   );
 }
 
 /**
- * The meter of one organization (and optionally workspace) for one purpose. Concurrent calls may
- * each pass the check and overshoot the budget by what they cost; the next check refuses.
+ * The meter of one organization (and optionally workspace) for one purpose. A call passes the check
+ * only when its worst case fits; concurrent calls may each pass and together overshoot by at most
+ * their worst cases; the next check refuses.
  */
 export function createBudgetMeter(
   em: EntityManager,
@@ -89,9 +97,11 @@ export function createBudgetMeter(
   context: { purpose: string; workspaceId?: string | null },
 ): Meter {
   return {
-    async check() {
+    async check(worstCaseTokens = 0) {
       const status = await budgetStatus(em, organizationId, params);
-      if (status.exceeded) throw budgetExceededError(status);
+      const worst = costOf(worstCaseTokens, params);
+      if (status.exceeded || status.spent_usd + worst > status.monthly_budget_usd)
+        throw budgetExceededError(status, worst);
     },
     async record(usage) {
       const total = usage.promptTokens + usage.completionTokens;

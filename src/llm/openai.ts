@@ -9,6 +9,7 @@ import {
   type TargetTable,
 } from './offline-matcher.ts';
 import type { LlmParameters } from './parameters.ts';
+import { isPersonalColumn } from './pii.ts';
 
 /** The answer the model must give: one entry per target field it has an opinion on. */
 export const llmMatchAnswerSchema = z.object({
@@ -34,6 +35,12 @@ export interface MatchPromptInput {
   offline: TableMatch;
   systemPrompt?: string | null;
   successCriteria?: string | null;
+  /**
+   * Workspace setting mask_pii_in_samples (default on): no value of a personal column (see pii.ts)
+   * goes into the prompt, only its name, type, patterns and statistics. Off: up to five sampled
+   * values of every column, each cut to 80 characters.
+   */
+  maskPii?: boolean;
 }
 
 const BASE_INSTRUCTIONS = `You map columns of a source database to the fields of a target table for a data-integration platform.
@@ -42,9 +49,6 @@ Use the column names, types, value patterns and samples. One source column feeds
 Give a confidence between 0 and 1 that a careful data engineer would agree.
 Answer with JSON only, exactly this shape:
 {"primary_table": "<source table the target rows come from>", "mappings": [{"target_field": "...", "source_field": "table.column" | null, "confidence": 0.0, "reason": "..."}]}`;
-
-/** Sample values of columns whose values are personal contact data stay out of the prompt. */
-const WITHHELD_PATTERNS = new Set(['email', 'phone']);
 
 export function buildMatchPrompt(input: MatchPromptInput): { system: string; user: string } {
   const system = [
@@ -60,6 +64,15 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
       f.candidates.slice(0, 3).map((c) => ({ source_field: c.source_field, confidence: c.confidence })),
     ]),
   );
+  // Source columns that the offline matcher puts first for a target field the schema marks as pii.
+  const feedsPii = new Set(
+    input.offline.fields
+      .filter((f) =>
+        input.target.columns.some((c) => c.name === f.target_field && (c as { pii?: boolean }).pii),
+      )
+      .flatMap((f) => f.candidates.slice(0, 3).map((c) => c.source_field)),
+  );
+  const maskPii = input.maskPii ?? true;
   const user = JSON.stringify({
     target_table: {
       name: input.target.name,
@@ -73,7 +86,7 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
     source_tables: input.sources.map((t) => ({
       name: t.name,
       columns: t.columns.map((c) => {
-        const withheld = (c.patterns ?? []).some((p) => WITHHELD_PATTERNS.has(p.pattern) && p.share >= 0.5);
+        const withheld = maskPii && isPersonalColumn(c, feedsPii.has(`${t.name}.${c.name}`));
         return {
           name: c.name,
           type: c.type,
@@ -82,6 +95,7 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
           null_rate: c.nullRate,
           distinct_ratio: c.distinctRatio,
           patterns: c.patterns,
+          personal: withheld || undefined,
           samples: withheld ? undefined : (c.samples ?? []).slice(0, 5).map((v) => v.slice(0, 80)),
         };
       }),
@@ -194,6 +208,18 @@ export interface CompletionResult {
   completionTokens: number;
   /** False when the server reported no usage and the counts are estimated from the text. */
   usageReported: boolean;
+}
+
+/**
+ * The most tokens a call can be billed for: the prompt, counted at three characters a token (fewer
+ * than the usual four, so that dense or non-English text is not underestimated), plus every token
+ * the answer is allowed. The budget refuses a call whose worst case would cross it.
+ */
+export function worstCaseTokens(
+  prompt: { system: string; user: string },
+  params: Pick<LlmParameters, 'max_tokens'>,
+): number {
+  return Math.ceil((prompt.system.length + prompt.user.length) / 3) + params.max_tokens;
 }
 
 /** One chat completion asking for a JSON object. */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import OpenAI from 'openai';
 import { AppError } from '../app-error.ts';
 import { BUDGET_EXCEEDED, type Meter } from './budget.ts';
@@ -8,7 +9,15 @@ import {
   type TableMatch,
   type TargetTable,
 } from './offline-matcher.ts';
-import { buildMatchPrompt, mergeAnswer, parseMatchAnswer, requestCompletion } from './openai.ts';
+import {
+  buildMatchPrompt,
+  mergeAnswer,
+  parseMatchAnswer,
+  requestCompletion,
+  worstCaseTokens,
+  type CompletionResult,
+  type LlmMatchAnswer,
+} from './openai.ts';
 import type { LlmParameters } from './parameters.ts';
 
 export const LLM_MODES = ['offline', 'openai'] as const;
@@ -84,6 +93,13 @@ export interface MatchContext {
   manager?: LlmManager;
   /** Overrides the manager's mode (e.g. when the organization's feature flag disables LLM matching). */
   mode?: LlmMode;
+  /** Workspace setting mask_pii_in_samples: personal columns go out as patterns and statistics only. */
+  maskPii?: boolean;
+  /** Answers to identical requests (cache llm_responses): a hit is neither sent nor metered. */
+  answers?: {
+    get(key: string): Promise<CompletionResult | undefined>;
+    set(key: string, value: CompletionResult): Promise<void>;
+  };
 }
 
 export type FallbackReason = 'budget_exceeded' | 'llm_error' | 'invalid_answer';
@@ -95,6 +111,10 @@ export interface MatchOutcome {
   /** Set when openai mode was asked for and the offline result was used instead: worth an event. */
   fallback: { reason: FallbackReason; message: string } | null;
   usage: { model: string; prompt_tokens: number; completion_tokens: number; cost_usd: number } | null;
+  /** True when the model's answer came from the llm_responses cache. */
+  cached?: boolean;
+  /** `target_field → source_field` of the suggestions the model itself made (empty unless source is openai). */
+  modelPicks: ReadonlyMap<string, string>;
 }
 
 const isAbort = (error: unknown, signal?: AbortSignal) =>
@@ -114,7 +134,8 @@ export async function matchTableWithProvider(
   const manager = ctx.manager ?? llmManager;
   const mode = ctx.mode ?? manager.mode;
   const offline = matchTable(req.target, req.sources, req.options);
-  if (mode === 'offline') return { match: offline, source: 'offline', fallback: null, usage: null };
+  if (mode === 'offline')
+    return { match: offline, source: 'offline', fallback: null, usage: null, modelPicks: new Map() };
 
   const table = req.target.name;
   const fallback = (
@@ -126,15 +147,8 @@ export async function matchTableWithProvider(
     source: 'offline',
     fallback: { reason, message: `${message}; the offline matcher's result is used for ${table}` },
     usage,
+    modelPicks: new Map(),
   });
-
-  try {
-    await ctx.meter.check();
-  } catch (error) {
-    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED)
-      return fallback('budget_exceeded', error.message);
-    throw error;
-  }
 
   const prompt = buildMatchPrompt({
     target: req.target,
@@ -142,7 +156,32 @@ export async function matchTableWithProvider(
     offline,
     systemPrompt: req.systemPrompt,
     successCriteria: req.successCriteria,
+    maskPii: ctx.maskPii ?? true,
   });
+  // Everything that shapes the answer: the same key means the same request to the same model.
+  const cacheKey = createHash('sha256')
+    .update(
+      JSON.stringify([
+        ctx.params.base_url,
+        ctx.params.model,
+        ctx.params.temperature,
+        ctx.params.max_tokens,
+        prompt,
+      ]),
+    )
+    .digest('hex');
+  const hit = await ctx.answers?.get(cacheKey);
+  if (hit) {
+    const parsedHit = parseMatchAnswer(hit.content, req.target, req.sources);
+    if (parsedHit.ok) return { ...answered(offline, parsedHit.answer, req.options, null), cached: true };
+  }
+  try {
+    await ctx.meter.check(worstCaseTokens(prompt, ctx.params));
+  } catch (error) {
+    if (error instanceof AppError && error.details.reason === BUDGET_EXCEEDED)
+      return fallback('budget_exceeded', error.message);
+    throw error;
+  }
   let completion;
   try {
     completion = await requestCompletion(manager.client(ctx.params), ctx.params, prompt, ctx.signal);
@@ -171,7 +210,26 @@ export async function matchTableWithProvider(
   };
   if (!parsed.ok)
     return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
-  return { match: mergeAnswer(offline, parsed.answer, req.options), source: 'openai', fallback: null, usage };
+  await ctx.answers?.set(cacheKey, completion);
+  return answered(offline, parsed.answer, req.options, usage);
+}
+
+function answered(
+  offline: TableMatch,
+  answer: LlmMatchAnswer,
+  options: MatchOptions | undefined,
+  usage: MatchOutcome['usage'],
+): MatchOutcome {
+  const match = mergeAnswer(offline, answer, options);
+  const named = new Map(answer.mappings.map((m) => [m.target_field, m.source_field]));
+  const modelPicks = new Map(
+    match.fields.flatMap((f) =>
+      f.suggestion && named.get(f.target_field) === f.suggestion.source_field
+        ? [[f.target_field, f.suggestion.source_field] as const]
+        : [],
+    ),
+  );
+  return { match, source: 'openai', fallback: null, usage, modelPicks };
 }
 
 /** A short, secret-free description of a failed call. */

@@ -5,9 +5,15 @@ import type { AuthedContext } from './context.ts';
 import { organizationOf } from '../auth/tenancy.ts';
 import { t } from './init.ts';
 import { toTRPCError } from './errors.ts';
+import { checkBodyShape } from './body-rule.ts';
 
 /** Every procedure's errors pass through here: AppError → its status, anything unknown → a bare 500. */
-const translateErrors = t.middleware(async ({ next }) => {
+const translateErrors = t.middleware(async ({ next, path, type, getRawInput }) => {
+  try {
+    checkBodyShape(path, type, await getRawInput());
+  } catch (error) {
+    throw toTRPCError(error);
+  }
   const result = await next();
   if (!result.ok) throw toTRPCError(result.error);
   return result;
@@ -24,7 +30,7 @@ export const publicProcedure = t.procedure.use(translateErrors);
  * (bench/api-overhead.ts), so each guarded procedure has exactly one.
  */
 function guarded(check?: (principal: Principal) => void) {
-  return t.procedure.use(async ({ ctx, meta, next }) => {
+  return t.procedure.use(async ({ ctx, meta, next, path, type, getRawInput }) => {
     let principal: Principal | null;
     try {
       principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx, ctx.bearer) : null;
@@ -34,6 +40,7 @@ function guarded(check?: (principal: Principal) => void) {
           reason: 'PASSWORD_CHANGE_REQUIRED',
         });
       check?.(principal);
+      checkBodyShape(path, type, await getRawInput());
       if (principal.organizationId && !principal.isSuperAdmin) ctx.setTenant(principal.organizationId);
     } catch (error) {
       throw toTRPCError(error);

@@ -1,4 +1,5 @@
 import { router } from './procedures.ts';
+import { registerBodyShapes } from './body-rule.ts';
 import { authRouter } from '../modules/auth/auth.router.ts';
 import { adminRouter } from '../modules/admin/admin.router.ts';
 import { serviceAccountsRouter } from '../modules/service-accounts/service-accounts.router.ts';
@@ -30,5 +31,7 @@ export const appRouter = router({
   monitoring: monitoringRouter,
   alerts: alertsRouter,
 });
+
+registerBodyShapes(appRouter._def.procedures);
 
 export type AppRouter = typeof appRouter;

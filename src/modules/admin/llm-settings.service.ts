@@ -3,7 +3,7 @@ import { AppError } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import type { SecretBox } from '../../auth/secret-box.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { budgetStatus } from '../../llm/budget.ts';
+import { budgetStatus, createBudgetMeter, type Meter } from '../../llm/budget.ts';
 import { DEFAULT_LLM_PARAMETERS, llmParametersSchema, type LlmParameters } from '../../llm/parameters.ts';
 import { LLM_MODES, llmManager, type LlmManager, type LlmMode } from '../../llm/provider.ts';
 import { LlmSettings, type LlmSettingsEntity } from './llm-settings.entity.ts';
@@ -30,6 +30,34 @@ export async function loadLlmParameters(
   const params: LlmParameters = parametersOf(row);
   if (row?.apiKeyEncrypted) params.api_key = secrets.decrypt(row.apiKeyEncrypted);
   return params;
+}
+
+export interface OrganizationLlm {
+  manager: LlmManager;
+  mode: LlmMode;
+  params: LlmParameters;
+  meter: Meter;
+}
+
+/**
+ * The one way an LLM caller gets the organization's configuration: the process mode, the stored
+ * parameters (endpoint, model, key, limits) and a meter on the organization's budget. Every caller
+ * (discovery, hypothesis generation, any later one) goes through here so none can fall back to the
+ * built-in defaults by forgetting to load them.
+ */
+export async function organizationLlm(
+  scope: Pick<CallerScope, 'em' | 'deps' | 'principal'>,
+  context: { purpose: string; workspaceId?: string | null },
+  manager: LlmManager = llmManager,
+): Promise<OrganizationLlm> {
+  const organization = organizationOf(scope.principal);
+  const params = await loadLlmParameters(scope.em, organization, scope.deps.secrets);
+  return {
+    manager,
+    mode: manager.mode,
+    params,
+    meter: createBudgetMeter(scope.em, organization, params, context),
+  };
 }
 
 function view(row: LlmSettingsEntity | null) {

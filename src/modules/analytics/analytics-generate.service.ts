@@ -4,10 +4,10 @@ import { AppError } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled } from '../../features.ts';
-import { BUDGET_EXCEEDED, createBudgetMeter } from '../../llm/budget.ts';
-import { requestCompletion } from '../../llm/openai.ts';
-import { DEFAULT_LLM_PARAMETERS, type LlmParameters } from '../../llm/parameters.ts';
+import { BUDGET_EXCEEDED } from '../../llm/budget.ts';
+import { requestCompletion, worstCaseTokens } from '../../llm/openai.ts';
 import { llmManager, type LlmManager } from '../../llm/provider.ts';
+import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
 import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import { workspaceWarehouse } from '../sources/sources.service.ts';
@@ -252,8 +252,7 @@ interface LlmOutcome {
 }
 
 async function proposeWithLlm(
-  scope: CallerScope,
-  llm: { manager: LlmManager; params: LlmParameters },
+  llm: OrganizationLlm,
   input: {
     context: string;
     count: number;
@@ -262,11 +261,7 @@ async function proposeWithLlm(
     workspaceId: string;
   },
 ): Promise<LlmOutcome> {
-  const meter = createBudgetMeter(scope.em, organizationOf(scope.principal), llm.params, {
-    purpose: 'hypotheses',
-    workspaceId: input.workspaceId,
-  });
-  await meter.check();
+  const meter = llm.meter;
   const prompt = {
     system: LLM_INSTRUCTIONS,
     user: JSON.stringify({
@@ -285,6 +280,7 @@ async function proposeWithLlm(
       })),
     }),
   };
+  await meter.check(worstCaseTokens(prompt, llm.params));
   let completion;
   try {
     completion = await requestCompletion(llm.manager.client(llm.params), llm.params, prompt);
@@ -343,10 +339,8 @@ export interface GenerateInput {
 export async function generateHypotheses(
   scope: CallerScope,
   input: GenerateInput,
-  llm: { manager: LlmManager; params: LlmParameters } = {
-    manager: llmManager,
-    params: DEFAULT_LLM_PARAMETERS,
-  },
+  /** Tests pass their own manager to be in openai mode without switching the process. */
+  manager: LlmManager = llmManager,
 ) {
   const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'target');
   let tables: IntrospectedTable[];
@@ -391,7 +385,7 @@ export async function generateHypotheses(
     accepted.push({ ...proposal, columns: checked.columns, metricKind: checked.metricKind });
   };
 
-  if (llm.manager.mode === 'openai') {
+  if (manager.mode === 'openai') {
     if (!(await isFeatureEnabled(scope, 'llm_hypotheses')))
       fallback = {
         reason: 'feature_disabled',
@@ -399,7 +393,12 @@ export async function generateHypotheses(
       };
     else {
       try {
-        const outcome = await proposeWithLlm(scope, llm, {
+        const llm = await organizationLlm(
+          scope,
+          { purpose: 'hypotheses', workspaceId: workspace.id },
+          manager,
+        );
+        const outcome = await proposeWithLlm(llm, {
           context: input.business_context,
           count: input.count,
           tables,

@@ -84,7 +84,12 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     source_field: z.string().describe('schema.table.column'),
     confidence: z.number(),
     status: z.enum(['suggested', 'confirmed']).describe('confirmed when at or above auto_confirm_threshold'),
-    matched_by: z.enum(['offline', 'openai']),
+    matched_by: z
+      .enum(['offline', 'openai'])
+      .describe('openai only when the model itself named this column for this field'),
+    signals: z
+      .array(z.enum(['name', 'type', 'pattern', 'model']))
+      .describe('What produced the suggestion: name, type and value-pattern evidence, and the model'),
   }),
   z.object({
     type: z.literal('ambiguity'),
@@ -106,6 +111,13 @@ export const discoveryEvent = z.discriminatedUnion('type', [
       ambiguities: z.number().int(),
       llm_calls: z.number().int(),
       llm_fallbacks: z.number().int(),
+      llm_cached: z
+        .number()
+        .int()
+        .describe('Target tables answered from the llm_responses cache (no call, no cost)'),
+      introspection_cached: z
+        .boolean()
+        .describe('The source introspection came from the introspection cache'),
       duration_ms: z.number().int(),
     }),
   }),

@@ -3,21 +3,19 @@ import { AppError } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled } from '../../features.ts';
-import { createBudgetMeter } from '../../llm/budget.ts';
 import {
   matchTable,
   type SourceTable,
   type TableMatch,
   type TargetTable,
 } from '../../llm/offline-matcher.ts';
-import { DEFAULT_LLM_PARAMETERS, type LlmParameters } from '../../llm/parameters.ts';
 import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profile.ts';
 import { llmManager, matchTableWithProvider, type LlmMode, type MatchOutcome } from '../../llm/provider.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
 import { toAppError } from '../../trpc/errors.ts';
 import { findMapping, writeSuggestions } from '../mappings/mappings.service.ts';
-import { loadLlmParameters } from '../admin/llm-settings.service.ts';
+import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
 import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import {
@@ -28,6 +26,8 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { planMapping, tableKey } from './discovery-plan.ts';
 import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
+import type { CompletionResult } from '../../llm/openai.ts';
+import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cache.ts';
 import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
 
 /** How often a running discovery proves it is alive (and learns of a cancel from another process). */
@@ -236,6 +236,8 @@ interface Summary {
   ambiguities: number;
   llm_calls: number;
   llm_fallbacks: number;
+  llm_cached: number;
+  introspection_cached: boolean;
   duration_ms: number;
 }
 
@@ -252,7 +254,6 @@ export async function* discover(
 ): AsyncGenerator<Event, void, unknown> {
   if (input.last_event_id) return yield* resumeDiscovery(scope, input.last_event_id, signal);
   const startedAt = performance.now();
-  const organization = organizationOf(scope.principal);
   const workspace = await currentWorkspace(scope);
   const config = requiredConnectionConfig(scope, workspace, 'source');
   const targets = targetTablesOf(workspace, input.target_tables);
@@ -260,14 +261,14 @@ export async function* discover(
   let mode: LlmMode = llmManager.mode;
   const llmDisabled = mode === 'openai' && !(await isFeatureEnabled(scope, 'llm_matching'));
   if (llmDisabled) mode = 'offline';
-  const params: LlmParameters =
+  const llm: OrganizationLlm | null =
     mode === 'openai'
-      ? await loadLlmParameters(scope.em, organization, scope.deps.secrets)
-      : DEFAULT_LLM_PARAMETERS;
+      ? await organizationLlm(scope, { purpose: 'discovery', workspaceId: workspace.id })
+      : null;
 
   const runId = await acquireRun(scope, workspace, mode);
   const control = new RunControl(scope.deps, runId, signal);
-  const log = new EventLog(scope.deps, runId, organization);
+  const log = new EventLog(scope.deps, runId, organizationOf(scope.principal));
   let seq = 0;
   const event = (draft: Draft): Event => {
     const numbered = { ...draft, seq: ++seq } as Event;
@@ -282,6 +283,8 @@ export async function* discover(
     ambiguities: 0,
     llm_calls: 0,
     llm_fallbacks: 0,
+    llm_cached: 0,
+    introspection_cached: false,
     duration_ms: 0,
   };
   let ended: { status: 'completed' | 'cancelled' | 'failed'; reason: string | null } | null = null;
@@ -327,7 +330,13 @@ export async function* discover(
 
     // 1. Introspect the selected source tables.
     const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:source`);
-    const introspected = await warehouse.introspect(input.tables ? { tables: input.tables } : {});
+    const introspectionKey = `${workspace.id}:${JSON.stringify(input.tables ?? null)}`;
+    const cachedIntrospection = (await introspectionCache.get(scope, introspectionKey)) as
+      Awaited<ReturnType<typeof warehouse.introspect>> | undefined;
+    const introspected =
+      cachedIntrospection ?? (await warehouse.introspect(input.tables ? { tables: input.tables } : {}));
+    if (cachedIntrospection) summary.introspection_cached = true;
+    else await introspectionCache.set(scope, introspectionKey, introspected);
     const tables = introspected.tables.filter((t) => t.columns.length > 0);
     const byKey = new Map(tables.map((t) => [tableKey(t), t]));
     summary.tables = tables.length;
@@ -386,10 +395,6 @@ export async function* discover(
     };
     const systemPrompt = systemPromptOf(workspace);
     const successCriteria = workspace.successCriteriaPrompt ?? null;
-    const meter = createBudgetMeter(scope.em, organization, params, {
-      purpose: 'discovery',
-      workspaceId: workspace.id,
-    });
     for (const [i, target] of targets.entries()) {
       let why = await control.halt(scope.em);
       if (why) return yield* stopped(why);
@@ -399,19 +404,31 @@ export async function* discover(
         table: target.name,
       });
       let outcome: MatchOutcome;
-      if (mode === 'offline') {
+      if (mode === 'offline' || !llm) {
         outcome = {
           match: matchTable(target, sources, options),
           source: 'offline',
           fallback: null,
           usage: null,
+          modelPicks: new Map(),
         };
       } else {
         const narrowed = promptSources(matchTable(target, sources, options), sources);
         try {
           outcome = await matchTableWithProvider(
             { target, sources: narrowed, systemPrompt, successCriteria, options },
-            { params, meter, signal: control.signal, mode },
+            {
+              params: llm.params,
+              meter: llm.meter,
+              signal: control.signal,
+              mode,
+              maskPii: settings.mask_pii_in_samples,
+              answers: {
+                get: async (key) =>
+                  (await llmAnswerCache.get(scope, `${workspace.id}:${key}`)) as CompletionResult | undefined,
+                set: (key, value) => llmAnswerCache.set(scope, `${workspace.id}:${key}`, value),
+              },
+            },
           );
         } catch (error) {
           const stop = control.stopReason;
@@ -419,12 +436,23 @@ export async function* discover(
           throw error;
         }
         if (outcome.usage) summary.llm_calls++;
+        if (outcome.cached) summary.llm_cached++;
         if (outcome.fallback) {
           summary.llm_fallbacks++;
-          yield progress('llm_fallback', outcome.fallback.message, {
-            table: target.name,
-            reason: outcome.fallback.reason,
-          });
+          const rest = targets.length - i - 1;
+          // A failing, hanging or refused endpoint will not do better for the next table: stop asking.
+          const switched = outcome.fallback.reason !== 'invalid_answer' && rest > 0;
+          if (switched) mode = 'offline';
+          yield progress(
+            'llm_fallback',
+            switched
+              ? `${outcome.fallback.message}; the remaining ${rest} target table(s) of this run use the offline matcher without calling the LLM`
+              : outcome.fallback.message,
+            {
+              table: target.name,
+              reason: outcome.fallback.reason,
+            },
+          );
         }
       }
 
@@ -449,7 +477,7 @@ export async function* discover(
           source_field: c.source_field,
           confidence: c.confidence,
           status: c.status,
-          matched_by: outcome.source,
+          ...provenanceOf(outcome, c),
         });
       }
       for (const a of written.ambiguities) {
@@ -499,6 +527,23 @@ export async function* discover(
     );
     await finishRun(scope.deps, runId, ended.status, ended.reason, { ...summary });
   }
+}
+
+/**
+ * Which signals produced a suggestion: the offline evidence that is non-zero, plus the model when it
+ * named this very column for this field. A field the model left alone keeps matched_by offline.
+ */
+function provenanceOf(
+  outcome: MatchOutcome,
+  c: { source_field: string; target_field: string },
+): { matched_by: 'offline' | 'openai'; signals: ('name' | 'type' | 'pattern' | 'model')[] } {
+  const byModel = outcome.modelPicks.get(c.target_field) === c.source_field;
+  const candidate = outcome.match.fields
+    .find((f) => f.target_field === c.target_field)
+    ?.candidates.find((k) => k.source_field === c.source_field);
+  const evidence = candidate?.evidence ?? { name: 0, type: 0, pattern: 0 };
+  const signals = (['name', 'type', 'pattern'] as const).filter((k) => evidence[k] > 0);
+  return { matched_by: byModel ? 'openai' : 'offline', signals: byModel ? [...signals, 'model'] : signals };
 }
 
 interface WrittenTable {

@@ -14,6 +14,7 @@ import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspace
 import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
+import { piiPolicyOf } from '../sources/pii-policy.service.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
 import {
   MATERIALIZE_MAPPING_KIND,
@@ -213,12 +214,17 @@ export async function previewTransformation(
   }
   const warehouse = await sourceWarehouse(scope, workspace);
   const result = await warehouse.readOnlyQuery(sql, { limit: input.limit });
+  const { rows, masked } = (await piiPolicyOf(scope, workspace)).rows(
+    result.columns.map((c) => c.name),
+    result.rows,
+  );
   return {
     table_name: input.table_name,
     target_field: input.target_field ?? null,
     sql,
     columns: result.columns,
-    rows: result.rows,
+    rows,
+    masked_columns: masked,
     row_count: result.row_count,
     truncated: result.truncated,
     duration_ms: result.duration_ms,

@@ -279,6 +279,9 @@ export const previewOutput = z.object({
   sql: z.string(),
   columns: z.array(z.object({ name: z.string(), type: z.string() })),
   rows: z.array(jsonObject),
+  masked_columns: z
+    .array(z.string())
+    .describe('Personal columns whose values show their shape only (mask_pii_in_samples)'),
   row_count: z.number().int(),
   truncated: z.boolean(),
   duration_ms: z.number(),

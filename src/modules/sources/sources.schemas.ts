@@ -106,6 +106,9 @@ export const sampleValuesOutput = z.object({
   table_name: z.string(),
   column_name: z.string(),
   limit: z.number().int(),
+  masked: z
+    .boolean()
+    .describe('True when the column is personal and mask_pii_in_samples is on: values show their shape only'),
   values: z.array(z.object({ value: z.string(), count: z.number().int() })).describe('Most frequent first'),
 });
 

@@ -2,6 +2,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { mysqlSchemas } from '../../warehouse/mysql.ts';
+import { piiPolicyOf } from './pii-policy.service.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedSchema, IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import {
@@ -183,7 +184,7 @@ export async function sampleValues(
   scope: CallerScope,
   input: { table_name: string; column_name: string; limit: number },
 ) {
-  const { config, warehouse } = await workspaceWarehouse(scope, 'source');
+  const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'source');
   const cte = input.table_name.includes('.')
     ? undefined
     : config.ctes?.find((c) => c.name === input.table_name);
@@ -204,7 +205,19 @@ export async function sampleValues(
     const table = await resolveTable(warehouse, config, input.table_name);
     values = await warehouse.sampleValues(table, input.column_name, input.limit);
   }
-  return { table_name: input.table_name, column_name: input.column_name, limit: input.limit, values };
+  const { rows, masked } = (await piiPolicyOf(scope, workspace)).rows(
+    [input.column_name],
+    values.map((v) => ({ [input.column_name]: v.value, count: v.count })),
+  );
+  return {
+    table_name: input.table_name,
+    column_name: input.column_name,
+    limit: input.limit,
+    masked: masked.length > 0,
+    values: masked.length
+      ? rows.map((r) => ({ value: String(r[input.column_name]), count: r.count }))
+      : values,
+  };
 }
 
 export async function executeQuery(scope: CallerScope, input: { sql: string; limit?: number }) {

@@ -33,6 +33,19 @@ export const selectionCache = {
  */
 export const mappingCache = namedCache<unknown>('mappings');
 
+/**
+ * `introspection` (the source tables discovery reads) and `llm_responses` (model answers keyed by the
+ * prompt), keys starting with `<workspace id>:`. Dropped when the source config or the target schema
+ * changes; not on mapping writes, which discovery itself makes.
+ */
+export const introspectionCache = namedCache<unknown>('introspection');
+export const llmAnswerCache = namedCache<unknown>('llm_responses');
+
+export function invalidateSourceCaches(organizationId: string, workspaceId: string): void {
+  introspectionCache.deletePrefix(organizationId, `${workspaceId}:`);
+  llmAnswerCache.deletePrefix(organizationId, `${workspaceId}:`);
+}
+
 export function invalidateWorkspaceCaches(organizationId: string, workspaceId: string): void {
   mappingCache.deletePrefix(organizationId, `${workspaceId}:`);
 }

@@ -14,7 +14,7 @@ import {
   workspaceByName,
 } from './workspaces.service.ts';
 import { replaceTargetSchema } from './workspaces-schema.service.ts';
-import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
+import { invalidateSourceCaches, invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
@@ -118,6 +118,8 @@ export async function saveConfig(
     workspace.schemaTemplate = input.schema_template;
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
+  if (input.source_config !== undefined || input.target_schema !== undefined)
+    invalidateSourceCaches(workspace.organization.id, workspace.id);
   return { ...configView(scope, workspace), stale_connections: stale };
 }
 

@@ -10,7 +10,7 @@ import { warehouses } from '../../warehouse/postgres.ts';
 import { User } from '../users/users.entity.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
-import { invalidateWorkspaceCaches, selectionCache } from './workspaces-cache.ts';
+import { invalidateSourceCaches, invalidateWorkspaceCaches, selectionCache } from './workspaces-cache.ts';
 import {
   Workspace,
   type StoredConnectionConfig,
@@ -384,6 +384,7 @@ export async function saveSourceConfig(scope: CallerScope, input: ConnectionConf
   const workspace = await currentWorkspace(scope);
   workspace.sourceConfig = storeConnectionConfig(scope, input, workspace.sourceConfig);
   await scope.em.flush();
+  invalidateSourceCaches(workspace.organization.id, workspace.id);
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return {
     workspace_name: workspace.name,

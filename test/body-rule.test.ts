@@ -1,0 +1,88 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+
+/*
+ * The body rule across areas: each route takes its documented body; a body wrapped in a parameter
+ * name the route does not document is a 400 that names the field and what was expected, and changes
+ * nothing. A route whose documented body is a wrapper (resolve-ambiguity) takes exactly that.
+ */
+let server: TestServer;
+let tenant: Tenant;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  tenant = await createTenant(server);
+});
+afterAll(async () => server?.close());
+
+const api = (method: string, path: string, body?: unknown) =>
+  call(server, method, path, { token: tenant.admin.token, body });
+
+describe('wrapped bodies', () => {
+  it('admin llm-parameters: {"input_data": {...}} is a 400 saying what was expected, and saves nothing', async () => {
+    const res = await api('POST', '/api/admin/llm-parameters', {
+      input_data: { model: 'llama3', monthly_budget_usd: 1000 },
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('BAD_REQUEST');
+    expect(res.body.issues).toEqual([
+      {
+        path: ['input_data'],
+        message: expect.stringMatching(
+          /"input_data" is not a field of POST \/api\/admin\/llm-parameters; send .*model.*monthly_budget_usd.* at the top level of the body, not wrapped/,
+        ),
+      },
+    ]);
+    const after = await api('GET', '/api/admin/llm-parameters');
+    expect(after.body).toMatchObject({ is_default: true, model: 'gpt-4o-mini', monthly_budget_usd: 20 });
+
+    // The documented, flat shape is taken.
+    const flat = await api('POST', '/api/admin/llm-parameters', {
+      model: 'llama3',
+      monthly_budget_usd: 1000,
+    });
+    expect(flat.status, JSON.stringify(flat.body)).toBe(200);
+    expect(flat.body).toMatchObject({ model: 'llama3', monthly_budget_usd: 1000 });
+  });
+
+  it('the same rule in other areas: cache and feature settings, workspace admin settings', async () => {
+    const cache = await api('POST', '/api/admin/cache-settings', { cache_settings: { enabled: false } });
+    expect(cache.status).toBe(400);
+    expect(cache.body.issues[0].message).toMatch(
+      /"cache_settings" is not a field of POST \/api\/admin\/cache-settings; send caches/,
+    );
+    const features = await api('POST', '/api/admin/feature-settings', { input_data: { features: {} } });
+    expect(features.status).toBe(400);
+    const name = unique('body');
+    expect((await api('POST', '/api/workspaces/create', { name, select: true })).status).toBe(200);
+    const settings = await api('PUT', '/api/workspaces/admin-settings', {
+      settings: { workspace_name: name, sample_size: 50 },
+    });
+    expect(settings.status).toBe(400);
+    // admin-settings answers with a `settings` field, so its own (strict) schema names it instead.
+    expect(settings.body.issues).toEqual([
+      expect.objectContaining({ code: 'unrecognized_keys', keys: ['settings'] }),
+    ]);
+  });
+
+  it('resolve-ambiguity documents its resolve_input wrapper: flat fields are the unknown ones there', async () => {
+    const flat = await api('POST', '/api/mappings/resolve-ambiguity', {
+      table_name: 'people',
+      target_field: 'name',
+      source_field: null,
+    });
+    expect(flat.status).toBe(400);
+    // table_name is also a field of its answer (read-only, tolerated); the others are refused.
+    expect(flat.body.issues.map((i: { path: string[] }) => i.path[0])).toEqual([
+      'target_field',
+      'source_field',
+    ]);
+    expect(flat.body.issues[0].message).toMatch(/send resolve_input at the top level/);
+  });
+
+  it('a caller without credentials still gets 401 first', async () => {
+    const res = await call(server, 'POST', '/api/admin/llm-parameters', { body: { input_data: {} } });
+    expect(res.status).toBe(401);
+  });
+});
