@@ -19,12 +19,14 @@ import {
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
+import { hasUncommittedChanges } from './mappings-merge.ts';
 import {
   MATERIALIZE_MAPPING_KIND,
   findMapping,
   generationInput,
   mappingFilePath,
   materializeKey,
+  mappingChanged,
   requireMapping,
   sourceCatalog,
   sqlFilePath,
@@ -341,7 +343,7 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
     table_name: input.table_name,
     committed_version: commit?.version ?? null,
     version: mapping.version,
-    has_changes: before !== now.sql || changes.length > 0,
+    has_changes: await mappingChanged(scope.em, workspace, mapping),
     sql_diff: sqlDiff,
     data_diff: {
       sample_size: input.limit,
@@ -385,13 +387,7 @@ export async function commitTransformation(
     transformations: mapping.transformations,
     ambiguities: mapping.ambiguities,
   };
-  const {
-    version: _v,
-    committed_version: _c,
-    effective: _e,
-    ...previousDocument
-  } = (previous?.mapping ?? {}) as Record<string, unknown>;
-  if (previous && previous.sql === generated.sql && same(previousDocument, document))
+  if (previous && previous.sql === generated.sql && !hasUncommittedChanges(document, previous.mapping))
     throw new AppError(
       'CONFLICT',
       `Nothing to commit: the mapping of ${input.table_name} is the committed version ${previous.version}`,

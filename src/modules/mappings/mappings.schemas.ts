@@ -86,7 +86,14 @@ export const mappingOutput = z.object({
   ambiguities: z.array(ambiguityOutput),
   version: z.number().int().describe('0 for a table of the schema that has no mapping yet'),
   committed_version: z.number().int().nullable(),
-  has_uncommitted_changes: z.boolean(),
+  decisions: z
+    .array(z.object({ target_field: z.string(), source_field: z.string().nullable() }))
+    .describe(
+      'What a person refused and discovery will not propose again: a removed connection, or source_field null for a field resolved to "no source"',
+    ),
+  has_uncommitted_changes: z
+    .boolean()
+    .describe('The mapping differs from the one its newest commit recorded (or was never committed)'),
   materialization: z
     .object({
       materialized_version: z.number().int().nullable(),

@@ -31,11 +31,17 @@ import type { JobRunView } from '../../jobs/queue.ts';
 import {
   MappingCommit,
   TableMapping,
-  type Ambiguity,
+  type MappingDecision,
   type StoredConnection,
   type StoredTransformation,
   type TableMappingEntity,
 } from './mappings.entity.ts';
+import {
+  hasUncommittedChanges,
+  mergeDiscovery,
+  canonicalMapping,
+  type DiscoveredMapping,
+} from './mappings-merge.ts';
 
 /** The job kind of a table materialization (src/jobs/materialize.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
@@ -225,11 +231,36 @@ export function mappingDocument(mapping: TableMappingEntity) {
   };
 }
 
+/** The mapping the newest commit of a table recorded (null before the first commit). */
+export async function committedMapping(
+  em: EntityManager,
+  workspace: WorkspaceEntity,
+  tableName: string,
+): Promise<Record<string, unknown> | null> {
+  const commit = await em.findOne(
+    MappingCommit,
+    { organization: workspace.organization.id, workspace: workspace.id, tableName },
+    { orderBy: { version: 'desc' }, fields: ['mapping'] },
+  );
+  return commit?.mapping ?? null;
+}
+
+/** The one definition of "changed since the last commit" (view, transformation-diff, drift). */
+export async function mappingChanged(
+  em: EntityManager,
+  workspace: WorkspaceEntity,
+  mapping: TableMappingEntity,
+) {
+  if (mapping.committedVersion == null) return true;
+  return hasUncommittedChanges(mapping, await committedMapping(em, workspace, mapping.tableName));
+}
+
 export async function mappingView(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
   const run = await latestRun(scope, workspace, mapping.tableName);
   return {
     ...mappingDocument(mapping),
-    has_uncommitted_changes: mapping.version !== (mapping.committedVersion ?? 0),
+    decisions: mapping.decisions ?? [],
+    has_uncommitted_changes: await mappingChanged(scope.em, workspace, mapping),
     materialization: {
       materialized_version: mapping.materializedVersion ?? null,
       materialized_at: mapping.materializedAt ?? null,
@@ -250,6 +281,7 @@ function emptyView(tableName: string) {
     ambiguities: [],
     version: 0,
     committed_version: null,
+    decisions: [],
     has_uncommitted_changes: false,
     materialization: { materialized_version: null, materialized_at: null, rows: null, last_run: null },
     created_at: null,
@@ -453,11 +485,27 @@ export async function addConnection(
         (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
       );
       mapping.connections = [...others, stored];
+      mapping.decisions = withoutDecisions(mapping, connection.target_field, sourceField);
       if (connection.status === 'confirmed')
         mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
     },
   );
   return mappingView(scope, workspace, mapping);
+}
+
+/** The mapping's refusals minus "no source" for the field and the refusal of this source for it. */
+function withoutDecisions(mapping: TableMappingEntity, targetField: string, sourceField: string) {
+  return (mapping.decisions ?? []).filter(
+    (d) => !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
+  );
+}
+
+/** Records a person's refusal once; discovery reads it (mergeDiscovery). */
+function withDecision(mapping: TableMappingEntity, decision: MappingDecision) {
+  const others = (mapping.decisions ?? []).filter(
+    (d) => !(d.target_field === decision.target_field && d.source_field === decision.source_field),
+  );
+  return [...others, decision];
 }
 
 /** A source field as written (bare or qualified table) → its stored spelling, if the mapping has it. */
@@ -483,6 +531,12 @@ export async function deleteConnection(
       if (kept.length === mapping.connections.length)
         throw notFound(`Connection ${input.source_field} → ${input.target_field} of ${input.table_name}`);
       mapping.connections = kept;
+      // Removing a connection by hand refuses it: a later discovery does not bring it back.
+      if (input.target_field !== WILDCARD_FIELD)
+        mapping.decisions = withDecision(mapping, {
+          target_field: input.target_field,
+          source_field: sourceField,
+        });
     },
     { create: false },
   );
@@ -894,7 +948,7 @@ export async function resolveAmbiguity(
         const table = splitSourceField(chosen)?.table;
         if (table && Object.keys(mapping.tables).length === 0)
           mapping.tables = { [table]: { relationship: 'primary' } };
-      }
+      } else mapping.decisions = withDecision(mapping, { target_field, source_field: null });
       mapping.ambiguities = mapping.ambiguities.filter((a) => a !== ambiguity);
     },
     { create: false },
@@ -902,25 +956,20 @@ export async function resolveAmbiguity(
   return mappingView(scope, workspace, mapping);
 }
 
-// ---- discovery writes (used by the discovery agent) ----
-
-export interface DiscoveredMapping {
-  tables?: Record<string, MappingTable>;
-  connections: { source_field: string; target_field: string; confidence: number | null }[];
-  ambiguities: Ambiguity[];
-}
+// ---- discovery writes (used by the discovery agent and setup-environment) ----
 
 /**
- * Writes discovery's suggestions into a table's mapping: suggested connections and ambiguities are
- * replaced, confirmed connections and transformations are kept, tables are added where missing. Runs
- * on the given em (the caller's transaction) and leaves the flush to it.
+ * Writes discovery's suggestions into a table's mapping under the person's decisions
+ * (mergeDiscovery). The version moves only when the mapping changed. Runs on the given em (the
+ * caller's transaction) and leaves the flush to it.
  */
 export async function writeSuggestions(
   scope: Scope,
   workspace: WorkspaceEntity,
   tableName: string,
   found: DiscoveredMapping,
-): Promise<TableMappingEntity> {
+  options: { autoConfirm?: number | null } = {},
+) {
   let mapping = await findMapping(scope.em, workspace, tableName);
   if (!mapping)
     mapping = scope.em.create(TableMapping, {
@@ -933,29 +982,17 @@ export async function writeSuggestions(
       ambiguities: [],
       version: 0,
     });
-  const confirmed = mapping.connections.filter((c) => c.status === 'confirmed');
-  const confirmedFields = new Set(confirmed.map((c) => c.target_field));
-  const tables = { ...mapping.tables };
-  for (const [key, relation] of Object.entries(found.tables ?? {})) {
-    if (tables[key]) continue;
-    if (
-      relation.relationship === 'primary' &&
-      Object.values(tables).some((t) => t.relationship === 'primary')
-    )
-      continue;
-    tables[key] = relation;
+  const before = mapping.version === 0 ? null : canonicalMapping(mapping);
+  const merged = mergeDiscovery(mapping, found, options);
+  const changed = before !== canonicalMapping({ ...merged, transformations: mapping.transformations });
+  if (changed) {
+    mapping.tables = merged.tables;
+    mapping.connections = merged.connections;
+    mapping.ambiguities = merged.ambiguities;
+    mapping.version += 1;
+    invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   }
-  mapping.tables = tables;
-  mapping.connections = [
-    ...confirmed,
-    ...found.connections
-      .filter((c) => !confirmedFields.has(c.target_field))
-      .map((c) => ({ ...c, status: 'suggested' as const })),
-  ];
-  mapping.ambiguities = found.ambiguities.filter((a) => !confirmedFields.has(a.target_field));
-  mapping.version += 1;
-  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
-  return mapping;
+  return { mapping, changed, kept: merged.kept };
 }
 
 // ---- clear-all ----
