@@ -20,6 +20,7 @@ import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.servi
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
 import { hasUncommittedChanges } from './mappings-merge.ts';
+import { fanOutProblems, measureFanOut } from './mappings-fanout.ts';
 import {
   MATERIALIZE_MAPPING_KIND,
   findMapping,
@@ -379,6 +380,15 @@ export async function commitTransformation(
     ...(await generateSelectSql(effective.mapping, effective.target)),
     target: effective.target,
   };
+  // A join that gives a primary row several rows is refused unless a person accepted it.
+  const fanOut = fanOutProblems(
+    await measureFanOut(await sourceWarehouse(scope, workspace), input.table_name, mapping.tables),
+  );
+  if (fanOut.length)
+    throw new AppError('UNPROCESSABLE_CONTENT', fanOut.map((p) => p.message).join(' '), {
+      reason: 'FAN_OUT',
+      issues: fanOut,
+    });
   const previous = await newestCommit(scope, workspace, input.table_name);
   const document = {
     table_name: mapping.tableName,

@@ -42,6 +42,8 @@ import {
   canonicalMapping,
   type DiscoveredMapping,
 } from './mappings-merge.ts';
+import type { Warehouse } from '../../warehouse/warehouse.ts';
+import { fanOutProblems, measureFanOut } from './mappings-fanout.ts';
 
 /** The job kind of a table materialization (src/jobs/materialize.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
@@ -93,14 +95,7 @@ export async function sourceCatalog(
     )) as SourceCatalog | undefined;
     if (hit) return hit;
   }
-  const config = connectionConfig(scope, workspace, 'source');
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config); mappings are checked against it`,
-      { reason: 'NO_SOURCE_CONFIG' },
-    );
-  const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:source`);
+  const warehouse = await sourceWarehouseOf(scope, workspace);
   // Every relation of the configured schemas: a mapping may use a table outside the selection.
   const introspected = await warehouse.introspect({ tables: [] });
   const catalog = buildCatalog(introspected.tables);
@@ -366,6 +361,18 @@ async function editMapping<T>(
   return { mapping, workspace, result };
 }
 
+/** The workspace's source database; 409 when none is configured. */
+export async function sourceWarehouseOf(scope: Scope, workspace: WorkspaceEntity): Promise<Warehouse> {
+  const config = connectionConfig(scope, workspace, 'source');
+  if (!config)
+    throw new AppError(
+      'CONFLICT',
+      `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config); mappings are checked against it`,
+      { reason: 'NO_SOURCE_CONFIG' },
+    );
+  return warehouses(scope.deps).open(config, `${workspace.id}:source`);
+}
+
 /** Resolves a table written in an expression (by key or bare name) among the mapping's tables. */
 function mappingTableResolver(keys: string[]) {
   const byName = new Map<string, string>();
@@ -616,6 +623,7 @@ function tablesList(mapping: TableMappingEntity | null) {
     relationship: t.relationship,
     join_type: t.relationship === 'join' ? (t.join_type ?? 'left') : null,
     join_on: t.relationship === 'join' ? (t.join_on ?? null) : null,
+    accept_fan_out: t.relationship === 'join' && t.accept_fan_out === true,
   }));
   return entries.sort(
     (a, b) =>
@@ -644,6 +652,7 @@ export async function setTable(
     relationship: 'primary' | 'join';
     join_type?: string;
     join_on?: string;
+    accept_fan_out?: boolean;
   },
 ) {
   await editMapping(scope, input.table_name, async ({ workspace, mapping }) => {
@@ -666,8 +675,12 @@ export async function setTable(
         throw new AppError('BAD_REQUEST', `Join ON of ${table.key} does not use ${table.key}`);
       entry.join_type = (input.join_type ?? 'left') as JoinType;
       entry.join_on = input.join_on;
-    } else if (input.join_type || input.join_on) {
-      throw new AppError('BAD_REQUEST', 'join_type and join_on apply to a join, not to the primary table');
+      if (input.accept_fan_out) entry.accept_fan_out = true;
+    } else if (input.join_type || input.join_on || input.accept_fan_out !== undefined) {
+      throw new AppError(
+        'BAD_REQUEST',
+        'join_type, join_on and accept_fan_out apply to a join, not to the primary table',
+      );
     }
     const tables = { ...mapping.tables };
     // A table written by its bare name replaces the same table stored under its qualified key.
@@ -796,7 +809,12 @@ export async function validateTables(scope: CallerScope, tableName: string) {
         });
     });
   }
-  return { table_name: tableName, valid: problems.length === 0, problems };
+  // Fan-out only means something for joins that are otherwise sound.
+  const fanOut = problems.length
+    ? []
+    : await measureFanOut(await sourceWarehouseOf(scope, workspace), tableName, tables);
+  problems.push(...fanOutProblems(fanOut));
+  return { table_name: tableName, valid: problems.length === 0, problems, fan_out: fanOut };
 }
 
 // ---- wildcard ----
