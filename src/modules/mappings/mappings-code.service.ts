@@ -2,7 +2,6 @@ import { createTwoFilesPatch } from 'diff';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { warehouses } from '../../warehouse/postgres.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
 import { quoteIdent } from '../../warehouse/postgres.ts';
 import { planMapping, splitSourceField, type TargetTable } from '../../transform/mapping.ts';
@@ -11,11 +10,7 @@ import { generatePythonScript } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
 import { ensureMaterializeJob } from '../../jobs/materialize.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
-import {
-  connectionConfig,
-  currentWorkspace,
-  type WorkspaceEntity,
-} from '../workspaces/workspaces.service.ts';
+import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
@@ -24,15 +19,13 @@ import { fanOutProblems, measureFanOut } from './mappings-fanout.ts';
 import {
   MATERIALIZE_MAPPING_KIND,
   findMapping,
-  generationInput,
-  mappingFilePath,
   materializeKey,
   mappingChanged,
   requireMapping,
-  sourceCatalog,
-  sqlFilePath,
-  targetTableOf,
 } from './mappings.service.ts';
+import { sourceCatalog, sourceWarehouseOf, targetTableOf } from './mappings-catalog.ts';
+import { generationInput } from './mappings-wildcard.ts';
+import { mappingFilePath, sqlFilePath } from './mappings-files.ts';
 
 // ---- generated SQL ----
 
@@ -182,15 +175,6 @@ export async function generateCode(scope: CallerScope, tableName: string) {
 
 // ---- running it on the source ----
 
-async function sourceWarehouse(scope: Scope, workspace: WorkspaceEntity): Promise<Warehouse> {
-  const config = connectionConfig(scope, workspace, 'source');
-  if (!config)
-    throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
-      reason: 'NO_SOURCE_CONFIG',
-    });
-  return warehouses(scope.deps).open(config, `${workspace.id}:source`);
-}
-
 export async function previewTransformation(
   scope: CallerScope,
   input: { table_name: string; target_field?: string; expression?: string; limit: number },
@@ -217,7 +201,7 @@ export async function previewTransformation(
   } else {
     sql = (await workingSql(scope, workspace, mapping)).sql;
   }
-  const warehouse = await sourceWarehouse(scope, workspace);
+  const warehouse = await sourceWarehouseOf(scope, workspace);
   const result = await warehouse.readOnlyQuery(sql, { limit: input.limit });
   return {
     table_name: input.table_name,
@@ -281,7 +265,7 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
   );
   const order = pk.length ? `\nORDER BY ${pk.map(quoteIdent).join(', ')}` : '';
   const sampled = (sql: string) => `SELECT * FROM (\n${sql}\n) AS sampled${order}`;
-  const warehouse = await sourceWarehouse(scope, workspace);
+  const warehouse = await sourceWarehouseOf(scope, workspace);
   const after = await warehouse.readOnlyQuery(sampled(now.sql), { limit: input.limit });
   const previous = commit ? await warehouse.readOnlyQuery(sampled(commit.sql), { limit: input.limit }) : null;
   const [rowsBefore, rowsAfter] = await Promise.all([
@@ -382,7 +366,7 @@ export async function commitTransformation(
   };
   // A join that gives a primary row several rows is refused unless a person accepted it.
   const fanOut = fanOutProblems(
-    await measureFanOut(await sourceWarehouse(scope, workspace), input.table_name, mapping.tables),
+    await measureFanOut(await sourceWarehouseOf(scope, workspace), input.table_name, mapping.tables),
   );
   if (fanOut.length)
     throw new AppError('UNPROCESSABLE_CONTENT', fanOut.map((p) => p.message).join(' '), {

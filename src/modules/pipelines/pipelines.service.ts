@@ -19,7 +19,8 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { TableMapping } from '../mappings/mappings.entity.ts';
-import { latestCommits, mappingChanged } from '../mappings/mappings.service.ts';
+import { mappingChanged } from '../mappings/mappings.service.ts';
+import { latestCommits } from '../mappings/mappings-files.ts';
 import { canonicalJson } from '../mappings/mappings-code.service.ts';
 import { TransformationProject, type ProjectModelInput } from './pipelines.entity.ts';
 import { IdentityGraph } from '../monitoring/monitoring.entity.ts';
