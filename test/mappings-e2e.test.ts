@@ -182,7 +182,24 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(res.body.version).toBe(9);
     expect(res.body.committed_version).toBeNull();
     const valid = await api('POST', '/api/mappings/customer_profiles/tables/validate', {});
-    expect(valid.body).toEqual({ table_name: 'customer_profiles', valid: true, problems: [] });
+    expect(valid.body).toEqual({
+      table_name: 'customer_profiles',
+      valid: true,
+      problems: [],
+      // Each customer has at most one loyalty row: one row per primary row.
+      fan_out: [
+        {
+          source_table: 'shop.loyalty',
+          join_on: 'customers.id = loyalty.customer_id',
+          primary_rows: 4,
+          joined_rows: 4,
+          multiplied_rows: 0,
+          max_rows_per_primary_row: 1,
+          measured: true,
+          accepted: false,
+        },
+      ],
+    });
   });
 
   it('previews the whole table and one field on source rows', async () => {

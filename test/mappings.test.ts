@@ -218,9 +218,16 @@ describe('mapping writes and reads', () => {
   });
 
   it('validates relationships and reports every problem', async () => {
+    // Customer 1 has two orders: the join gives it two rows, measured on the source.
     expect((await api('POST', '/api/mappings/people/tables/validate')).body).toMatchObject({
-      valid: true,
-      problems: [],
+      valid: false,
+      problems: [
+        {
+          path: ['tables', 'shop.orders', 'fan_out'],
+          message: expect.stringContaining('1 of 3 primary rows match more than one row (up to 2)'),
+        },
+      ],
+      fan_out: [{ source_table: 'shop.orders', primary_rows: 3, joined_rows: 4, multiplied_rows: 1 }],
     });
     let res = await api('POST', '/api/mappings/people/tables', {
       body: { source_table: 'shop.odd', relationship: 'join', join_on: 'customers.id = odd.customer_ref' },
@@ -254,9 +261,22 @@ describe('mapping writes and reads', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect((await api('DELETE', '/api/mappings/people/tables/odd')).status).toBe(404);
     res = await api('POST', '/api/mappings/people/tables', {
+      body: {
+        source_table: 'orders',
+        relationship: 'join',
+        join_on: 'customers.id = orders.customer_id',
+        accept_fan_out: true,
+      },
+    });
+    expect((await api('POST', '/api/mappings/people/tables/validate')).body).toMatchObject({
+      valid: true,
+      fan_out: [{ source_table: 'shop.orders', joined_rows: 4, accepted: true }],
+    });
+    // Set again without accept_fan_out: the refusal is back (the default is not accepted).
+    res = await api('POST', '/api/mappings/people/tables', {
       body: { source_table: 'orders', relationship: 'join', join_on: 'customers.id = orders.customer_id' },
     });
-    expect((await api('POST', '/api/mappings/people/tables/validate')).body.valid).toBe(true);
+    expect((await api('POST', '/api/mappings/people/tables/validate')).body.valid).toBe(false);
   });
 
   it('creates, updates and deletes connections, naming unknown fields', async () => {
@@ -533,6 +553,19 @@ describe('mapping writes and reads', () => {
     ).toBe(400);
 
     expect((await api('POST', '/api/mappings/people/commit-transformation', { body: {} })).status).toBe(400);
+    // One row per order is what this mapping wants: the fan-out is refused until accepted.
+    res = await api('POST', '/api/mappings/people/commit-transformation', { body: { message: 'people v1' } });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/the joined result has 4 rows instead of 3/);
+    res = await api('POST', '/api/mappings/people/tables', {
+      body: {
+        source_table: 'orders',
+        relationship: 'join',
+        join_on: 'customers.id = orders.customer_id',
+        accept_fan_out: true,
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
     res = await api('POST', '/api/mappings/people/commit-transformation', { body: { message: 'people v1' } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const list = await api('GET', '/api/mappings');

@@ -3,14 +3,15 @@ import { pipeline } from 'node:stream/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../app-error.ts';
 import type { AppDeps } from '../deps.ts';
-import type { JobContext } from './queue.ts';
+import { PermanentJobError, type JobContext } from './queue.ts';
 import { quoteIdent, qualified, warehouses } from '../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../warehouse/config.ts';
 import type { TableRef, Warehouse } from '../warehouse/warehouse.ts';
-import { materializeSql } from '../transform/sql.ts';
+import { materializeSql, sourceTableSql } from '../transform/sql.ts';
+import { parseTableKey, type MappingTable } from '../transform/mapping.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
-import { connectionConfig } from '../modules/workspaces/workspaces.service.ts';
+import { requiredConnectionConfig } from '../modules/workspaces/workspaces.service.ts';
 import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
 import { MATERIALIZE_MAPPING_KIND } from '../modules/mappings/mappings.service.ts';
 import { enqueueMonitoringRun } from './monitoring-run.ts';
@@ -32,6 +33,45 @@ const COPY_BATCH_ROWS = 2000;
  */
 const COPY_CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_MS = 500;
+
+/** SQLSTATE classes and driver reasons that a later attempt can get past. */
+const TRANSIENT_REASON =
+  /^(08|40|53|57|58|ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|CONNECTION_|STATEMENT_TIMEOUT)/;
+/** SQLSTATE classes that repeat on every attempt: data, integrity, syntax or missing objects, privileges. */
+const DETERMINISTIC_REASON = /^(21|22|23|25|2B|2F|42|44|0A|P0)/;
+
+/**
+ * Whether retrying can help. Unknown failures are retried (they may be transient); our own refusals
+ * (plain errors: no source configured, rows multiplied) and the deterministic SQLSTATEs are not.
+ */
+export function isDeterministicFailure(error: unknown): boolean {
+  if (error instanceof PermanentJobError) return true;
+  const reason =
+    error instanceof AppError
+      ? String(error.details.reason ?? '')
+      : String((error as { code?: unknown } | null)?.code ?? '');
+  if (TRANSIENT_REASON.test(reason)) return false;
+  if (DETERMINISTIC_REASON.test(reason)) return true;
+  if (error instanceof AppError) return error.code === 'BAD_REQUEST';
+  return error instanceof Error && !reason;
+}
+
+/**
+ * A target without a primary key does not refuse duplicated rows: the load must not give a primary
+ * row several rows unless a person accepted the fan-out of a join.
+ */
+async function checkRowCount(source: Warehouse, tables: Record<string, MappingTable>, rows: number) {
+  const entries = Object.entries(tables);
+  const primary = entries.find(([, t]) => t.relationship === 'primary')?.[0];
+  const joins = entries.filter(([, t]) => t.relationship === 'join');
+  if (!primary || joins.length === 0 || joins.some(([, t]) => t.accept_fan_out)) return;
+  const [row] = await source.aggregate(`SELECT count(*) AS n FROM ${sourceTableSql(parseTableKey(primary))}`);
+  const primaryRows = Number(row.n);
+  if (rows > primaryRows)
+    throw new PermanentJobError(
+      `The load produced ${rows} rows from ${primaryRows} rows of the primary table ${primary}: a join gives some primary rows several rows, and the target has no primary key to refuse them. Join on a unique key, aggregate, or accept the fan-out on the table (accept_fan_out).`,
+    );
+}
 
 /** Same server, database and login: the SELECT can run inside the target database itself. */
 export function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean {
@@ -136,10 +176,9 @@ export async function materializeMapping(
   });
   if (!commit) return { skipped: 'the mappings were cleared' };
   const scope = { em, deps };
-  const sourceConfig = mappedSourceConfig(scope, workspace);
-  const targetConfig = connectionConfig(scope, workspace, 'target');
-  if (!sourceConfig) throw new Error(`Workspace ${workspace.name} has no source database configured`);
-  if (!targetConfig) throw new Error(`Workspace ${workspace.name} has no target warehouse configured`);
+  const sourceConfig =
+    mappedSourceConfig(scope, workspace) ?? requiredConnectionConfig(scope, workspace, 'source');
+  const targetConfig = requiredConnectionConfig(scope, workspace, 'target');
 
   const target: TableRef = { schema: targetConfig.schemas[0], name: commit.tableName };
   const targetWarehouse = await warehouses(deps).open(targetConfig, `${workspace.id}:target`);
@@ -149,6 +188,8 @@ export async function materializeMapping(
     commit.targetTable as unknown as SchemaDocument['tables'][number],
   );
   const mode = sameDatabase(sourceConfig, targetConfig) ? 'insert_select' : 'streamed_copy';
+  const targetTable = commit.targetTable as { primary_key?: string[] | null };
+  const keyless = !targetTable.primary_key?.length;
   const plan = materializeSql({
     target,
     columns: commit.columns.map((c) => c.name),
@@ -179,6 +220,12 @@ export async function materializeMapping(
         context,
       );
     }
+    if (keyless)
+      await checkRowCount(
+        await warehouses(deps).open(sourceConfig, `${workspace.id}:source`),
+        (commit.mapping as { tables?: Record<string, MappingTable> }).tables ?? {},
+        rows,
+      );
     await context.progress({ phase: 'swapping', mode, rows_written: rows });
     try {
       await run(plan.swap);
@@ -237,7 +284,13 @@ export function ensureMaterializeJob(deps: AppDeps): Promise<void> {
   if (!ready) {
     ready = deps.jobs.register<MaterializeMappingPayload>(
       MATERIALIZE_MAPPING_KIND,
-      (payload, context) => materializeMapping(deps, payload, context),
+      (payload, context) =>
+        materializeMapping(deps, payload, context).catch((error: unknown) => {
+          if (error instanceof PermanentJobError || !isDeterministicFailure(error)) throw error;
+          throw new PermanentJobError(error instanceof Error ? error.message : String(error), {
+            cause: error,
+          });
+        }),
       { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
     );
     registered.set(deps, ready);

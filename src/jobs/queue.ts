@@ -120,6 +120,17 @@ export interface JobQueue {
   stop(): Promise<void>;
 }
 
+/**
+ * A failure that would repeat on every attempt (invalid SQL, a duplicate key, a missing table):
+ * the run fails at once with this message instead of being retried.
+ */
+export class PermanentJobError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PermanentJobError';
+  }
+}
+
 export class JobCancelledError extends Error {
   constructor(runId: string) {
     super(`Run ${runId} was cancelled`);
@@ -297,13 +308,18 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     } catch (error) {
       if (error instanceof JobCancelledError) return null;
       const message = errorMessage(error);
+      // A failure that would repeat (bad SQL, a duplicate key) ends the run now: no retry.
+      const permanent = error instanceof PermanentJobError;
+      const final = flight.final || permanent;
       // With retries left the run waits for the next attempt (still active: the singleton holds).
       await sql(
         `update job_runs set status = ?, error = ?, finished_at = case when ? then now() end, updated_at = now()
          where id = ? and status = 'running' and retry_count = ?`,
-        [flight.final ? 'failed' : 'queued', message, flight.final, runId, attempt],
+        [final ? 'failed' : 'queued', message, final, runId, attempt],
       );
       logger.warn({ runId, kind, attempt: context.attempt, err: error }, 'job run attempt failed');
+      // Completing the pg-boss job (instead of failing it) is what stops its retries.
+      if (permanent) return null;
       throw error;
     } finally {
       clearInterval(heartbeat);

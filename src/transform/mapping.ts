@@ -24,6 +24,8 @@ export interface MappingTable {
   join_type?: JoinType | null;
   /** A boolean SQL expression over the mapping's tables, e.g. `customers.id = orders.customer_id`. */
   join_on?: string | null;
+  /** A person accepted that this join gives some primary rows more than one row. */
+  accept_fan_out?: boolean | null;
 }
 
 export interface MappingConnection {

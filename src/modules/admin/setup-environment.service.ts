@@ -142,7 +142,7 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
       for (const target of template.tables as unknown as TargetTable[]) {
         const plan = planMapping(matchTable(target, snapshot.sources, options), snapshot.byKey);
         if (plan.connections.length === 0 && plan.ambiguities.length === 0) continue;
-        mappings.push(await writeSuggestions(tx, workspace, target.name, plan));
+        mappings.push((await writeSuggestions(tx, workspace, target.name, plan)).mapping);
       }
       const summary = {
         tables: snapshot.sources.length,

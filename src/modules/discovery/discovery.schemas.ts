@@ -100,6 +100,17 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     reason: z.string(),
   }),
   z.object({
+    type: z.literal('kept'),
+    seq,
+    target_table: z.string(),
+    target_field: z.string(),
+    source_field: z.string().nullable().describe('rejected: the source a person removed'),
+    decision: z
+      .enum(['confirmed', 'transformation', 'no_source', 'rejected'])
+      .describe('The decision of a person that discovery left as it was instead of its own proposal'),
+    reason: z.string(),
+  }),
+  z.object({
     type: z.literal('completed'),
     seq,
     run_id: z.string(),

@@ -16,6 +16,7 @@ import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
 import { toAppError } from '../../trpc/errors.ts';
 import { findMapping, writeSuggestions } from '../mappings/mappings.service.ts';
 import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
+import type { KeptDecision } from '../mappings/mappings-merge.ts';
 import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import {
@@ -493,9 +494,11 @@ export async function* discover(
           reason: a.reason ?? 'Several source columns fit about equally well',
         });
       }
+      for (const k of written.kept)
+        yield event({ type: 'kept', target_table: target.name, ...k, reason: keptReason(k) });
       yield progress(
         'written',
-        `${target.name}: ${written.connections.length} suggestions, ${written.ambiguities.length} ambiguities`,
+        `${target.name}: ${written.connections.length} suggestions, ${written.ambiguities.length} ambiguities, ${written.kept.length} decisions kept; ${written.changed ? `now version ${written.version}` : `unchanged at version ${written.version}`}`,
         { done: i + 1, total: targets.length, table: target.name },
       );
     }
@@ -546,7 +549,24 @@ function provenanceOf(
   return { matched_by: byModel ? 'openai' : 'offline', signals: byModel ? [...signals, 'model'] : signals };
 }
 
+function keptReason(k: KeptDecision): string {
+  switch (k.decision) {
+    case 'confirmed':
+      return `A person confirmed the source of ${k.target_field}`;
+    case 'transformation':
+      return `${k.target_field} has a hand-written transformation`;
+    case 'no_source':
+      return `A person decided ${k.target_field} has no source`;
+    case 'rejected':
+      return `A person removed ${k.source_field} → ${k.target_field}`;
+  }
+}
+
 interface WrittenTable {
+  /** False when the run found what the mapping already says: its version stays. */
+  changed: boolean;
+  version: number;
+  kept: KeptDecision[];
   connections: {
     source_field: string;
     target_field: string;
@@ -582,15 +602,13 @@ async function writeTable(
     const confirmedBefore = new Set(
       (existing?.connections ?? []).filter((c) => c.status === 'confirmed').map((c) => c.target_field),
     );
-    const mapping = await writeSuggestions(tx, workspace, target.name, plan);
-    const ambiguous = new Set(mapping.ambiguities.map((a) => a.target_field));
-    if (autoConfirm !== null)
-      mapping.connections = mapping.connections.map((c) =>
-        c.status === 'suggested' && (c.confidence ?? 0) >= autoConfirm && !ambiguous.has(c.target_field)
-          ? { ...c, status: 'confirmed' as const }
-          : c,
-      );
+    const { mapping, changed, kept } = await writeSuggestions(tx, workspace, target.name, plan, {
+      autoConfirm,
+    });
     return {
+      changed,
+      version: mapping.version,
+      kept,
       connections: mapping.connections
         .filter((c) => !confirmedBefore.has(c.target_field))
         .map((c) => ({

@@ -2,7 +2,6 @@ import { createTwoFilesPatch } from 'diff';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { warehouses } from '../../warehouse/postgres.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
 import { quoteIdent } from '../../warehouse/postgres.ts';
 import { planMapping, splitSourceField, type TargetTable } from '../../transform/mapping.ts';
@@ -16,18 +15,18 @@ import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.servi
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { piiPolicyOf } from '../sources/pii-policy.service.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
+import { hasUncommittedChanges } from './mappings-merge.ts';
+import { fanOutProblems, measureFanOut } from './mappings-fanout.ts';
 import {
   MATERIALIZE_MAPPING_KIND,
   findMapping,
-  generationInput,
-  mappingFilePath,
   materializeKey,
+  mappingChanged,
   requireMapping,
-  sourceCatalog,
-  sqlFilePath,
-  targetTableOf,
 } from './mappings.service.ts';
-import { mappedSourceConfig } from '../sources/source-copy.ts';
+import { sourceCatalog, sourceWarehouseOf, targetTableOf } from './mappings-catalog.ts';
+import { generationInput } from './mappings-wildcard.ts';
+import { mappingFilePath, sqlFilePath } from './mappings-files.ts';
 
 // ---- generated SQL ----
 
@@ -177,15 +176,6 @@ export async function generateCode(scope: CallerScope, tableName: string) {
 
 // ---- running it on the source ----
 
-async function sourceWarehouse(scope: Scope, workspace: WorkspaceEntity): Promise<Warehouse> {
-  const config = mappedSourceConfig(scope, workspace);
-  if (!config)
-    throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
-      reason: 'NO_SOURCE_CONFIG',
-    });
-  return warehouses(scope.deps).open(config, `${workspace.id}:source`);
-}
-
 export async function previewTransformation(
   scope: CallerScope,
   input: { table_name: string; target_field?: string; expression?: string; limit: number },
@@ -212,7 +202,7 @@ export async function previewTransformation(
   } else {
     sql = (await workingSql(scope, workspace, mapping)).sql;
   }
-  const warehouse = await sourceWarehouse(scope, workspace);
+  const warehouse = await sourceWarehouseOf(scope, workspace);
   const result = await warehouse.readOnlyQuery(sql, { limit: input.limit });
   const { rows, masked } = (await piiPolicyOf(scope, workspace)).rows(
     result.columns.map((c) => c.name),
@@ -281,7 +271,7 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
   );
   const order = pk.length ? `\nORDER BY ${pk.map(quoteIdent).join(', ')}` : '';
   const sampled = (sql: string) => `SELECT * FROM (\n${sql}\n) AS sampled${order}`;
-  const warehouse = await sourceWarehouse(scope, workspace);
+  const warehouse = await sourceWarehouseOf(scope, workspace);
   const after = await warehouse.readOnlyQuery(sampled(now.sql), { limit: input.limit });
   const previous = commit ? await warehouse.readOnlyQuery(sampled(commit.sql), { limit: input.limit }) : null;
   const [rowsBefore, rowsAfter] = await Promise.all([
@@ -344,7 +334,7 @@ export async function transformationDiff(scope: CallerScope, input: { table_name
     table_name: input.table_name,
     committed_version: commit?.version ?? null,
     version: mapping.version,
-    has_changes: before !== now.sql || changes.length > 0,
+    has_changes: await mappingChanged(scope.em, workspace, mapping),
     sql_diff: sqlDiff,
     data_diff: {
       sample_size: input.limit,
@@ -380,6 +370,15 @@ export async function commitTransformation(
     ...(await generateSelectSql(effective.mapping, effective.target)),
     target: effective.target,
   };
+  // A join that gives a primary row several rows is refused unless a person accepted it.
+  const fanOut = fanOutProblems(
+    await measureFanOut(await sourceWarehouseOf(scope, workspace), input.table_name, mapping.tables),
+  );
+  if (fanOut.length)
+    throw new AppError('UNPROCESSABLE_CONTENT', fanOut.map((p) => p.message).join(' '), {
+      reason: 'FAN_OUT',
+      issues: fanOut,
+    });
   const previous = await newestCommit(scope, workspace, input.table_name);
   const document = {
     table_name: mapping.tableName,
@@ -388,13 +387,7 @@ export async function commitTransformation(
     transformations: mapping.transformations,
     ambiguities: mapping.ambiguities,
   };
-  const {
-    version: _v,
-    committed_version: _c,
-    effective: _e,
-    ...previousDocument
-  } = (previous?.mapping ?? {}) as Record<string, unknown>;
-  if (previous && previous.sql === generated.sql && same(previousDocument, document))
+  if (previous && previous.sql === generated.sql && !hasUncommittedChanges(document, previous.mapping))
     throw new AppError(
       'CONFLICT',
       `Nothing to commit: the mapping of ${input.table_name} is the committed version ${previous.version}`,

@@ -18,6 +18,15 @@ export interface StoredTransformation extends MappingTransformation {
   stale?: string | null;
 }
 
+/**
+ * A person's refusal that discovery must respect: `source_field` null means the target field has
+ * no source at all (an ambiguity resolved to "none"); otherwise that one source was refused.
+ */
+export interface MappingDecision {
+  target_field: string;
+  source_field: string | null;
+}
+
 export interface AmbiguityCandidate {
   source_field: string;
   confidence: number | null;
@@ -46,6 +55,7 @@ export const TableMapping = defineEntity({
     connections: p.json<StoredConnection[]>(),
     transformations: p.json<Record<string, StoredTransformation>>(),
     ambiguities: p.json<Ambiguity[]>(),
+    decisions: p.json<MappingDecision[]>().nullable(),
     version: p.integer().default(1),
     committedVersion: p.integer().nullable(),
     materializedVersion: p.integer().nullable(),

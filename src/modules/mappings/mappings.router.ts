@@ -3,6 +3,10 @@ import { rest } from '../../trpc/openapi-meta.ts';
 import * as s from './mappings.schemas.ts';
 import * as mappings from './mappings.service.ts';
 import * as code from './mappings-code.service.ts';
+import * as tables from './mappings-tables.service.ts';
+import * as wildcard from './mappings-wildcard.ts';
+// Registers the mappings' part of the workspace files, facts and schema reconciliation.
+import './mappings-files.ts';
 
 const tag = 'mappings';
 const read = permissionProcedure('workspace.read');
@@ -95,7 +99,7 @@ export const mappingsRouter = router({
     .meta(rest('GET', `${base}/{table_name}/tables`, 'All table relationships of a mapping', tag))
     .input(s.tableNameParam)
     .output(s.tablesOutput)
-    .query(({ ctx, input }) => mappings.getTables(ctx, input.table_name)),
+    .query(({ ctx, input }) => tables.getTables(ctx, input.table_name)),
 
   setTable: write
     .meta(
@@ -108,7 +112,7 @@ export const mappingsRouter = router({
     )
     .input(s.tableInput)
     .output(s.tablesOutput)
-    .mutation(({ ctx, input }) => mappings.setTable(ctx, input)),
+    .mutation(({ ctx, input }) => tables.setTable(ctx, input)),
 
   validateTables: write
     .meta(
@@ -121,7 +125,7 @@ export const mappingsRouter = router({
     )
     .input(s.tableNameParam)
     .output(s.validateOutput)
-    .mutation(({ ctx, input }) => mappings.validateTables(ctx, input.table_name)),
+    .mutation(({ ctx, input }) => tables.validateTables(ctx, input.table_name)),
 
   removeTable: write
     .meta(
@@ -134,7 +138,7 @@ export const mappingsRouter = router({
     )
     .input(s.sourceTableParam)
     .output(s.removeTableOutput)
-    .mutation(({ ctx, input }) => mappings.removeTable(ctx, input)),
+    .mutation(({ ctx, input }) => tables.removeTable(ctx, input)),
 
   wildcardEffective: read
     .meta(
@@ -147,7 +151,7 @@ export const mappingsRouter = router({
     )
     .input(s.tableNameParam)
     .output(s.wildcardOutput)
-    .query(({ ctx, input }) => mappings.effectiveWildcard(ctx, input.table_name)),
+    .query(({ ctx, input }) => wildcard.effectiveWildcard(ctx, input.table_name)),
 
   generateCode: write
     .meta(

@@ -37,6 +37,7 @@ const tableRelation = z.object({
     .nullable()
     .optional(),
   join_on: z.string().nullable().optional(),
+  accept_fan_out: z.boolean().nullable().optional(),
 });
 
 export const connectionOutput = z.object({
@@ -86,7 +87,14 @@ export const mappingOutput = z.object({
   ambiguities: z.array(ambiguityOutput),
   version: z.number().int().describe('0 for a table of the schema that has no mapping yet'),
   committed_version: z.number().int().nullable(),
-  has_uncommitted_changes: z.boolean(),
+  decisions: z
+    .array(z.object({ target_field: z.string(), source_field: z.string().nullable() }))
+    .describe(
+      'What a person refused and discovery will not propose again: a removed connection, or source_field null for a field resolved to "no source"',
+    ),
+  has_uncommitted_changes: z
+    .boolean()
+    .describe('The mapping differs from the one its newest commit recorded (or was never committed)'),
   materialization: z
     .object({
       materialized_version: z.number().int().nullable(),
@@ -129,6 +137,7 @@ export const tablesOutput = z.object({
       relationship: z.enum(['primary', 'join']),
       join_type: z.string().nullable(),
       join_on: z.string().nullable(),
+      accept_fan_out: z.boolean(),
     }),
   ),
 });
@@ -143,6 +152,12 @@ export const tableInput = tableNameParam.extend({
   join_on: expression
     .optional()
     .describe('For a join: a boolean SQL expression, e.g. customers.id = orders.customer_id'),
+  accept_fan_out: z
+    .boolean()
+    .optional()
+    .describe(
+      'For a join: accept that it gives some primary rows more than one row (validate and commit refuse such a join otherwise)',
+    ),
 });
 
 export const problem = z.object({ path: z.array(z.union([z.string(), z.number()])), message: z.string() });
@@ -151,6 +166,22 @@ export const validateOutput = z.object({
   table_name: z.string(),
   valid: z.boolean(),
   problems: z.array(problem),
+  fan_out: z
+    .array(
+      z.object({
+        source_table: z.string(),
+        join_on: z.string(),
+        primary_rows: z.number().int().nullable(),
+        joined_rows: z.number().int().nullable(),
+        multiplied_rows: z.number().int().nullable(),
+        max_rows_per_primary_row: z.number().int().nullable(),
+        measured: z.boolean(),
+        accepted: z.boolean(),
+      }),
+    )
+    .describe(
+      'Rows per primary row of each join, counted exactly on the source (LEFT joined, in order); measured false when the count ran past the statement timeout',
+    ),
 });
 
 export const sourceTableParam = tableNameParam.extend({ source_table: sourceTable });

@@ -1,156 +1,39 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError, notFound, type AppErrorIssue } from '../../app-error.ts';
+import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { warehouses } from '../../warehouse/postgres.ts';
-import { portableFamily } from '../../warehouse/types.ts';
-import {
-  parseExpression,
-  parseTableKey,
-  planMapping,
-  splitSourceField,
-  type ExpressionNode,
-  type JoinType,
-  type Mapping,
-  type MappingTable,
-  type TargetTable,
-} from '../../transform/mapping.ts';
-import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
+import { splitSourceField, type TargetTable } from '../../transform/mapping.ts';
+import { invalidateWorkspaceCaches } from '../workspaces/workspaces-cache.ts';
 import { currentWorkspace, targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
-import {
-  registerWorkspaceExtension,
-  type StaleConnection,
-  type WorkspaceFile,
-} from '../workspaces/workspace-extensions.ts';
 import type { JobRunView } from '../../jobs/queue.ts';
 import {
   MappingCommit,
   TableMapping,
-  type Ambiguity,
+  type MappingDecision,
   type StoredConnection,
   type StoredTransformation,
   type TableMappingEntity,
 } from './mappings.entity.ts';
-import { mappedSourceConfig } from '../sources/source-copy.ts';
+import {
+  hasUncommittedChanges,
+  mergeDiscovery,
+  canonicalMapping,
+  type DiscoveredMapping,
+} from './mappings-merge.ts';
+import {
+  checkExpression,
+  mappingTableResolver,
+  resolveSourceTable,
+  sourceCatalog,
+  targetColumn,
+  targetTableOf,
+} from './mappings-catalog.ts';
 
 /** The job kind of a table materialization (src/jobs/materialize.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
 
 /** `table.*` → `*`: every target column filled from the column of the same name. */
 export const WILDCARD_FIELD = '*';
-
-// ---- the source catalog ----
-
-export interface CatalogTable {
-  key: string;
-  schema: string;
-  name: string;
-  columns: Map<string, string>;
-}
-
-export interface SourceCatalog {
-  tables: CatalogTable[];
-  byKey: Map<string, CatalogTable>;
-}
-
-const CATALOG_KEY = 'source-catalog';
-
-function buildCatalog(tables: { schema: string; name: string; columns: { name: string; type: string }[] }[]) {
-  const list = tables.map((t) => ({
-    key: `${t.schema}.${t.name}`,
-    schema: t.schema,
-    name: t.name,
-    columns: new Map(t.columns.map((c) => [c.name, c.type])),
-  }));
-  return { tables: list, byKey: new Map(list.map((t) => [t.key, t])) };
-}
-
-/**
- * The source database's relations and columns, what every mapping write is checked against. Cached
- * briefly per workspace (config changes invalidate it); `refresh` re-reads it, so a column created a
- * moment ago is found before a write is refused.
- */
-export async function sourceCatalog(
-  scope: Scope,
-  workspace: WorkspaceEntity,
-  options: { refresh?: boolean } = {},
-): Promise<SourceCatalog> {
-  const org = workspace.organization.id;
-  if (!options.refresh) {
-    const hit = (await mappingCache.get(
-      { em: scope.em, organizationId: org },
-      `${workspace.id}:${CATALOG_KEY}`,
-    )) as SourceCatalog | undefined;
-    if (hit) return hit;
-  }
-  const config = mappedSourceConfig(scope, workspace);
-  if (!config)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no source database configured (POST /api/workspaces/source-config); mappings are checked against it`,
-      { reason: 'NO_SOURCE_CONFIG' },
-    );
-  const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:source`);
-  // Every relation of the configured schemas: a mapping may use a table outside the selection.
-  const introspected = await warehouse.introspect({ tables: [] });
-  const catalog = buildCatalog(introspected.tables);
-  await mappingCache.set({ em: scope.em, organizationId: org }, `${workspace.id}:${CATALOG_KEY}`, catalog);
-  return catalog;
-}
-
-/** `customers` or `shop.customers` → the catalog table; null when the source has none (or several). */
-function findSourceTable(catalog: SourceCatalog, written: string): CatalogTable | 'ambiguous' | null {
-  const exact = catalog.byKey.get(written);
-  if (exact) return exact;
-  if (written.includes('.')) return null;
-  const matches = catalog.tables.filter((t) => t.name === written);
-  if (matches.length > 1) return 'ambiguous';
-  return matches[0] ?? null;
-}
-
-/** The canonical key (`schema.table`) of a source table, refreshing the catalog once before refusing. */
-async function resolveSourceTable(
-  scope: Scope,
-  workspace: WorkspaceEntity,
-  written: string,
-  catalog: SourceCatalog,
-): Promise<{ table: CatalogTable; catalog: SourceCatalog }> {
-  let found = findSourceTable(catalog, written);
-  if (!found) {
-    catalog = await sourceCatalog(scope, workspace, { refresh: true });
-    found = findSourceTable(catalog, written);
-  }
-  if (found === 'ambiguous')
-    throw new AppError(
-      'BAD_REQUEST',
-      `Source table ${written} exists in several schemas (${catalog.tables
-        .filter((t) => t.name === written)
-        .map((t) => t.key)
-        .join(', ')}); write it as schema.table`,
-    );
-  if (!found)
-    throw new AppError('BAD_REQUEST', `Source table ${written} does not exist in the source database`);
-  return { table: found, catalog };
-}
-
-// ---- target schema ----
-
-export function targetTableOf(workspace: WorkspaceEntity, tableName: string): TargetTable {
-  const schema = targetSchemaOf(workspace);
-  if (!schema)
-    throw new AppError(
-      'CONFLICT',
-      `Workspace ${workspace.name} has no target schema: assign one first (POST /api/workspaces/target-schema/assign)`,
-      { reason: 'NO_TARGET_SCHEMA' },
-    );
-  const table = schema.tables.find((t) => t.name === tableName);
-  if (!table) throw notFound(`Table ${tableName} of the target schema ${schema.name}`);
-  return table as TargetTable;
-}
-
-function targetColumn(table: TargetTable, field: string) {
-  return table.columns.find((c) => c.name === field);
-}
 
 // ---- loading and viewing ----
 
@@ -221,11 +104,36 @@ export function mappingDocument(mapping: TableMappingEntity) {
   };
 }
 
+/** The mapping the newest commit of a table recorded (null before the first commit). */
+export async function committedMapping(
+  em: EntityManager,
+  workspace: WorkspaceEntity,
+  tableName: string,
+): Promise<Record<string, unknown> | null> {
+  const commit = await em.findOne(
+    MappingCommit,
+    { organization: workspace.organization.id, workspace: workspace.id, tableName },
+    { orderBy: { version: 'desc' }, fields: ['mapping'] },
+  );
+  return commit?.mapping ?? null;
+}
+
+/** The one definition of "changed since the last commit" (view, transformation-diff, drift). */
+export async function mappingChanged(
+  em: EntityManager,
+  workspace: WorkspaceEntity,
+  mapping: TableMappingEntity,
+) {
+  if (mapping.committedVersion == null) return true;
+  return hasUncommittedChanges(mapping, await committedMapping(em, workspace, mapping.tableName));
+}
+
 export async function mappingView(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
   const run = await latestRun(scope, workspace, mapping.tableName);
   return {
     ...mappingDocument(mapping),
-    has_uncommitted_changes: mapping.version !== (mapping.committedVersion ?? 0),
+    decisions: mapping.decisions ?? [],
+    has_uncommitted_changes: await mappingChanged(scope.em, workspace, mapping),
     materialization: {
       materialized_version: mapping.materializedVersion ?? null,
       materialized_at: mapping.materializedAt ?? null,
@@ -246,6 +154,7 @@ function emptyView(tableName: string) {
     ambiguities: [],
     version: 0,
     committed_version: null,
+    decisions: [],
     has_uncommitted_changes: false,
     materialization: { materialized_version: null, materialized_at: null, rows: null, last_run: null },
     created_at: null,
@@ -297,7 +206,7 @@ export async function getMapping(scope: CallerScope, tableName: string) {
  * Loads (or starts) the mapping of a table of the current workspace, lets `change` edit it and
  * stores it with its version bumped. The target table must exist in the schema (404 otherwise).
  */
-async function editMapping<T>(
+export async function editMapping<T>(
   scope: CallerScope,
   tableName: string,
   change: (ctx: {
@@ -328,68 +237,6 @@ async function editMapping<T>(
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return { mapping, workspace, result };
-}
-
-/** Resolves a table written in an expression (by key or bare name) among the mapping's tables. */
-function mappingTableResolver(keys: string[]) {
-  const byName = new Map<string, string>();
-  for (const key of keys) {
-    byName.set(key.toLowerCase(), key);
-    byName.set(parseTableKey(key).name.toLowerCase(), key);
-  }
-  return (written: string) => byName.get(written.toLowerCase());
-}
-
-/**
- * An expression (transformation or join ON) checked against the mapping's tables and the source
- * columns: 400 with the parser's message and position, or naming the unknown table or column.
- */
-async function checkExpression(
-  expression: string,
-  tableKeys: string[],
-  catalog: SourceCatalog,
-  what: string,
-): Promise<{ ast: ExpressionNode; tables: Set<string> }> {
-  let parsed: Awaited<ReturnType<typeof parseExpression>>;
-  try {
-    parsed = await parseExpression(expression);
-  } catch (error) {
-    if (error instanceof AppError)
-      throw new AppError('BAD_REQUEST', `${what}: ${error.message}`, error.details);
-    throw error;
-  }
-  const resolve = mappingTableResolver(tableKeys);
-  const problems: string[] = [];
-  const used = new Set<string>();
-  for (const ref of parsed.refs) {
-    let key: string | undefined;
-    if (ref.length === 1) {
-      if (tableKeys.length !== 1) {
-        problems.push(
-          tableKeys.length === 0
-            ? `column ${ref[0]} has no table: add a source table to the mapping first`
-            : `qualify column ${ref[0]} with its table`,
-        );
-        continue;
-      }
-      key = tableKeys[0];
-    } else {
-      const written = ref.slice(0, -1).join('.');
-      key = resolve(written);
-      if (!key) {
-        problems.push(
-          `${ref.join('.')} names table ${written}, which is not a table of this mapping (${tableKeys.join(', ') || 'none yet'})`,
-        );
-        continue;
-      }
-    }
-    used.add(key);
-    const column = ref.at(-1)!;
-    const table = catalog.byKey.get(key);
-    if (table && !table.columns.has(column)) problems.push(`source table ${key} has no column ${column}`);
-  }
-  if (problems.length) throw new AppError('BAD_REQUEST', `${what}: ${problems.join('; ')}`);
-  return { ast: parsed.ast, tables: used };
 }
 
 export async function addConnection(
@@ -449,11 +296,27 @@ export async function addConnection(
         (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
       );
       mapping.connections = [...others, stored];
+      mapping.decisions = withoutDecisions(mapping, connection.target_field, sourceField);
       if (connection.status === 'confirmed')
         mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
     },
   );
   return mappingView(scope, workspace, mapping);
+}
+
+/** The mapping's refusals minus "no source" for the field and the refusal of this source for it. */
+function withoutDecisions(mapping: TableMappingEntity, targetField: string, sourceField: string) {
+  return (mapping.decisions ?? []).filter(
+    (d) => !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
+  );
+}
+
+/** Records a person's refusal once; discovery reads it (mergeDiscovery). */
+function withDecision(mapping: TableMappingEntity, decision: MappingDecision) {
+  const others = (mapping.decisions ?? []).filter(
+    (d) => !(d.target_field === decision.target_field && d.source_field === decision.source_field),
+  );
+  return [...others, decision];
 }
 
 /** A source field as written (bare or qualified table) → its stored spelling, if the mapping has it. */
@@ -479,6 +342,12 @@ export async function deleteConnection(
       if (kept.length === mapping.connections.length)
         throw notFound(`Connection ${input.source_field} → ${input.target_field} of ${input.table_name}`);
       mapping.connections = kept;
+      // Removing a connection by hand refuses it: a later discovery does not bring it back.
+      if (input.target_field !== WILDCARD_FIELD)
+        mapping.decisions = withDecision(mapping, {
+          target_field: input.target_field,
+          source_field: sourceField,
+        });
     },
     { create: false },
   );
@@ -550,307 +419,6 @@ export async function deleteTransformation(
   return mappingView(scope, workspace, mapping);
 }
 
-// ---- table relationships ----
-
-function tablesList(mapping: TableMappingEntity | null) {
-  const entries = Object.entries(mapping?.tables ?? {}).map(([key, t]) => ({
-    source_table: key,
-    relationship: t.relationship,
-    join_type: t.relationship === 'join' ? (t.join_type ?? 'left') : null,
-    join_on: t.relationship === 'join' ? (t.join_on ?? null) : null,
-  }));
-  return entries.sort(
-    (a, b) =>
-      Number(a.relationship === 'join') - Number(b.relationship === 'join') ||
-      a.source_table.localeCompare(b.source_table),
-  );
-}
-
-export async function getTables(scope: CallerScope, tableName: string) {
-  const workspace = await currentWorkspace(scope);
-  targetTableOf(workspace, tableName);
-  const mapping = await findMapping(scope.em, workspace, tableName);
-  const tables = tablesList(mapping);
-  return {
-    table_name: tableName,
-    primary_table: tables.find((t) => t.relationship === 'primary')?.source_table ?? null,
-    tables,
-  };
-}
-
-export async function setTable(
-  scope: CallerScope,
-  input: {
-    table_name: string;
-    source_table: string;
-    relationship: 'primary' | 'join';
-    join_type?: string;
-    join_on?: string;
-  },
-) {
-  await editMapping(scope, input.table_name, async ({ workspace, mapping }) => {
-    const { table, catalog } = await resolveSourceTable(
-      scope,
-      workspace,
-      input.source_table,
-      await sourceCatalog(scope, workspace),
-    );
-    const entry: MappingTable = { relationship: input.relationship };
-    if (input.relationship === 'join') {
-      if (!input.join_on)
-        throw new AppError(
-          'BAD_REQUEST',
-          `A join needs join_on: a condition such as customers.id = orders.customer_id`,
-        );
-      const keys = [...new Set([...Object.keys(mapping.tables), table.key])];
-      const { tables } = await checkExpression(input.join_on, keys, catalog, `Join ON of ${table.key}`);
-      if (!tables.has(table.key))
-        throw new AppError('BAD_REQUEST', `Join ON of ${table.key} does not use ${table.key}`);
-      entry.join_type = (input.join_type ?? 'left') as JoinType;
-      entry.join_on = input.join_on;
-    } else if (input.join_type || input.join_on) {
-      throw new AppError('BAD_REQUEST', 'join_type and join_on apply to a join, not to the primary table');
-    }
-    const tables = { ...mapping.tables };
-    // A table written by its bare name replaces the same table stored under its qualified key.
-    delete tables[input.source_table];
-    tables[table.key] = entry;
-    mapping.tables = tables;
-  });
-  return getTables(scope, input.table_name);
-}
-
-export async function removeTable(scope: CallerScope, input: { table_name: string; source_table: string }) {
-  const { mapping, workspace, result } = await editMapping(
-    scope,
-    input.table_name,
-    async ({ mapping }) => {
-      const key = mappingTableResolver(Object.keys(mapping.tables))(input.source_table);
-      if (!key) throw notFound(`Source table ${input.source_table} in the mapping of ${input.table_name}`);
-      const { [key]: _removed, ...rest } = mapping.tables;
-      mapping.tables = rest;
-      const removed = mapping.connections.filter((c) => splitSourceField(c.source_field)?.table === key);
-      mapping.connections = mapping.connections.filter((c) => !removed.includes(c));
-      return removed;
-    },
-    { create: false },
-  );
-  return { ...(await mappingView(scope, workspace, mapping)), removed_connections: result };
-}
-
-function walkNodes(node: unknown, visit: (kind: string, value: Record<string, any>) => void) {
-  if (Array.isArray(node)) {
-    for (const item of node) walkNodes(item, visit);
-    return;
-  }
-  if (!node || typeof node !== 'object') return;
-  for (const [kind, value] of Object.entries(node as Record<string, unknown>)) {
-    if (value && typeof value === 'object' && /^[A-Z]/.test(kind)) visit(kind, value as Record<string, any>);
-    walkNodes(value, visit);
-  }
-}
-
-const NUMERIC = new Set(['integer', 'bigint', 'numeric']);
-const TIMES = new Set(['date', 'timestamp', 'timestamptz']);
-function comparable(a: string, b: string): boolean {
-  const fa = portableFamily(a);
-  const fb = portableFamily(b);
-  return fa === fb || (NUMERIC.has(fa) && NUMERIC.has(fb)) || (TIMES.has(fa) && TIMES.has(fb));
-}
-
-/**
- * Every problem of the table relationships at once: exactly one primary, joins reachable, tables
- * and join columns present in the source, the columns compared by `=` of comparable types.
- */
-export async function validateTables(scope: CallerScope, tableName: string) {
-  const workspace = await currentWorkspace(scope);
-  targetTableOf(workspace, tableName);
-  const mapping = await findMapping(scope.em, workspace, tableName);
-  const problems: AppErrorIssue[] = [];
-  const tables = mapping?.tables ?? {};
-  if (Object.keys(tables).length === 0)
-    problems.push({ path: ['tables'], message: 'The mapping has no tables' });
-  const catalog = await sourceCatalog(scope, workspace, { refresh: true });
-  for (const key of Object.keys(tables))
-    if (!catalog.byKey.has(key))
-      problems.push({
-        path: ['tables', key],
-        message: `Source table ${key} does not exist in the source database`,
-      });
-  // The relationship rules of the generator, on the tables alone.
-  try {
-    await planMapping({ table_name: tableName, tables, connections: [] }, { name: tableName, columns: [] });
-  } catch (error) {
-    if (!(error instanceof AppError)) throw error;
-    problems.push(...(error.details.issues ?? [{ path: ['tables'], message: error.message }]));
-  }
-  const resolve = mappingTableResolver(Object.keys(tables));
-  const columnType = (fields: string[]): { name: string; type: string | null; problem?: string } => {
-    const column = fields.at(-1)!;
-    const written = fields.slice(0, -1).join('.');
-    const key =
-      fields.length === 1
-        ? Object.keys(tables).length === 1
-          ? Object.keys(tables)[0]
-          : undefined
-        : resolve(written);
-    const name = fields.join('.');
-    if (!key) return { name, type: null };
-    const table = catalog.byKey.get(key);
-    if (!table) return { name, type: null };
-    const type = table.columns.get(column);
-    return type
-      ? { name, type }
-      : { name, type: null, problem: `Source table ${key} has no column ${column}` };
-  };
-  for (const [key, relation] of Object.entries(tables)) {
-    if (relation.relationship !== 'join' || !relation.join_on) continue;
-    let ast: ExpressionNode;
-    try {
-      ast = (await parseExpression(relation.join_on)).ast;
-    } catch {
-      continue; // reported by the generator's rules above
-    }
-    const columnRefs: string[][] = [];
-    walkNodes(ast, (kind, value) => {
-      if (kind === 'ColumnRef')
-        columnRefs.push((value.fields as any[]).filter((f) => f.String).map((f) => f.String.sval));
-    });
-    for (const fields of columnRefs) {
-      const { problem } = columnType(fields);
-      if (problem)
-        problems.push({ path: ['tables', key, 'join_on'], message: `Join ON of ${key}: ${problem}` });
-    }
-    walkNodes(ast, (kind, value) => {
-      if (kind !== 'A_Expr' || value.kind !== 'AEXPR_OP') return;
-      const op = value.name?.[0]?.String?.sval;
-      if (!['=', '<>', '!=', '<', '>', '<=', '>='].includes(op)) return;
-      const side = (n: any) =>
-        n?.ColumnRef
-          ? columnType(n.ColumnRef.fields.filter((f: any) => f.String).map((f: any) => f.String.sval))
-          : null;
-      const left = side(value.lexpr);
-      const right = side(value.rexpr);
-      if (left?.type && right?.type && !comparable(left.type, right.type))
-        problems.push({
-          path: ['tables', key, 'join_on'],
-          message: `Join ON of ${key}: ${left.name} (${left.type}) and ${right.name} (${right.type}) are not comparable types`,
-        });
-    });
-  }
-  return { table_name: tableName, valid: problems.length === 0, problems };
-}
-
-// ---- wildcard ----
-
-/** Target columns filled by name from the wildcard tables; explicit connections and transformations win. */
-export function wildcardFields(
-  mapping: TableMappingEntity,
-  target: TargetTable,
-  catalog: SourceCatalog | null,
-) {
-  const wildcards = mapping.connections
-    .filter((c) => c.target_field === WILDCARD_FIELD && !c.stale)
-    .map((c) => splitSourceField(c.source_field)!.table);
-  return target.columns.map((column) => {
-    const transformation = mapping.transformations[column.name];
-    if (transformation && !transformation.stale)
-      return {
-        target_field: column.name,
-        source_field: null,
-        expression: transformation.expression,
-        origin: 'transformation' as const,
-        status: 'confirmed' as const,
-      };
-    const explicit = mapping.connections.filter((c) => c.target_field === column.name && !c.stale);
-    const best =
-      explicit.find((c) => c.status === 'confirmed') ??
-      [...explicit].sort((a, b) => (b.confidence ?? 0) - (a.confidence ?? 0))[0];
-    if (best)
-      return {
-        target_field: column.name,
-        source_field: best.source_field,
-        expression: null,
-        origin: 'connection' as const,
-        status: best.status,
-      };
-    for (const key of wildcards) {
-      const columns = catalog?.byKey.get(key)?.columns;
-      const match = columns && [...columns.keys()].find((c) => c.toLowerCase() === column.name.toLowerCase());
-      if (match)
-        return {
-          target_field: column.name,
-          source_field: `${key}.${match}`,
-          expression: null,
-          origin: 'wildcard' as const,
-          status: 'confirmed' as const,
-        };
-    }
-    return {
-      target_field: column.name,
-      source_field: null,
-      expression: null,
-      origin: 'unmapped' as const,
-      status: null,
-    };
-  });
-}
-
-export async function effectiveWildcard(scope: CallerScope, tableName: string) {
-  const { workspace, mapping } = await requireMapping(scope, tableName);
-  const target = targetTableOf(workspace, tableName);
-  const wildcardTables = mapping.connections
-    .filter((c) => c.target_field === WILDCARD_FIELD)
-    .map((c) => splitSourceField(c.source_field)!.table);
-  const catalog = wildcardTables.length ? await sourceCatalog(scope, workspace) : null;
-  return {
-    table_name: tableName,
-    wildcard_tables: wildcardTables,
-    fields: wildcardFields(mapping, target, catalog),
-  };
-}
-
-/**
- * The mapping as the generators take it: wildcards expanded into connections, stale entries (fields
- * the schema no longer has) left out.
- */
-export async function generationInput(
-  scope: Scope,
-  workspace: WorkspaceEntity,
-  mapping: TableMappingEntity,
-): Promise<{ mapping: Mapping; target: TargetTable }> {
-  const target = targetTableOf(workspace, mapping.tableName);
-  const hasWildcard = mapping.connections.some((c) => c.target_field === WILDCARD_FIELD);
-  const connections = mapping.connections
-    .filter((c) => !c.stale && c.target_field !== WILDCARD_FIELD)
-    .map(({ source_field, target_field, status, confidence }) => ({
-      source_field,
-      target_field,
-      status,
-      confidence,
-    }));
-  if (hasWildcard) {
-    const catalog = await sourceCatalog(scope, workspace);
-    for (const field of wildcardFields(mapping, target, catalog))
-      if (field.origin === 'wildcard')
-        connections.push({
-          source_field: field.source_field!,
-          target_field: field.target_field,
-          status: 'confirmed',
-          confidence: 1,
-        });
-  }
-  const transformations = Object.fromEntries(
-    Object.entries(mapping.transformations)
-      .filter(([, t]) => !t.stale)
-      .map(([field, t]) => [field, { expression: t.expression, description: t.description }]),
-  );
-  return {
-    mapping: { table_name: mapping.tableName, tables: mapping.tables, connections, transformations },
-    target,
-  };
-}
-
 // ---- ambiguities ----
 
 export async function resolveAmbiguity(
@@ -890,7 +458,7 @@ export async function resolveAmbiguity(
         const table = splitSourceField(chosen)?.table;
         if (table && Object.keys(mapping.tables).length === 0)
           mapping.tables = { [table]: { relationship: 'primary' } };
-      }
+      } else mapping.decisions = withDecision(mapping, { target_field, source_field: null });
       mapping.ambiguities = mapping.ambiguities.filter((a) => a !== ambiguity);
     },
     { create: false },
@@ -898,25 +466,20 @@ export async function resolveAmbiguity(
   return mappingView(scope, workspace, mapping);
 }
 
-// ---- discovery writes (used by the discovery agent) ----
-
-export interface DiscoveredMapping {
-  tables?: Record<string, MappingTable>;
-  connections: { source_field: string; target_field: string; confidence: number | null }[];
-  ambiguities: Ambiguity[];
-}
+// ---- discovery writes (used by the discovery agent and setup-environment) ----
 
 /**
- * Writes discovery's suggestions into a table's mapping: suggested connections and ambiguities are
- * replaced, confirmed connections and transformations are kept, tables are added where missing. Runs
- * on the given em (the caller's transaction) and leaves the flush to it.
+ * Writes discovery's suggestions into a table's mapping under the person's decisions
+ * (mergeDiscovery). The version moves only when the mapping changed. Runs on the given em (the
+ * caller's transaction) and leaves the flush to it.
  */
 export async function writeSuggestions(
   scope: Scope,
   workspace: WorkspaceEntity,
   tableName: string,
   found: DiscoveredMapping,
-): Promise<TableMappingEntity> {
+  options: { autoConfirm?: number | null } = {},
+) {
   let mapping = await findMapping(scope.em, workspace, tableName);
   if (!mapping)
     mapping = scope.em.create(TableMapping, {
@@ -929,29 +492,17 @@ export async function writeSuggestions(
       ambiguities: [],
       version: 0,
     });
-  const confirmed = mapping.connections.filter((c) => c.status === 'confirmed');
-  const confirmedFields = new Set(confirmed.map((c) => c.target_field));
-  const tables = { ...mapping.tables };
-  for (const [key, relation] of Object.entries(found.tables ?? {})) {
-    if (tables[key]) continue;
-    if (
-      relation.relationship === 'primary' &&
-      Object.values(tables).some((t) => t.relationship === 'primary')
-    )
-      continue;
-    tables[key] = relation;
+  const before = mapping.version === 0 ? null : canonicalMapping(mapping);
+  const merged = mergeDiscovery(mapping, found, options);
+  const changed = before !== canonicalMapping({ ...merged, transformations: mapping.transformations });
+  if (changed) {
+    mapping.tables = merged.tables;
+    mapping.connections = merged.connections;
+    mapping.ambiguities = merged.ambiguities;
+    mapping.version += 1;
+    invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   }
-  mapping.tables = tables;
-  mapping.connections = [
-    ...confirmed,
-    ...found.connections
-      .filter((c) => !confirmedFields.has(c.target_field))
-      .map((c) => ({ ...c, status: 'suggested' as const })),
-  ];
-  mapping.ambiguities = found.ambiguities.filter((a) => !confirmedFields.has(a.target_field));
-  mapping.version += 1;
-  invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
-  return mapping;
+  return { mapping, changed, kept: merged.kept };
 }
 
 // ---- clear-all ----
@@ -976,126 +527,3 @@ export async function clearAll(scope: CallerScope, input: { confirm_workspace_na
     deleted_commits: deletedCommits,
   };
 }
-
-// ---- the workspace's files, facts and schema reconciliation ----
-
-export async function latestCommits(em: EntityManager, workspace: WorkspaceEntity) {
-  const commits = await em.find(
-    MappingCommit,
-    { organization: workspace.organization.id, workspace: workspace.id },
-    { orderBy: { tableName: 'asc', version: 'desc' } },
-  );
-  const latest = new Map<string, (typeof commits)[number]>();
-  for (const c of commits) if (!latest.has(c.tableName)) latest.set(c.tableName, c);
-  return latest;
-}
-
-export const mappingFilePath = (tableName: string) => `mappings/${tableName}.json`;
-export const sqlFilePath = (tableName: string) => `mappings/${tableName}.sql`;
-
-export async function mappingFiles(scope: Scope, workspace: WorkspaceEntity): Promise<WorkspaceFile[]> {
-  const mappings = await scope.em.find(TableMapping, {
-    organization: workspace.organization.id,
-    workspace: workspace.id,
-  });
-  const files: WorkspaceFile[] = mappings.map((m) => ({
-    path: mappingFilePath(m.tableName),
-    content: JSON.stringify(mappingDocument(m), null, 2) + '\n',
-  }));
-  for (const [table, commit] of await latestCommits(scope.em, workspace))
-    files.push({
-      path: sqlFilePath(table),
-      content: `-- ${table}, committed version ${commit.version}: ${commit.message.split('\n')[0]}\n${commit.sql}\n`,
-    });
-  return files;
-}
-
-registerWorkspaceExtension({
-  name: 'mappings',
-  files: mappingFiles,
-  async facts(scope, workspace) {
-    const mappings = await scope.em.find(TableMapping, {
-      organization: workspace.organization.id,
-      workspace: workspace.id,
-    });
-    let mappedTables = 0;
-    let mappedFields = 0;
-    let confirmed = 0;
-    let suggested = 0;
-    let ambiguities = 0;
-    let materialized = 0;
-    let last: Date | null = null;
-    for (const m of mappings) {
-      const fields = new Set<string>();
-      for (const c of m.connections) {
-        if (c.stale) continue;
-        if (c.status === 'confirmed') confirmed++;
-        else suggested++;
-        if (c.target_field !== WILDCARD_FIELD) fields.add(c.target_field);
-      }
-      for (const [field, t] of Object.entries(m.transformations)) if (!t.stale) fields.add(field);
-      if (fields.size) mappedTables++;
-      mappedFields += fields.size;
-      ambiguities += m.ambiguities.length;
-      if (m.materializedAt) {
-        materialized++;
-        if (!last || m.materializedAt > last) last = m.materializedAt;
-      }
-    }
-    return {
-      mapped_tables: mappedTables,
-      mapped_fields: mappedFields,
-      confirmed_connections: confirmed,
-      suggested_connections: suggested,
-      open_ambiguities: ambiguities,
-      materialized_tables: materialized,
-      last_materialized_at: last,
-    };
-  },
-  async reconcileSchema(scope, workspace, schema) {
-    const mappings = await scope.em.find(TableMapping, {
-      organization: workspace.organization.id,
-      workspace: workspace.id,
-    });
-    const stale: StaleConnection[] = [];
-    for (const m of mappings) {
-      const table = schema?.tables.find((t) => t.name === m.tableName);
-      const columns = new Set(table?.columns.map((c) => c.name) ?? []);
-      const why = (field: string) =>
-        !table
-          ? `table ${m.tableName} is no longer in the schema`
-          : columns.has(field)
-            ? null
-            : `column ${m.tableName}.${field} is no longer in the schema`;
-      let changed = false;
-      const connections = m.connections.map((c) => {
-        const reason =
-          c.target_field === WILDCARD_FIELD ? (table ? null : why(c.target_field)) : why(c.target_field);
-        if (reason)
-          stale.push({
-            target_table: m.tableName,
-            target_field: c.target_field,
-            source_field: c.source_field,
-            reason,
-          });
-        if ((c.stale ?? null) !== reason) changed = true;
-        return reason ? { ...c, stale: reason } : (({ stale: _s, ...rest }) => rest)(c);
-      });
-      const transformations = Object.fromEntries(
-        Object.entries(m.transformations).map(([field, t]) => {
-          const reason = why(field);
-          if (reason)
-            stale.push({ target_table: m.tableName, target_field: field, source_field: null, reason });
-          if ((t.stale ?? null) !== reason) changed = true;
-          return [field, reason ? { ...t, stale: reason } : (({ stale: _s, ...rest }) => rest)(t)];
-        }),
-      );
-      if (changed) {
-        m.connections = connections;
-        m.transformations = transformations;
-        m.version += 1;
-      }
-    }
-    return stale;
-  },
-});

@@ -20,7 +20,8 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { TableMapping } from '../mappings/mappings.entity.ts';
-import { latestCommits } from '../mappings/mappings.service.ts';
+import { mappingChanged } from '../mappings/mappings.service.ts';
+import { latestCommits } from '../mappings/mappings-files.ts';
 import { canonicalJson } from '../mappings/mappings-code.service.ts';
 import { TransformationProject, type ProjectModelInput } from './pipelines.entity.ts';
 import { IdentityGraph } from '../monitoring/monitoring.entity.ts';
@@ -189,7 +190,7 @@ async function drift(scope: Scope, workspace: WorkspaceEntity) {
       if (after.schema_fingerprint !== before.schema_fingerprint) reasons.push('schema_changed');
     }
     const mapping = mappings.find((m) => m.tableName === before.table_name);
-    if (mapping && mapping.version !== (mapping.committedVersion ?? 0)) reasons.push('uncommitted_changes');
+    if (mapping && (await mappingChanged(scope.em, workspace, mapping))) reasons.push('uncommitted_changes');
     if (reasons.length)
       changes.push({
         table_name: before.table_name,

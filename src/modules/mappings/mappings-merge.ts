@@ -1,0 +1,161 @@
+import type { MappingTable } from '../../transform/mapping.ts';
+import type {
+  Ambiguity,
+  MappingDecision,
+  StoredConnection,
+  StoredTransformation,
+} from './mappings.entity.ts';
+
+/** What discovery (the agent, setup-environment) found for one target table. */
+export interface DiscoveredMapping {
+  tables?: Record<string, MappingTable>;
+  connections: { source_field: string; target_field: string; confidence: number | null }[];
+  ambiguities: Ambiguity[];
+}
+
+/** The parts of a mapping a person edits and discovery writes. */
+export interface MappingState {
+  tables: Record<string, MappingTable>;
+  connections: StoredConnection[];
+  transformations: Record<string, StoredTransformation>;
+  ambiguities: Ambiguity[];
+  decisions?: MappingDecision[] | null;
+}
+
+/** Why discovery left a target field (or one of its sources) as a person set it. */
+export type KeptDecision = {
+  target_field: string;
+  source_field: string | null;
+  decision: 'confirmed' | 'transformation' | 'no_source' | 'rejected';
+};
+
+/**
+ * Merges discovery's findings under a person's decisions: confirmed connections, hand-written
+ * transformations and "no source" answers own their target field, refused sources stay refused,
+ * table relationships already set stay as they are. Discovery fills only the rest; `kept` lists
+ * every proposal that a decision overrode, so the run can say what it left alone.
+ */
+export function mergeDiscovery(
+  current: MappingState,
+  found: DiscoveredMapping,
+  options: { autoConfirm?: number | null } = {},
+): Pick<MappingState, 'tables' | 'connections' | 'ambiguities'> & { kept: KeptDecision[] } {
+  const confirmed = current.connections.filter((c) => c.status === 'confirmed');
+  const owner = new Map<string, KeptDecision['decision']>();
+  for (const c of confirmed) owner.set(c.target_field, 'confirmed');
+  for (const [field, t] of Object.entries(current.transformations))
+    if (!t.stale && !owner.has(field)) owner.set(field, 'transformation');
+  const refused = new Set<string>();
+  for (const d of current.decisions ?? []) {
+    if (d.source_field === null) {
+      if (!owner.has(d.target_field)) owner.set(d.target_field, 'no_source');
+    } else refused.add(`${d.target_field}\u0000${d.source_field}`);
+  }
+  const isRefused = (target: string, source: string) => refused.has(`${target}\u0000${source}`);
+
+  const kept: KeptDecision[] = [];
+  const keptFields = new Set<string>();
+  const keep = (target_field: string, source_field: string | null, decision: KeptDecision['decision']) => {
+    if (decision !== 'rejected') {
+      if (keptFields.has(target_field)) return;
+      keptFields.add(target_field);
+      source_field = null;
+    }
+    kept.push({ target_field, source_field, decision });
+  };
+
+  const tables = { ...current.tables };
+  const hasPrimary = () => Object.values(tables).some((t) => t.relationship === 'primary');
+  for (const [key, relation] of Object.entries(found.tables ?? {})) {
+    if (tables[key]) continue;
+    if (relation.relationship === 'primary' && hasPrimary()) continue;
+    tables[key] = relation;
+  }
+
+  const suggestions: StoredConnection[] = [];
+  const ambiguities: Ambiguity[] = [];
+  const propose = (c: { source_field: string; target_field: string; confidence: number | null }) => {
+    const decision = owner.get(c.target_field);
+    if (decision) return keep(c.target_field, null, decision);
+    if (isRefused(c.target_field, c.source_field)) return keep(c.target_field, c.source_field, 'rejected');
+    suggestions.push({ ...c, status: 'suggested' });
+  };
+  for (const a of found.ambiguities) {
+    const decision = owner.get(a.target_field);
+    if (decision) {
+      keep(a.target_field, null, decision);
+      continue;
+    }
+    const candidates = a.candidates.filter((c) => {
+      if (!isRefused(a.target_field, c.source_field)) return true;
+      keep(a.target_field, c.source_field, 'rejected');
+      return false;
+    });
+    // Refusals can settle an ambiguity: one candidate left is an ordinary suggestion.
+    if (candidates.length > 1) ambiguities.push({ ...a, candidates });
+    else if (candidates.length === 1)
+      suggestions.push({
+        source_field: candidates[0].source_field,
+        target_field: a.target_field,
+        confidence: candidates[0].confidence ?? null,
+        status: 'suggested',
+      });
+  }
+  for (const c of found.connections) propose(c);
+
+  const ambiguous = new Set(ambiguities.map((a) => a.target_field));
+  const autoConfirm = options.autoConfirm ?? null;
+  const connections = [
+    ...confirmed,
+    ...suggestions.map((c) =>
+      autoConfirm !== null && (c.confidence ?? 0) >= autoConfirm && !ambiguous.has(c.target_field)
+        ? { ...c, status: 'confirmed' as const }
+        : c,
+    ),
+  ];
+  return { tables, connections, ambiguities, kept };
+}
+
+const byKey = <T>(items: T[], key: (item: T) => string) =>
+  [...items].sort((a, b) => key(a).localeCompare(key(b)));
+
+/** Object keys sorted at every depth, so equal documents serialize equally. */
+function stable(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(stable);
+  if (value && typeof value === 'object')
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
+        .map((k) => [k, stable((value as Record<string, unknown>)[k])]),
+    );
+  return value;
+}
+
+/**
+ * The one comparable form of a mapping: what a commit records and what "changed since the last
+ * commit" compares (the mapping view, transformation-diff and drift status all use it). Order of
+ * connections and ambiguities carries no meaning, so it is normalised away.
+ */
+export function canonicalMapping(m: Omit<MappingState, 'decisions'>): string {
+  return JSON.stringify(
+    stable({
+      tables: m.tables ?? {},
+      connections: byKey(m.connections ?? [], (c) => `${c.target_field}\u0000${c.source_field}`),
+      transformations: m.transformations ?? {},
+      ambiguities: byKey(m.ambiguities ?? [], (a) => a.target_field),
+    }),
+  );
+}
+
+/**
+ * Changed since the last commit: no commit yet, or the mapping differs from the one the newest
+ * commit recorded.
+ */
+export function hasUncommittedChanges(
+  mapping: Omit<MappingState, 'decisions'>,
+  committed: Record<string, unknown> | null | undefined,
+): boolean {
+  if (!committed) return true;
+  return canonicalMapping(mapping) !== canonicalMapping(committed as unknown as MappingState);
+}
