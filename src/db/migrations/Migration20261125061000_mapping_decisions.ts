@@ -1,7 +1,7 @@
 import { Migration } from '@mikro-orm/migrations';
 
-export class Migration20261125060000 extends Migration {
-  override name = 'Migration20261125060000_mapping_decisions';
+export class Migration20261125061000 extends Migration {
+  override name = 'Migration20261125061000_mapping_decisions';
 
   override up(): void | Promise<void> {
     // What a person refused (a source for a field, or any source at all), so discovery does not propose it again.
