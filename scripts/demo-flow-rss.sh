@@ -20,7 +20,7 @@ password=$(sed -n 's/.*"domain":"demo.local","password":"\([^"]*\)".*/\1/p' "$da
 T=$(curl -fsS -X POST "$B/api/auth/login" -H 'content-type: application/json' \
   -d "{\"username\":\"admin\",\"domain\":\"demo.local\",\"password\":\"$password\"}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).token))')
 H="authorization: Bearer $T"; J='content-type: application/json'
-q() { curl -fsS "$@" >/dev/null; }
+q() { local out; out=$(curl -sS -w "\n%{http_code}" "$@"); local code=${out##*$'\n'}; if [ "${code:0:1}" != "2" ]; then echo "FAILED ($code): $* → ${out%$'\n'*}" | cut -c1-600; return 1; fi; }
 q -X POST "$B/api/schemas/templates/customer-360/assign" -H "$H"
 q -X POST "$B/api/schemas/workspace/sync" -H "$H" -H "$J" -d '{}'
 q -N -X POST "$B/api/workspaces/discover" -H "$H"
@@ -39,3 +39,16 @@ q -X POST "$B/api/analytics/execute" -H "$H" -H "$J" -d '{"sql":"select count(*)
 echo "rss after the demo flow: $(rss) MB"
 sleep 10
 echo "rss at rest 10 s later: $(rss) MB"
+# A second start on the same data directory (no initdb, no seeding): the everyday case.
+kill -TERM "$server_pid"; wait "$pid" || true
+env -u DATABASE_URL PORT=$port DIMAS_DATA_DIR="$data" setsid npm start >>"$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 120); do curl -fs "$B/api/health" >/dev/null 2>&1 && break; sleep 1; done
+server_pid=$(pgrep -g "$pid" -f "src/main.ts" | tail -n 1)
+T=$(curl -fsS -X POST "$B/api/auth/login" -H 'content-type: application/json' \
+  -d "{\"username\":\"admin\",\"domain\":\"demo.local\",\"password\":\"$password\"}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).token))')
+H="authorization: Bearer $T"
+q "$B/api/mappings/customers" -H "$H"
+q -X POST "$B/api/analytics/execute" -H "$H" -H "$J" -d '{"sql":"select count(*) from analytics.customers"}'
+sleep 10
+echo "rss at rest after a restart on the same data: $(rss) MB"

@@ -91,9 +91,12 @@ export function mergeDiscovery(
       keep(a.target_field, c.source_field, 'rejected');
       return false;
     });
-    // Refusals can settle an ambiguity: one candidate left is an ordinary suggestion.
-    if (candidates.length > 1) ambiguities.push({ ...a, candidates });
-    else if (candidates.length === 1)
+    // Refusals can settle an ambiguity: one candidate left of several is an ordinary suggestion. An
+    // ambiguity discovery raised with one candidate (a column of a one-to-many table, to be joined by
+    // hand after aggregation) stays one: its table is not part of the mapping.
+    const settledByRefusal = candidates.length === 1 && a.candidates.length > 1;
+    if (!settledByRefusal && candidates.length > 0) ambiguities.push({ ...a, candidates });
+    else if (settledByRefusal)
       suggestions.push({
         source_field: candidates[0].source_field,
         target_field: a.target_field,
