@@ -45,9 +45,11 @@ export async function mysqlSourceColumns(
 }
 
 async function mysqlColumns(rows: MysqlRows, mariadb: boolean, schemas: string[]) {
+  // Every column aliased: MySQL 8 names information_schema columns in capitals (COLUMN_TYPE), MariaDB as written.
   const columns = await rows<RawColumnRow>(
     `select table_schema as \`schema\`, table_name as \`table\`, column_name as name, ordinal_position as position,
-            column_type, is_nullable as nullable, column_default as \`default\`, column_comment as description, extra
+            column_type as column_type, is_nullable as nullable, column_default as \`default\`,
+            column_comment as description, extra as extra
        from information_schema.columns where table_schema in (?)
       order by table_schema, table_name, ordinal_position`,
     [schemas],
