@@ -5,7 +5,8 @@ import { AppError } from '../app-error.ts';
  * lexically (comments and literals removed first) and then run in `START TRANSACTION READ ONLY`,
  * which makes the server refuse writes to tables. The lexical check is what stops the rest: DDL
  * commits the open transaction implicitly in MySQL (so READ ONLY alone would not stop it), files
- * (`INTO OUTFILE`), locks (`FOR UPDATE`, `GET_LOCK`) and executable comments (`/*! … *\/`).
+ * (`INTO OUTFILE`), locks (`FOR UPDATE`, `GET_LOCK`), executable comments (`/*! … *\/`) and optimizer
+ * hints (`/*+ … *\/`, which MySQL 8 obeys: `MAX_EXECUTION_TIME`, `SET_VAR`).
  */
 
 const STARTS = new Set(['select', 'with', 'show', 'explain', 'describe', 'desc', 'values', 'table']);
@@ -41,6 +42,14 @@ function blankOut(sql: string): string {
           {
             reason: 'NOT_READ_ONLY',
           },
+        );
+      // MySQL 8 runs optimizer hints: MAX_EXECUTION_TIME and SET_VAR there would override the statement
+      // timeout (MariaDB 10 reads them as comments).
+      if (sql[i + 2] === '+')
+        throw new AppError(
+          'BAD_REQUEST',
+          'Optimizer hints (/*+ … */) are not allowed in source queries: on MySQL 8 they can override the statement timeout',
+          { reason: 'NOT_READ_ONLY' },
         );
       const end = sql.indexOf('*/', i + 2);
       const stop = end < 0 ? sql.length : end + 2;

@@ -178,7 +178,10 @@ async function loadTable(
       );
     }
     const cursorIndex = cursor ? mapped.findIndex((c) => c.name === cursor) : -1;
-    let max: string | null = incremental ? state.cursor_value : null;
+    // The highest cursor value as the server's bytes (compared without decoding each row's value).
+    const numericCursor = cursorKind === 'int' || cursorKind === 'numeric';
+    let maxBytes: Buffer | null =
+      incremental && state.cursor_value !== null ? Buffer.from(state.cursor_value, 'latin1') : null;
     let rows = 0;
     // Rows are encoded from the server's bytes as they arrive, inside one Transform: no per-row
     // promise, no decoding of values to JS strings.
@@ -196,11 +199,9 @@ async function loadTable(
       transform(row: (Buffer | null)[], _encoding, done) {
         encoder.row(row);
         if (cursorIndex >= 0) {
-          const raw = row[cursorIndex];
-          if (raw !== null) {
-            const value = raw.toString('latin1');
-            if (max === null || greater(value, max, cursorKind === 'int')) max = value;
-          }
+          const value = row[cursorIndex];
+          if (value !== null && (maxBytes === null || greater(value, maxBytes, numericCursor)))
+            maxBytes = value;
         }
         rows++;
         if (rows % PROGRESS_EVERY_ROWS === 0) progress(rows).then(() => done(), done);
@@ -224,6 +225,7 @@ async function loadTable(
     } finally {
       await extract.finish(ok);
     }
+    const max = maxBytes === null ? null : maxBytes.toString('latin1');
     if (!incremental && pk.length)
       // The key is built once after the copy rather than maintained row by row during it.
       await tx.query(`alter table ${rawTable} add primary key (${pk.map(quoteIdent).join(', ')})`);
@@ -257,10 +259,25 @@ async function loadTable(
   });
 }
 
-function greater(a: string, b: string, numeric: boolean): boolean {
-  if (numeric) return BigInt(a) > BigInt(b);
-  // Dates and datetimes arrive in one fixed-width format: text order is time order.
-  return a > b;
+const INTEGER = /^-?\d+$/;
+const digitsOnly = (v: Buffer) => {
+  for (let i = 0; i < v.length; i++) if (v[i] < 0x30 || v[i] > 0x39) return false;
+  return true;
+};
+
+function greater(a: Buffer, b: Buffer, numeric: boolean): boolean {
+  if (numeric) {
+    // Unsigned integers as the server prints them (no sign; zerofill pads to one width): the longer is
+    // the greater, then byte order. Anything else (a sign, decimals) is compared as a number.
+    if (!digitsOnly(a) || !digitsOnly(b)) {
+      const x = a.toString('latin1');
+      const y = b.toString('latin1');
+      return INTEGER.test(x) && INTEGER.test(y) ? BigInt(x) > BigInt(y) : Number(x) > Number(y);
+    }
+    if (a.length !== b.length) return a.length > b.length;
+  }
+  // Dates and datetimes arrive in one fixed-width format: byte order is time order.
+  return a.compare(b) > 0;
 }
 
 const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;

@@ -166,79 +166,154 @@ export function encodeValue(kind: ValueKind, value: string | Buffer | null): str
   }
 }
 
-const CHUNK_BYTES = 64 * 1024;
-const BACKSLASH_N = Buffer.from('\\N');
-const UTC = Buffer.from('+00');
-const ESCAPES: Record<number, number> = { 0x5c: 0x5c, 0x0a: 0x6e, 0x0d: 0x72, 0x09: 0x74 };
+/**
+ * How the encoder writes a column's bytes: as they are (digits, `time` as an interval), escaped
+ * (text, json), as a date unless it is a zero date (with `+00` for timestamptz), as a boolean, or
+ * through encodeValue (bit(n), the byte types, set: rare enough to go through a string).
+ */
+const AS_IS = 0;
+const ESCAPED = 1;
+const DATE = 2;
+const DATE_UTC = 3;
+const BOOL = 4;
+const VIA_STRING = 5;
+
+function writeMode(kind: ValueKind): number {
+  switch (kind) {
+    case 'int':
+    case 'numeric':
+    case 'interval':
+      return AS_IS;
+    case 'text':
+    case 'json':
+      return ESCAPED;
+    case 'date':
+    case 'timestamp':
+      return DATE;
+    case 'timestamptz':
+      return DATE_UTC;
+    case 'bool':
+      return BOOL;
+    default:
+      return VIA_STRING;
+  }
+}
+
+// 256 KiB: a few COPY messages per thousand rows rather than one per row, and far below any RSS concern.
+const CHUNK_BYTES = 256 * 1024;
+// Below this length a byte loop beats Buffer#copy, whose call costs more than the copy itself.
+const SHORT = 48;
 
 /** Year, month or day all zeros, read off the bytes (`YYYY-MM-DD…`). */
 function zeroDateBytes(v: Buffer): boolean {
   if (v.length < 10) return true;
-  const zero = (from: number, to: number) => {
-    for (let i = from; i < to; i++) if (v[i] !== 0x30) return false;
-    return true;
-  };
-  return zero(0, 4) || zero(5, 7) || zero(8, 10);
+  return (
+    (v[0] === 0x30 && v[1] === 0x30 && v[2] === 0x30 && v[3] === 0x30) ||
+    (v[5] === 0x30 && v[6] === 0x30) ||
+    (v[8] === 0x30 && v[9] === 0x30)
+  );
 }
 
 /**
- * COPY text built directly from the server's bytes: numbers, dates and text that needs no escaping
- * are copied as they are, with no decoding to a JS string and back. Full chunks are handed to `emit`.
+ * COPY text built directly from the server's bytes into one buffer: numbers, dates and text are copied
+ * (text escaped byte by byte), with no decoding to a JS string and back. Full chunks are handed to `emit`.
  */
 export class CopyEncoder {
   #buf = Buffer.allocUnsafe(CHUNK_BYTES);
   #pos = 0;
+  readonly #modes: number[];
+  readonly #kinds: ValueKind[];
   constructor(
-    private readonly kinds: ValueKind[],
+    kinds: ValueKind[],
     private readonly emit: (chunk: Buffer) => void,
-  ) {}
+  ) {
+    this.#kinds = kinds;
+    this.#modes = kinds.map(writeMode);
+  }
 
+  /** Room for `bytes` more: the full part is emitted and a new chunk started (larger for one huge value). */
   #room(bytes: number) {
-    if (this.#pos + bytes <= this.#buf.length) return;
     this.flush();
-    if (bytes > this.#buf.length) this.#buf = Buffer.allocUnsafe(Math.max(CHUNK_BYTES, bytes));
-  }
-
-  #bytes(b: Buffer) {
-    this.#room(b.length);
-    b.copy(this.#buf, this.#pos);
-    this.#pos += b.length;
-  }
-
-  #text(v: Buffer) {
-    this.#room(v.length * 2);
-    const buf = this.#buf;
-    let pos = this.#pos;
-    for (let i = 0; i < v.length; i++) {
-      const c = v[i];
-      if (c === 0) continue;
-      const e = c === 0x5c || c === 0x0a || c === 0x0d || c === 0x09 ? ESCAPES[c] : 0;
-      if (e) {
-        buf[pos++] = 0x5c;
-        buf[pos++] = e;
-      } else buf[pos++] = c;
-    }
-    this.#pos = pos;
+    if (bytes > this.#buf.length) this.#buf = Buffer.allocUnsafe(bytes + CHUNK_BYTES);
   }
 
   row(values: (Buffer | null)[]) {
-    const kinds = this.kinds;
-    for (let i = 0; i < kinds.length; i++) {
-      if (i) this.#bytes(TAB);
+    const modes = this.#modes;
+    let buf = this.#buf;
+    let pos = this.#pos;
+    for (let i = 0; i < modes.length; i++) {
       const v = values[i];
-      const kind = kinds[i];
-      if (v === null) this.#bytes(BACKSLASH_N);
-      else if (kind === 'int' || kind === 'numeric' || kind === 'interval') this.#bytes(v);
-      else if (kind === 'text' || kind === 'json') this.#text(v);
-      else if (kind === 'date' || kind === 'timestamp' || kind === 'timestamptz') {
-        if (zeroDateBytes(v)) this.#bytes(BACKSLASH_N);
-        else {
-          this.#bytes(v);
-          if (kind === 'timestamptz') this.#bytes(UTC);
+      // Escaping at most doubles a value; 8 covers the tab, `\N`, `+00` and the newline.
+      const need = v === null ? 8 : 2 * v.length + 8;
+      if (pos + need > buf.length) {
+        this.#pos = pos;
+        this.#room(need);
+        buf = this.#buf;
+        pos = this.#pos;
+      }
+      if (i) buf[pos++] = 0x09;
+      if (v === null) {
+        buf[pos++] = 0x5c;
+        buf[pos++] = 0x4e;
+        continue;
+      }
+      const mode = modes[i];
+      if (mode === AS_IS || mode === DATE || mode === DATE_UTC) {
+        if (mode !== AS_IS && zeroDateBytes(v)) {
+          buf[pos++] = 0x5c;
+          buf[pos++] = 0x4e;
+          continue;
         }
-      } else this.#bytes(Buffer.from(encodeValue(kind, v), 'utf8'));
+        const n = v.length;
+        if (n < SHORT) for (let j = 0; j < n; j++) buf[pos++] = v[j];
+        else pos += v.copy(buf, pos);
+        if (mode === DATE_UTC) {
+          buf[pos++] = 0x2b;
+          buf[pos++] = 0x30;
+          buf[pos++] = 0x30;
+        }
+      } else if (mode === ESCAPED) {
+        const n = v.length;
+        for (let j = 0; j < n; j++) {
+          const c = v[j];
+          if (c > 0x5c) buf[pos++] = c;
+          else if (c === 0x5c) {
+            buf[pos++] = 0x5c;
+            buf[pos++] = 0x5c;
+          } else if (c === 0x0a) {
+            buf[pos++] = 0x5c;
+            buf[pos++] = 0x6e;
+          } else if (c === 0x0d) {
+            buf[pos++] = 0x5c;
+            buf[pos++] = 0x72;
+          } else if (c === 0x09) {
+            buf[pos++] = 0x5c;
+            buf[pos++] = 0x74;
+          } else if (c !== 0) buf[pos++] = c;
+        }
+      } else if (mode === BOOL) {
+        // tinyint(1) arrives as its digits, bit(1) as the bit itself: only a single 0 or '0' is false.
+        buf[pos++] = v.length === 1 && (v[0] === 0 || v[0] === 0x30) ? 0x66 : 0x74;
+      } else {
+        const text = encodeValue(this.#kinds[i], v);
+        const bytes = Buffer.byteLength(text);
+        if (pos + bytes + 2 > buf.length) {
+          this.#pos = pos;
+          this.#room(bytes + 2);
+          buf = this.#buf;
+          pos = this.#pos;
+        }
+        pos += buf.write(text, pos);
+      }
     }
-    this.#bytes(NEWLINE);
+    if (pos + 1 > buf.length) {
+      this.#pos = pos;
+      this.#room(1);
+      buf = this.#buf;
+      pos = this.#pos;
+    }
+    buf[pos++] = 0x0a;
+    this.#pos = pos;
   }
 
   flush() {
@@ -247,6 +322,3 @@ export class CopyEncoder {
     this.#pos = 0;
   }
 }
-
-const TAB = Buffer.from('\t');
-const NEWLINE = Buffer.from('\n');

@@ -1,0 +1,91 @@
+import pg from 'pg';
+import { AppError } from '../app-error.ts';
+import type { ConnectionConfig } from './config.ts';
+import type { TableRef } from './warehouse.ts';
+
+/** What every PostgreSQL warehouse file shares: identifier quoting, result type parsing, driver errors. */
+
+export const SAMPLE_LIMIT_DEFAULT = 20;
+export const SAMPLE_LIMIT_MAX = 1000;
+
+/** Quotes an identifier the way PostgreSQL's quote_ident does (always, so case and keywords survive). */
+export function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+export function qualified(table: TableRef): string {
+  return `${quoteIdent(table.schema)}.${quoteIdent(table.name)}`;
+}
+
+// Dates and times stay as PostgreSQL prints them: a `date` must not shift through a JS Date.
+const RAW_TEXT_TYPES = new Set([1082, 1083, 1114, 1184, 1186, 1266]);
+export const typeParsers = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    RAW_TEXT_TYPES.has(oid)
+      ? (value: string) => value
+      : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
+export type ErrorContext = 'connect' | 'user-sql' | 'internal';
+
+const NETWORK_REASONS: Record<string, string> = {
+  ENOTFOUND: 'unknown host',
+  EAI_AGAIN: 'the host name could not be resolved',
+  ECONNREFUSED: 'connection refused',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ECONNRESET: 'connection reset by the server',
+};
+
+/**
+ * Driver errors → AppError: anything about reaching or logging into the database is 422 with the
+ * driver's reason; SQL the user wrote that the database rejects is 400 with the database's message.
+ */
+export function translate(error: unknown, config: ConnectionConfig, context: ErrorContext): AppError {
+  if (error instanceof AppError) return error;
+  const e = error as Error & { code?: string; position?: string };
+  const code = e.code ?? '';
+  const where = `${config.host}:${config.port}/${config.database}`;
+  if (NETWORK_REASONS[code])
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `Cannot connect to ${where}: ${NETWORK_REASONS[code]} (${e.message})`,
+      {
+        reason: code,
+      },
+    );
+  const unreachable =
+    /^(08|28|3D|53|57P)/.test(code) ||
+    (!/^[0-9A-Z]{5}$/.test(code) &&
+      (context === 'connect' || /timeout expired|Connection terminated|SSL/i.test(e.message)));
+  if (unreachable)
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `Cannot connect to ${where} as ${config.user}: ${e.message}`,
+      {
+        reason: code || 'CONNECTION_FAILED',
+      },
+    );
+  if (code === '57014')
+    return new AppError(
+      'UNPROCESSABLE_CONTENT',
+      `The query was cancelled by the statement timeout: ${e.message}`,
+      {
+        reason: 'STATEMENT_TIMEOUT',
+      },
+    );
+  if (context === 'user-sql' && /^[0-9A-Z]{5}$/.test(code)) {
+    const at = e.position ? ` (position ${e.position})` : '';
+    return new AppError('BAD_REQUEST', `The database rejected the query: ${e.message}${at}`, {
+      reason: code,
+    });
+  }
+  return new AppError(
+    'UNPROCESSABLE_CONTENT',
+    `The warehouse at ${where} failed: ${e.message ?? String(error)}`,
+    {
+      reason: code || undefined,
+    },
+  );
+}

@@ -1,0 +1,286 @@
+import type pg from 'pg';
+import Cursor from 'pg-cursor';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
+import { AppError } from '../app-error.ts';
+import type { ConnectionConfig } from './config.ts';
+import { introspectCatalog } from './introspect.ts';
+import { readCapped, readCursor } from './postgres-read.ts';
+import {
+  type ErrorContext,
+  qualified,
+  quoteIdent,
+  SAMPLE_LIMIT_DEFAULT,
+  SAMPLE_LIMIT_MAX,
+  translate,
+} from './postgres-sql.ts';
+import { assertReadOnlySql, catalogVerdictSql, refusedRoutine, type CalledRoutines } from './sql-guard.ts';
+import type {
+  AggregateOptions,
+  IntrospectOptions,
+  QueryResult,
+  ReadOptions,
+  SampleValue,
+  StreamOptions,
+  TableRef,
+  Warehouse,
+  WarehouseTransaction,
+} from './warehouse.ts';
+
+export interface PoolEntry {
+  key: string;
+  config: ConnectionConfig;
+  /** The pool once its host was resolved and checked (see #pool). */
+  pool?: pg.Pool;
+  opening?: Promise<pg.Pool>;
+  lastUsed: number;
+  /** Type OID → name, filled as result columns are described. */
+  typeNames: Map<number, string>;
+}
+
+/** A PostgreSQL database behind the Warehouse interface, over one pool of the registry. */
+export class PostgresWarehouse implements Warehouse {
+  constructor(
+    readonly config: ConnectionConfig,
+    private readonly entry: PoolEntry,
+    private readonly settings: { statementTimeoutMs: number; rowCap: number; resultByteCap: number },
+    private readonly pool: () => Promise<pg.Pool>,
+  ) {}
+
+  /** A checked connection: the pool's address passed the network guard and the server its identity check. */
+  async #connect(): Promise<pg.PoolClient> {
+    this.entry.lastUsed = Date.now();
+    try {
+      return await (await this.pool()).connect();
+    } catch (error) {
+      throw translate(error, this.config, 'connect');
+    }
+  }
+
+  /** One client for `fn`; a client that saw an error is discarded rather than reused. */
+  async #withClient<T>(fn: (client: pg.PoolClient) => Promise<T>, context: ErrorContext): Promise<T> {
+    const client = await this.#connect();
+    try {
+      const result = await fn(client);
+      client.release();
+      return result;
+    } catch (error) {
+      client.release(true);
+      throw translate(error, this.config, context);
+    }
+  }
+
+  /**
+   * READ ONLY transaction with a statement timeout around `fn`. With `calls` (what user SQL calls),
+   * the same round trip asks the catalog which of them may not run, and refuses before running it;
+   * the connection is then reset (`discard all`) after the commit, so nothing the statement did to its
+   * session outlives it.
+   */
+  #readOnly<T>(
+    timeoutMs: number,
+    fn: (client: pg.PoolClient) => Promise<T>,
+    context: ErrorContext,
+    calls?: CalledRoutines,
+  ): Promise<T> {
+    return this.#withClient(async (client) => {
+      await this.#begin(client, timeoutMs, calls);
+      const result = await fn(client);
+      await client.query('commit');
+      // DISCARD ALL cannot share a multi-statement query (an implicit transaction): its own round trip.
+      if (calls) await client.query('discard all');
+      return result;
+    }, context);
+  }
+
+  async #begin(client: pg.PoolClient, timeoutMs: number, calls?: CalledRoutines) {
+    const verdict = calls ? catalogVerdictSql(calls) : null;
+    // One round trip (no parameters: the simple protocol takes several statements).
+    const results = (await client.query(
+      `begin transaction read only; set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}` +
+        (verdict ? `; ${verdict}` : ''),
+    )) as unknown as pg.QueryResult[] | pg.QueryResult;
+    const refused = verdict && Array.isArray(results) ? results[2]?.rows[0] : undefined;
+    if (refused) throw refusedRoutine(refused as { routine: string; kind: string });
+  }
+
+  async ping() {
+    return this.#withClient(async (client) => {
+      const { rows } = await client.query(
+        `select current_setting('server_version') as server_version, current_database() as database, current_user as user`,
+      );
+      return rows[0] as { server_version: string; database: string; user: string };
+    }, 'connect');
+  }
+
+  async catalogs() {
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      async (client) => {
+        const databases = await client.query<{ name: string }>(
+          `select datname as name from pg_database
+            where datallowconn and not datistemplate and has_database_privilege(datname, 'CONNECT')
+            order by datname`,
+        );
+        const schemas = await client.query<{ name: string }>(
+          `select nspname as name from pg_namespace
+            where nspname !~ '^pg_' and nspname <> 'information_schema' and has_schema_privilege(nspname, 'USAGE')
+            order by nspname`,
+        );
+        return { databases: databases.rows.map((r) => r.name), schemas: schemas.rows.map((r) => r.name) };
+      },
+      'internal',
+    );
+  }
+
+  introspect(options?: IntrospectOptions) {
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      (client) =>
+        introspectCatalog(
+          async <R>(sql: string, params: unknown[]) => (await client.query(sql, params)).rows as R[],
+          { schemas: this.config.schemas, tables: this.config.tables },
+          options,
+        ),
+      'internal',
+    );
+  }
+
+  async sampleValues(table: TableRef, column: string, limit = SAMPLE_LIMIT_DEFAULT): Promise<SampleValue[]> {
+    if (!Number.isInteger(limit) || limit < 1 || limit > SAMPLE_LIMIT_MAX)
+      throw new AppError('BAD_REQUEST', `limit must be an integer between 1 and ${SAMPLE_LIMIT_MAX}`);
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      async (client) => {
+        const exists = await client.query(
+          `select 1 from pg_attribute a join pg_class c on c.oid = a.attrelid
+             join pg_namespace n on n.oid = c.relnamespace
+            where n.nspname = $1 and c.relname = $2 and a.attname = $3 and a.attnum > 0 and not a.attisdropped`,
+          [table.schema, table.name, column],
+        );
+        if (!exists.rowCount)
+          throw new AppError('NOT_FOUND', `Column ${table.schema}.${table.name}.${column} not found`);
+        const col = quoteIdent(column);
+        // Grouped on the text form so every type (json included) can be counted.
+        const { rows } = await client.query<{ value: string; count: string }>(
+          `select ${col}::text as value, count(*) as count from ${qualified(table)}
+            where ${col} is not null group by 1 order by 2 desc, 1 limit $1`,
+          [limit],
+        );
+        return rows.map((r) => ({ value: r.value, count: Number(r.count) }));
+      },
+      'internal',
+    );
+  }
+
+  async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
+    const { kind, statement, calls } = await assertReadOnlySql(sql);
+    const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
+    const started = performance.now();
+    return this.#readOnly(
+      options.timeoutMs ?? this.settings.statementTimeoutMs,
+      async (client) => {
+        // One row past the cap tells that the result was truncated. The cap is a LIMIT around the
+        // statement rather than a cursor: PostgreSQL never runs a portal read with a row limit in
+        // parallel, and aggregates over large tables need their parallel workers.
+        const text =
+          kind === 'EXPLAIN' ? statement : `select * from (\n${statement}\n) as capped limit ${cap + 1}`;
+        const { rows, fields } = await readCapped(client, text, options.params, this.settings.resultByteCap);
+        const truncated = rows.length > cap;
+        if (truncated) rows.length = cap;
+        return {
+          columns: await this.#describe(client, fields),
+          rows,
+          row_count: rows.length,
+          truncated,
+          duration_ms: Math.round(performance.now() - started),
+        };
+      },
+      'user-sql',
+      calls,
+    );
+  }
+
+  async assertUserSqlAllowed(sql: string): Promise<void> {
+    const { calls } = await assertReadOnlySql(sql);
+    await this.#readOnly(this.settings.statementTimeoutMs, async () => undefined, 'user-sql', calls);
+  }
+
+  async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
+    // Generated SQL carries users' expressions (metrics, filters, mapping expressions): the functions
+    // it calls pass the same catalog rule as user SQL, and the connection is reset afterwards. What
+    // can fail at run time (a cast, a division) is a 400 with the database's message, as for user SQL.
+    const { calls } = await assertReadOnlySql(sql);
+    return this.#readOnly(
+      options.timeoutMs ?? this.settings.statementTimeoutMs,
+      async (client) => (await client.query(sql, options.params)).rows,
+      'user-sql',
+      calls,
+    );
+  }
+
+  async #describe(client: pg.PoolClient, fields: pg.FieldDef[]) {
+    const unknown = [...new Set(fields.map((f) => f.dataTypeID))].filter(
+      (oid) => !this.entry.typeNames.has(oid),
+    );
+    if (unknown.length) {
+      const { rows } = await client.query<{ oid: number; name: string }>(
+        'select oid::int as oid, format_type(oid, null) as name from pg_type where oid = any($1::oid[])',
+        [unknown],
+      );
+      for (const r of rows) this.entry.typeNames.set(r.oid, r.name);
+    }
+    return fields.map((f) => ({ name: f.name, type: this.entry.typeNames.get(f.dataTypeID) ?? 'unknown' }));
+  }
+
+  async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
+    const { calls } = await assertReadOnlySql(sql);
+    const client = await this.#connect();
+    let clean = false;
+    try {
+      try {
+        await this.#begin(client, options.timeoutMs ?? 0, calls);
+      } catch (error) {
+        throw translate(error, this.config, 'user-sql');
+      }
+      const cursor = client.query(new Cursor(sql, options.params));
+      const batchSize = options.batchSize ?? 1000;
+      for (;;) {
+        let rows: Record<string, unknown>[];
+        try {
+          rows = (await readCursor(cursor, batchSize)).rows;
+        } catch (error) {
+          throw translate(error, this.config, 'user-sql');
+        }
+        if (!rows.length) break;
+        yield rows;
+      }
+      await cursor.close();
+      await client.query('commit');
+      await client.query('discard all');
+      clean = true;
+    } finally {
+      // A consumer that stopped early leaves an open portal: drop that connection instead of reusing it.
+      client.release(clean ? undefined : true);
+    }
+  }
+
+  async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
+    return this.#withClient(async (client) => {
+      await client.query('begin');
+      try {
+        const result = await fn({
+          query: async <R extends Record<string, unknown>>(text: string, params?: unknown[]) => {
+            const res = await client.query<R>(text, params);
+            return { rows: res.rows, rowCount: res.rowCount ?? 0 };
+          },
+          copyFrom: (text: string) => client.query(copyFrom(text)),
+          copyTo: (text: string) => client.query(copyTo(text)),
+        });
+        await client.query('commit');
+        return result;
+      } catch (error) {
+        await client.query('rollback').catch(() => {});
+        throw error;
+      }
+    }, 'user-sql');
+  }
+}
