@@ -20,11 +20,13 @@ export interface CacheConfig {
 /** Every cache of the system; an area adds its cache here, then uses `namedCache(name)`. */
 export const CACHE_CATALOGUE = {
   requests: {
-    description: 'Per-user cache of read responses (workspace lists, the current workspace, settings)',
+    description:
+      "Per caller: the selected workspace, which routes without a workspace in their path act on (another API process's change is seen within the TTL)",
     defaults: { enabled: true, ttl_seconds: 60, max_entries: 5000 },
   },
   mappings: {
-    description: 'Mappings of a workspace as loaded from the database, invalidated on every change',
+    description:
+      'Per workspace: the source catalog that mapping writes and wildcards read, and generated SQL; emptied by every mapping write and source config or schema save',
     defaults: { enabled: true, ttl_seconds: 300, max_entries: 2000 },
   },
   introspection: {

@@ -653,6 +653,32 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(failing.body.hypotheses).toHaveLength(1);
     expect(llm.requests.length).toBe(before);
   });
+
+  it("sends the organization's business_context when a request gives none; with neither, 400", async () => {
+    answer = { hypotheses: [] };
+    await saveParameters({ base_url: llmUrl });
+    let res = await api('POST', '/hypotheses/generate', { body: { count: 1, save: false } });
+    expect(res.status).toBe(400);
+    expect(res.body.message).toMatch(/business_context is required.*global-settings/);
+    const saved = await call(server, 'PUT', '/api/workspaces/global-settings', {
+      token: tenant.admin.token,
+      body: { business_context: 'We rent cargo bikes to bakeries.' },
+    });
+    expect(saved.status).toBe(200);
+    const before = llm.requests.length;
+    res = await api('POST', '/hypotheses/generate', { body: { count: 1, save: false } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(llm.requests.length).toBe(before + 1);
+    expect(JSON.stringify(llm.requests.at(-1)!.body)).toContain('We rent cargo bikes to bakeries.');
+    // The request's own context wins over the saved one.
+    res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'Churn of yearly plans', count: 1, save: false },
+    });
+    expect(res.status).toBe(200);
+    const last = JSON.stringify(llm.requests.at(-1)!.body);
+    expect(last).toContain('Churn of yearly plans');
+    expect(last).not.toContain('cargo bikes');
+  });
 });
 
 describe('insights', () => {
