@@ -127,8 +127,14 @@ export class NamedCache<V = unknown> {
     const config = (await cacheSettingsOf(scope.em, organizationId))[this.name];
     if (!config.enabled) return undefined;
     const bucket = this.#buckets.get(organizationId);
-    const entry = bucket?.get(key);
-    if (!bucket || !entry) return undefined;
+    if (!bucket) return undefined;
+    // A lowered max_entries applies to what is already held, least recently used first.
+    for (const oldest of bucket.keys()) {
+      if (bucket.size <= config.max_entries) break;
+      bucket.delete(oldest);
+    }
+    const entry = bucket.get(key);
+    if (!entry) return undefined;
     if (Date.now() - entry.storedAt >= config.ttl_seconds * 1000) {
       bucket.delete(key);
       return undefined;

@@ -328,3 +328,53 @@ describe('cache settings', () => {
     expect(await entries('requests')).toBe(0);
   });
 });
+
+describe('the introspection cache and the identity_resolution feature', () => {
+  let tenant: Tenant;
+  let token: string;
+  const completed = async () => {
+    const events = await discover(token);
+    return (events.at(-1) as Extract<DiscoveryEvent, { type: 'completed' }>).summary;
+  };
+  const cacheSettings = (caches: unknown) =>
+    call(server, 'POST', '/api/admin/cache-settings', { token, body: { caches } });
+
+  beforeAll(async () => {
+    tenant = await createTenant(server);
+    token = tenant.admin.token;
+    await workspaceOf(tenant);
+  });
+
+  it('introspection: ttl_seconds and max_entries decide whether the next discovery reads the source again', async () => {
+    expect((await completed()).introspection_cached).toBe(false);
+    expect((await completed()).introspection_cached).toBe(true);
+    expect((await cacheSettings({ introspection: { ttl_seconds: 1 } })).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    expect((await completed()).introspection_cached).toBe(false);
+    await cacheSettings({ introspection: { ttl_seconds: 600, max_entries: 0 } });
+    await completed();
+    expect((await completed()).introspection_cached).toBe(false);
+    await cacheSettings({ introspection: { max_entries: 200 } });
+    await completed();
+    expect((await completed()).introspection_cached).toBe(true);
+  });
+
+  it('identity_resolution: creating the identity schema queues a build only while the feature is on', async () => {
+    let res = await call(server, 'POST', '/api/admin/feature-settings', {
+      token,
+      body: { features: { identity_resolution: false } },
+    });
+    expect(res.status).toBe(200);
+    const off = await call(server, 'POST', '/api/monitoring/identity-graph/create-schema', { token });
+    expect(off.status, JSON.stringify(off.body)).toBe(200);
+    expect(off.body.build).toBeNull();
+    expect(off.body.message).toMatch(/feature identity_resolution/);
+    res = await call(server, 'POST', '/api/admin/feature-settings', {
+      token,
+      body: { features: { identity_resolution: null } },
+    });
+    const on = await call(server, 'POST', '/api/monitoring/identity-graph/create-schema', { token });
+    expect(on.status, JSON.stringify(on.body)).toBe(200);
+    expect(on.body.build.run_id).toBeTruthy();
+  });
+});
