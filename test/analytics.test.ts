@@ -679,6 +679,60 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(last).toContain('Churn of yearly plans');
     expect(last).not.toContain('cargo bikes');
   });
+
+  it('llm_hypotheses: off for the organization or for a user (while overrides are allowed), nothing is sent', async () => {
+    const features = (body: unknown) =>
+      call(server, 'POST', '/api/admin/feature-settings', { token: tenant.admin.token, body });
+    const generate = (context: string, token = tenant.admin.token) =>
+      api('POST', '/hypotheses/generate', {
+        token,
+        body: { business_context: context, count: 1, save: false },
+      });
+    answer = {
+      hypotheses: [
+        {
+          statement: 'Mobile customers convert less',
+          table: 'mkt.customers',
+          metric: { expression: 'converted', kind: 'boolean' },
+          segment: { column: 'is_mobile' },
+          test: 'two_proportion_z',
+        },
+      ],
+    };
+    const editor = await tenant.addUser(['editor']);
+    const current = await call(server, 'GET', '/api/workspaces/current', { token: tenant.admin.token });
+    await call(server, 'POST', '/api/workspaces/select', {
+      token: editor.token,
+      body: { workspace_name: current.body.name },
+    });
+    let before = llm.requests.length;
+    expect((await features({ features: { llm_hypotheses: false } })).status).toBe(200);
+    let res = await generate('Feature off: loyalty');
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ mode: 'offline', fallback: { reason: 'feature_disabled' } });
+    expect(llm.requests.length).toBe(before);
+
+    await features({ features: { llm_hypotheses: null } });
+    const override = await call(server, 'POST', '/api/admin/user-feature-overrides', {
+      token: tenant.admin.token,
+      body: { user_id: editor.id, overrides: { llm_hypotheses: false } },
+    });
+    expect(override.status, JSON.stringify(override.body)).toBe(200);
+    res = await generate('Override: regions', editor.token);
+    expect(res.body.fallback?.reason).toBe('feature_disabled');
+    expect(llm.requests.length).toBe(before);
+    res = await generate('Override: regions, as the admin');
+    expect(res.body.fallback).toBeNull();
+    expect(llm.requests.length).toBe(before + 1);
+
+    // allow_user_overrides off: the organization's value (on) holds for everyone.
+    before = llm.requests.length;
+    expect((await features({ allow_user_overrides: false })).status).toBe(200);
+    res = await generate('Overrides disallowed: regions', editor.token);
+    expect(res.body.fallback).toBeNull();
+    expect(llm.requests.length).toBe(before + 1);
+    await features({ allow_user_overrides: true });
+  });
 });
 
 describe('insights', () => {
