@@ -376,7 +376,11 @@ describe('pushing the workspace', () => {
       insert into app.users values (1, 'a@x.io', 'gold'), (2, 'b@x.io', 'tin');
       create table app.groups (id integer primary key, title text);
       insert into app.groups values (1, 'first'), (2, 'second');`);
-    const saved = await api('POST', '/api/admin/vcs-config', config({ enabled: true }));
+    const saved = await api(
+      'POST',
+      '/api/admin/vcs-config',
+      config({ enabled: true, username: 'dimas-bot' }),
+    );
     expect(saved.status, JSON.stringify(saved.body)).toBe(200);
     expect((await api('POST', '/api/workspaces/create', { name: workspace, select: true })).status).toBe(200);
     const res = await api('POST', `/api/workspaces/${workspace}/config`, {
@@ -431,8 +435,13 @@ describe('pushing the workspace', () => {
   });
 
   it('pushes the whole projection with the first committed table, not that table alone', async () => {
+    const seen = gitServer.requests.length;
     const committed = await commitTable('contacts', 'contacts from users');
     expect(committed.vcs).toMatchObject({ pushed: true, reason: null });
+    // Every request of the push authenticated as the configured user name with the token.
+    const push = gitServer.requests.slice(seen);
+    expect(push.some((r) => r.path.endsWith('/git-receive-pack'))).toBe(true);
+    expect(new Set(push.map((r) => r.user))).toEqual(new Set(['dimas-bot']));
     expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(committed.vcs.commit);
     const zip = await expectRemoteEqualsDownload();
     // Both mappings (one still uncommitted), the schema, the prompts and the workspace description.
