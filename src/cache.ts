@@ -20,11 +20,13 @@ export interface CacheConfig {
 /** Every cache of the system; an area adds its cache here, then uses `namedCache(name)`. */
 export const CACHE_CATALOGUE = {
   requests: {
-    description: 'Per-user cache of read responses (workspace lists, the current workspace, settings)',
+    description:
+      "Per caller: the selected workspace, which routes without a workspace in their path act on (another API process's change is seen within the TTL)",
     defaults: { enabled: true, ttl_seconds: 60, max_entries: 5000 },
   },
   mappings: {
-    description: 'Mappings of a workspace as loaded from the database, invalidated on every change',
+    description:
+      'Per workspace: the source catalog that mapping writes and wildcards read, and generated SQL; emptied by every mapping write and source config or schema save',
     defaults: { enabled: true, ttl_seconds: 300, max_entries: 2000 },
   },
   introspection: {
@@ -125,8 +127,14 @@ export class NamedCache<V = unknown> {
     const config = (await cacheSettingsOf(scope.em, organizationId))[this.name];
     if (!config.enabled) return undefined;
     const bucket = this.#buckets.get(organizationId);
-    const entry = bucket?.get(key);
-    if (!bucket || !entry) return undefined;
+    if (!bucket) return undefined;
+    // A lowered max_entries applies to what is already held, least recently used first.
+    for (const oldest of bucket.keys()) {
+      if (bucket.size <= config.max_entries) break;
+      bucket.delete(oldest);
+    }
+    const entry = bucket.get(key);
+    if (!entry) return undefined;
     if (Date.now() - entry.storedAt >= config.ttl_seconds * 1000) {
       bucket.delete(key);
       return undefined;

@@ -653,6 +653,86 @@ describe('hypothesis generation (openai mode, against a local OpenAI-compatible 
     expect(failing.body.hypotheses).toHaveLength(1);
     expect(llm.requests.length).toBe(before);
   });
+
+  it("sends the organization's business_context when a request gives none; with neither, 400", async () => {
+    answer = { hypotheses: [] };
+    await saveParameters({ base_url: llmUrl });
+    let res = await api('POST', '/hypotheses/generate', { body: { count: 1, save: false } });
+    expect(res.status).toBe(400);
+    expect(res.body.message).toMatch(/business_context is required.*global-settings/);
+    const saved = await call(server, 'PUT', '/api/workspaces/global-settings', {
+      token: tenant.admin.token,
+      body: { business_context: 'We rent cargo bikes to bakeries.' },
+    });
+    expect(saved.status).toBe(200);
+    const before = llm.requests.length;
+    res = await api('POST', '/hypotheses/generate', { body: { count: 1, save: false } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(llm.requests.length).toBe(before + 1);
+    expect(JSON.stringify(llm.requests.at(-1)!.body)).toContain('We rent cargo bikes to bakeries.');
+    // The request's own context wins over the saved one.
+    res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'Churn of yearly plans', count: 1, save: false },
+    });
+    expect(res.status).toBe(200);
+    const last = JSON.stringify(llm.requests.at(-1)!.body);
+    expect(last).toContain('Churn of yearly plans');
+    expect(last).not.toContain('cargo bikes');
+  });
+
+  it('llm_hypotheses: off for the organization or for a user (while overrides are allowed), nothing is sent', async () => {
+    const features = (body: unknown) =>
+      call(server, 'POST', '/api/admin/feature-settings', { token: tenant.admin.token, body });
+    const generate = (context: string, token = tenant.admin.token) =>
+      api('POST', '/hypotheses/generate', {
+        token,
+        body: { business_context: context, count: 1, save: false },
+      });
+    answer = {
+      hypotheses: [
+        {
+          statement: 'Mobile customers convert less',
+          table: 'mkt.customers',
+          metric: { expression: 'converted', kind: 'boolean' },
+          segment: { column: 'is_mobile' },
+          test: 'two_proportion_z',
+        },
+      ],
+    };
+    const editor = await tenant.addUser(['editor']);
+    const current = await call(server, 'GET', '/api/workspaces/current', { token: tenant.admin.token });
+    await call(server, 'POST', '/api/workspaces/select', {
+      token: editor.token,
+      body: { workspace_name: current.body.name },
+    });
+    let before = llm.requests.length;
+    expect((await features({ features: { llm_hypotheses: false } })).status).toBe(200);
+    let res = await generate('Feature off: loyalty');
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ mode: 'offline', fallback: { reason: 'feature_disabled' } });
+    expect(llm.requests.length).toBe(before);
+
+    await features({ features: { llm_hypotheses: null } });
+    const override = await call(server, 'POST', '/api/admin/user-feature-overrides', {
+      token: tenant.admin.token,
+      body: { user_id: editor.id, overrides: { llm_hypotheses: false } },
+    });
+    expect(override.status, JSON.stringify(override.body)).toBe(200);
+    res = await generate('Override: regions', editor.token);
+    expect(res.body.fallback?.reason).toBe('feature_disabled');
+    expect(llm.requests.length).toBe(before);
+    res = await generate('Override: regions, as the admin');
+    expect(res.body.fallback).toBeNull();
+    expect(llm.requests.length).toBe(before + 1);
+
+    // allow_user_overrides off: the organization's value (on) holds for everyone.
+    before = llm.requests.length;
+    expect((await features({ allow_user_overrides: false })).status).toBe(200);
+    res = await generate('Overrides disallowed: regions', editor.token);
+    expect(res.body.fallback).toBeNull();
+    expect(llm.requests.length).toBe(before + 1);
+    await features({ allow_user_overrides: true });
+  });
 });
 
 describe('insights', () => {

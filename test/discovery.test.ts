@@ -857,7 +857,7 @@ describe('caches: introspection and llm_responses', () => {
     mappings: [{ target_field: 'email', source_field: 'crm.customers.email', confidence: 0.99 }],
   });
 
-  it('serves the second discovery from cache, empties it on a source config change, and obeys the cache settings', async () => {
+  it('serves the second discovery from cache, empties it on a source config change, and obeys the cache switch, TTL and size', async () => {
     const t = await createTenant(server);
     const name = await workspaceFor(t);
     await call(server, 'POST', '/api/admin/llm-parameters', {
@@ -905,6 +905,24 @@ describe('caches: introspection and llm_responses', () => {
       const fourth = await run();
       expect(llmRequests).toHaveLength(3);
       expect(fourth.summary).toMatchObject({ llm_calls: 1, llm_cached: 0, introspection_cached: false });
+
+      // Back on: held answers expire at the TTL in force when they are read.
+      const settings = (caches: unknown) =>
+        call(server, 'POST', '/api/admin/cache-settings', { token: t.admin.token, body: { caches } });
+      llmQueue.push({ content: answer }, { content: answer }, { content: answer }, { content: answer });
+      expect((await settings({ llm_responses: { enabled: true } })).status).toBe(200);
+      expect((await run()).summary).toMatchObject({ llm_calls: 1, llm_cached: 0 });
+      expect((await run()).summary).toMatchObject({ llm_calls: 0, llm_cached: 1 });
+      expect(llmRequests).toHaveLength(4);
+      await settings({ llm_responses: { ttl_seconds: 1 } });
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      expect((await run()).summary).toMatchObject({ llm_calls: 1, llm_cached: 0 });
+      expect(llmRequests).toHaveLength(5);
+      // max_entries 0: nothing is held, whatever the TTL.
+      await settings({ llm_responses: { ttl_seconds: 3600, max_entries: 0 } });
+      expect((await run()).summary).toMatchObject({ llm_calls: 1, llm_cached: 0 });
+      expect((await run()).summary).toMatchObject({ llm_calls: 1, llm_cached: 0 });
+      expect(llmRequests).toHaveLength(7);
     } finally {
       llmQueue.length = 0;
       await call(server, 'POST', '/api/admin/set-llm-mode', { token: superAdmin, body: { mode: 'offline' } });

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { scratchDatabase } from './helpers/scratch-db.ts';
+import { readZip } from './helpers/zip.ts';
 import { startGitHttpServer, type GitHttpServer } from './helpers/git-http-server.ts';
 import { pushWorkspaceFiles } from '../src/vcs/push-workspace.ts';
 import type { CallerScope } from '../src/deps.ts';
@@ -319,5 +321,194 @@ describe('pushWorkspaceFiles', () => {
     await expect(
       pushWorkspaceFiles(await scopeOf(a.admin.token), [{ path: '.git/config', content: 'x' }], 'x'),
     ).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+  });
+});
+
+/*
+ * The workspace as the remote holds it: every push (here, the ones commit-transformation makes) is
+ * one commit whose directory is exactly the workspace zip that `download` gives, file for file and
+ * byte for byte, whatever was committed before.
+ */
+describe('pushing the workspace', () => {
+  const warehouse = scratchDatabase('vcs');
+  const workspace = unique('vcsws');
+  const directory = `dimas/${workspace}`;
+  const api = (method: string, path: string, body?: unknown) =>
+    call(server, method, path, { token: a.admin.token, body });
+  const connection = (schemas: string[]) => ({
+    type: 'postgres',
+    host: '127.0.0.1',
+    port: 5432,
+    database: warehouse.name,
+    user: 'postgres',
+    password: 'trust',
+    schemas,
+  });
+
+  async function downloaded(): Promise<Map<string, Buffer>> {
+    const res = await fetch(new URL(`/api/workspaces/${workspace}/download`, server.url), {
+      headers: { authorization: `Bearer ${a.admin.token}` },
+    });
+    expect(res.status).toBe(200);
+    return readZip(Buffer.from(await res.arrayBuffer()));
+  }
+
+  async function commitTable(table: string, message: string) {
+    const res = await api('POST', `/api/mappings/${table}/commit-transformation`, { message });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    return res.body;
+  }
+
+  /** The pushed directory equals the zip: the same paths and the same bytes in each. */
+  async function expectRemoteEqualsDownload() {
+    const zip = await downloaded();
+    const remote = gitServer.tree('project', 'main', directory);
+    expect([...remote.keys()].sort()).toEqual([...zip.keys()].sort());
+    for (const [path, content] of zip)
+      expect(remote.get(path)?.toString('utf8'), path).toBe(content.toString('utf8'));
+    return zip;
+  }
+
+  beforeAll(async () => {
+    await warehouse.create();
+    await warehouse.sql(`create schema app; create schema mart;
+      create table app.users (id integer primary key, email text, plan text);
+      insert into app.users values (1, 'a@x.io', 'gold'), (2, 'b@x.io', 'tin');
+      create table app.groups (id integer primary key, title text);
+      insert into app.groups values (1, 'first'), (2, 'second');`);
+    const saved = await api(
+      'POST',
+      '/api/admin/vcs-config',
+      config({ enabled: true, username: 'dimas-bot' }),
+    );
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    expect((await api('POST', '/api/workspaces/create', { name: workspace, select: true })).status).toBe(200);
+    const res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      source_config: connection(['app']),
+      target_config: connection(['mart']),
+      system_prompt: 'Map the shop into the CRM.\n',
+      success_criteria_prompt: 'Every contact has an e-mail.\n',
+      target_schema: {
+        name: 'crm',
+        tables: [
+          {
+            name: 'contacts',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'integer', nullable: false },
+              { name: 'email', type: 'text', pii: true },
+              { name: 'tier', type: 'text' },
+            ],
+          },
+          {
+            name: 'segments',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'integer', nullable: false },
+              { name: 'label', type: 'text' },
+            ],
+          },
+        ],
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const steps: [string, string, unknown][] = [
+      ['contacts', 'tables', { source_table: 'users', relationship: 'primary' }],
+      ['contacts', 'connection', { connection: { source_field: 'users.id', target_field: 'id' } }],
+      ['contacts', 'connection', { connection: { source_field: 'users.email', target_field: 'email' } }],
+      [
+        'contacts',
+        'transformation',
+        { transformation: { target_field: 'tier', expression: 'upper(users.plan)' } },
+      ],
+      ['segments', 'tables', { source_table: 'groups', relationship: 'primary' }],
+      ['segments', 'connection', { connection: { source_field: 'groups.id', target_field: 'id' } }],
+      ['segments', 'connection', { connection: { source_field: 'groups.title', target_field: 'label' } }],
+    ];
+    for (const [table, route, body] of steps) {
+      const step = await api('POST', `/api/mappings/${table}/${route}`, body);
+      expect(step.status, `${table} ${route}: ${JSON.stringify(step.body)}`).toBe(200);
+    }
+  });
+  afterAll(async () => {
+    await warehouse.drop();
+  });
+
+  it('pushes the whole projection with the first committed table, not that table alone', async () => {
+    const seen = gitServer.requests.length;
+    const committed = await commitTable('contacts', 'contacts from users');
+    expect(committed.vcs).toMatchObject({ pushed: true, reason: null });
+    // Every request of the push authenticated as the configured user name with the token.
+    const push = gitServer.requests.slice(seen);
+    expect(push.some((r) => r.path.endsWith('/git-receive-pack'))).toBe(true);
+    expect(new Set(push.map((r) => r.user))).toEqual(new Set(['dimas-bot']));
+    expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(committed.vcs.commit);
+    const zip = await expectRemoteEqualsDownload();
+    // Both mappings (one still uncommitted), the schema, the prompts and the workspace description.
+    expect([...zip.keys()].sort()).toEqual([
+      'mappings/contacts.json',
+      'mappings/contacts.sql',
+      'mappings/segments.json',
+      'prompts/success_criteria.md',
+      'prompts/system_prompt.md',
+      'schema.json',
+      'workspace.json',
+    ]);
+    expect(gitServer.git('project', ['log', '-1', '--format=%s', 'main'])).toMatch(
+      /^contacts v\d+: contacts from users$/,
+    );
+    expect(gitServer.git('project', ['ls-tree', '--name-only', 'main'])).toContain('README.md');
+    const diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    expect(diff.body).toMatchObject({ has_changes: false, files: [] });
+  });
+
+  it('a later push carries the transformation project and keeps every earlier file', async () => {
+    const before = gitServer.git('project', ['rev-parse', 'main']);
+    const project = await api('POST', '/api/pipelines/generate-project', {});
+    expect(project.status, JSON.stringify(project.body)).toBe(200);
+    let diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    const added = diff.body.files.map((f: { path: string }) => f.path);
+    expect(added).toContain('transformation/dbt_project.yml');
+    expect(added.every((p: string) => p.startsWith('transformation/'))).toBe(true);
+
+    const committed = await commitTable('segments', 'segments from groups');
+    expect(committed.vcs).toMatchObject({ pushed: true });
+    expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(committed.vcs.commit);
+    const zip = await expectRemoteEqualsDownload();
+    expect([...zip.keys()]).toEqual(
+      expect.arrayContaining([
+        'mappings/contacts.json',
+        'mappings/contacts.sql',
+        'mappings/segments.json',
+        'mappings/segments.sql',
+        'prompts/system_prompt.md',
+        'schema.json',
+        'transformation/dbt_project.yml',
+        'transformation/models/contacts.sql',
+      ]),
+    );
+    // One commit on top of the previous push.
+    expect(gitServer.git('project', ['rev-parse', 'main^'])).toBe(before);
+    diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    expect(diff.body.has_changes).toBe(false);
+  });
+
+  it('git-diff compares the same projection: an edited prompt is the only change, and the next push carries it', async () => {
+    let res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      system_prompt: 'Map the shop, carefully.\n',
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
+    expect(diff.body.files).toEqual([
+      expect.objectContaining({ path: 'prompts/system_prompt.md', status: 'modified' }),
+    ]);
+    res = await api('POST', '/api/mappings/contacts/transformation', {
+      transformation: { target_field: 'tier', expression: 'lower(users.plan)' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    await commitTable('contacts', 'lower-case tiers');
+    const zip = await expectRemoteEqualsDownload();
+    expect(zip.get('prompts/system_prompt.md')?.toString()).toBe('Map the shop, carefully.\n');
+    expect(gitServer.git('project', ['fsck', '--strict'])).toBe('');
   });
 });

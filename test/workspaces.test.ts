@@ -743,28 +743,28 @@ describe('settings', () => {
 
   it('global settings: defaults, merge, null resets; per organization', async () => {
     const initial = await call('GET', '/api/workspaces/global-settings', { token: viewer.token });
-    expect(initial.body.settings).toMatchObject({ timezone: 'UTC', currency_code: 'USD' });
+    expect(initial.body.settings).toEqual({ organization_display_name: null, business_context: '' });
     const updated = await call('PUT', '/api/workspaces/global-settings', {
       token: a.admin.token,
-      body: { timezone: 'Europe/Berlin', currency_code: 'EUR', business_context: 'We sell bikes.' },
+      body: { organization_display_name: 'Bikes & Co', business_context: 'We sell bikes.' },
     });
     expect(updated.status).toBe(200);
-    expect(updated.body.settings).toMatchObject({ timezone: 'Europe/Berlin', currency_code: 'EUR' });
+    expect(updated.body.settings).toEqual({
+      organization_display_name: 'Bikes & Co',
+      business_context: 'We sell bikes.',
+    });
     const again = await call('PUT', '/api/workspaces/global-settings', {
       token: a.admin.token,
-      body: { timezone: null },
+      body: { business_context: null },
     });
-    expect(again.body.settings).toMatchObject({ timezone: 'UTC', currency_code: 'EUR' });
+    expect(again.body.settings).toEqual({ organization_display_name: 'Bikes & Co', business_context: '' });
     const other = await call('GET', '/api/workspaces/global-settings', { token: b.admin.token });
-    expect(other.body.settings.currency_code).toBe('USD');
-    expect(
-      (
-        await call('PUT', '/api/workspaces/global-settings', {
-          token: a.admin.token,
-          body: { currency_code: 'euro' },
-        })
-      ).status,
-    ).toBe(400);
+    expect(other.body.settings.organization_display_name).toBeNull();
+    // Settings without an effect were removed; sending one is a 400 like any unknown key.
+    for (const body of [{ business_context: 42 }, { currency_code: 'EUR' }, { data_retention_days: 30 }])
+      expect(
+        (await call('PUT', '/api/workspaces/global-settings', { token: a.admin.token, body })).status,
+      ).toBe(400);
     expect(
       (await call('PUT', '/api/workspaces/global-settings', { token: editor.token, body: {} })).status,
     ).toBe(403);

@@ -18,6 +18,8 @@ export interface GitHttpServer {
   createRepo(name: string, options?: { branch?: string; seed?: Record<string, string> }): string;
   /** Runs git against a repository and returns its output. */
   git(repo: string, args: string[]): string;
+  /** The files of `directory` at `rev`, path (relative to the directory) → exact bytes. */
+  tree(repo: string, rev: string, directory: string): Map<string, Buffer>;
   /** Requests seen, for asserting what was sent. */
   requests: { method: string; path: string; user: string | null }[];
   close(): Promise<void>;
@@ -152,6 +154,21 @@ export async function startGitHttpServer(
       return dir;
     },
     git: (repo, args) => run(join(root, `${repo}.git`), args),
+    tree(repo, rev, directory) {
+      const gitDir = join(root, `${repo}.git`);
+      const prefix = directory.replace(/\/*$/, '/');
+      const paths = run(gitDir, ['ls-tree', '-r', '--name-only', rev, '--', prefix])
+        .split('\n')
+        .filter(Boolean);
+      return new Map(
+        paths.map((path) => [
+          path.slice(prefix.length),
+          execFileSync('git', [`--git-dir=${gitDir}`, 'cat-file', 'blob', `${rev}:${path}`], {
+            env: { ...process.env, ...GIT_ENV },
+          }),
+        ]),
+      );
+    },
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -12,6 +12,7 @@ import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import { workspaceWarehouse } from '../sources/sources.service.ts';
 import { targetSchemaOf } from '../workspaces/workspaces.service.ts';
+import { getGlobalSettings } from '../workspaces/workspaces-settings.service.ts';
 import { Hypothesis, STAT_TESTS, type StoredSegment } from './analytics.entity.ts';
 import {
   PROFILE_SAMPLE_ROWS,
@@ -330,7 +331,8 @@ function describeLlmError(error: unknown): string {
 // ---- the route ----
 
 export interface GenerateInput {
-  business_context: string;
+  /** Omitted: the organization's `business_context` global setting. */
+  business_context?: string;
   tables?: string[];
   count: number;
   save: boolean;
@@ -342,6 +344,13 @@ export async function generateHypotheses(
   /** Tests pass their own manager to be in openai mode without switching the process. */
   manager: LlmManager = llmManager,
 ) {
+  const businessContext =
+    input.business_context ?? (await getGlobalSettings(scope)).settings.business_context.trim();
+  if (!businessContext)
+    throw new AppError(
+      'BAD_REQUEST',
+      "business_context is required: send it, or save the organization's business_context with PUT /api/workspaces/global-settings",
+    );
   const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'target');
   let tables: IntrospectedTable[];
   if (input.tables?.length) {
@@ -364,7 +373,7 @@ export async function generateHypotheses(
       },
     );
 
-  const context = contextWords(input.business_context);
+  const context = contextWords(businessContext);
   const pairs: ScreenPair[] = [];
   for (const table of tables) pairs.push(...(await screenTable(warehouse, table, context)));
   pairs.sort((a, b) => b.score - a.score || b.eta2 - a.eta2);
@@ -399,7 +408,7 @@ export async function generateHypotheses(
           manager,
         );
         const outcome = await proposeWithLlm(llm, {
-          context: input.business_context,
+          context: businessContext,
           count: input.count,
           tables,
           screened,

@@ -111,7 +111,10 @@ export const generateInput = z.object({
     .trim()
     .min(1)
     .max(20_000)
-    .describe('Free text: the business, its goals, what to learn'),
+    .optional()
+    .describe(
+      "Free text: the business, its goals, what to learn; omitted = the organization's business_context (global settings)",
+    ),
   tables: z
     .array(z.string().min(1).max(127))
     .max(50)

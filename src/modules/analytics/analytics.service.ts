@@ -8,7 +8,7 @@ import {
 } from '../../jobs/hypothesis-test.ts';
 import type { JobRunView } from '../../jobs/queue.ts';
 import { runMining } from '../../stats/mining.ts';
-import { workspaceWarehouse } from '../sources/sources.service.ts';
+import { adHocQuery, workspaceWarehouse } from '../sources/sources.service.ts';
 import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
 import {
   Hypothesis,
@@ -27,15 +27,9 @@ import {
 
 // ---- ad-hoc SQL ----
 
-/** One read-only statement on the current workspace's target warehouse (same guard as source queries). */
-export async function execute(scope: CallerScope, input: { sql: string; limit?: number }) {
-  const cap = scope.deps.env.WAREHOUSE_ROW_CAP;
-  if (input.limit !== undefined && input.limit > cap)
-    throw new AppError('BAD_REQUEST', `limit must be at most ${cap} (WAREHOUSE_ROW_CAP)`);
-  const { warehouse } = await workspaceWarehouse(scope, 'target');
-  const limit = input.limit ?? cap;
-  return { ...(await warehouse.readOnlyQuery(input.sql, { limit })), limit };
-}
+/** One read-only statement on the current workspace's target warehouse (same guard and limits as source queries). */
+export const execute = (scope: CallerScope, input: { sql: string; limit?: number }) =>
+  adHocQuery(scope, 'target', input);
 
 // ---- hypotheses ----
 

@@ -11,7 +11,7 @@ import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts
 import { ensureMaterializeJob } from '../../jobs/materialize.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
 import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
-import { lastCommit, workspaceFiles } from '../workspaces/workspaces-files.service.ts';
+import { workspaceFiles } from '../workspaces/workspaces-files.service.ts';
 import { WorkspaceCommit } from '../workspaces/workspaces.entity.ts';
 import { piiPolicyOf } from '../sources/pii-policy.service.ts';
 import { MappingCommit, TableMapping, type TableMappingEntity } from './mappings.entity.ts';
@@ -26,7 +26,6 @@ import {
 } from './mappings.service.ts';
 import { sourceCatalog, sourceWarehouseOf, targetTableOf } from './mappings-catalog.ts';
 import { generationInput } from './mappings-wildcard.ts';
-import { mappingFilePath, sqlFilePath } from './mappings-files.ts';
 
 // ---- generated SQL ----
 
@@ -413,15 +412,9 @@ export async function commitTransformation(
       message: input.message,
     });
     await em.flush();
-    // The workspace commit takes this table's files as they are now and every other file as it was
-    // last committed: committing one table's transformation does not commit unrelated edits.
-    const base = await lastCommit(tx, workspace);
-    const current = await workspaceFiles(tx, workspace);
-    const paths = new Set([mappingFilePath(input.table_name), sqlFilePath(input.table_name)]);
-    const files = [
-      ...(base?.files ?? []).filter((f) => !paths.has(f.path)),
-      ...current.filter((f) => paths.has(f.path)),
-    ].sort((a, b) => a.path.localeCompare(b.path));
+    // The workspace commit is the whole projection, the same files `download` zips and the push
+    // sends: a partial list would make the push replace the remote directory with it.
+    const files = await workspaceFiles(tx, workspace);
     const snapshot = em.create(WorkspaceCommit, {
       organization: workspace.organization.id,
       workspace: workspace.id,

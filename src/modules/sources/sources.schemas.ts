@@ -114,7 +114,12 @@ export const sampleValuesOutput = z.object({
 
 export const executeQueryInput = z.object({
   sql: z.string().min(1).max(100_000).describe('One SELECT / WITH / VALUES / EXPLAIN statement'),
-  limit: z.number().int().min(1).optional().describe('Row cap; default and maximum WAREHOUSE_ROW_CAP'),
+  limit: z
+    .number()
+    .int()
+    .min(1)
+    .optional()
+    .describe("Row cap; default and maximum: the workspace's query_row_limit (at most WAREHOUSE_ROW_CAP)"),
 });
 
 export const executeQueryOutput = z.object({

@@ -3,6 +3,7 @@ import type { CallerScope } from '../../deps.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { mysqlSchemas } from '../../warehouse/mysql.ts';
 import { piiPolicyOf } from './pii-policy.service.ts';
+import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedSchema, IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import {
@@ -220,15 +221,30 @@ export async function sampleValues(
   };
 }
 
-export async function executeQuery(scope: CallerScope, input: { sql: string; limit?: number }) {
-  const cap = scope.deps.env.WAREHOUSE_ROW_CAP;
+/**
+ * A person's ad-hoc statement on one side of the current workspace (source queries, analytics
+ * execute). The workspace's `query_row_limit` and `query_timeout_seconds` apply, within the
+ * operator's WAREHOUSE_ROW_CAP and WAREHOUSE_STATEMENT_TIMEOUT_MS, which no workspace may raise.
+ */
+export async function adHocQuery(scope: CallerScope, side: Side, input: { sql: string; limit?: number }) {
+  const { workspace, warehouse } = await workspaceWarehouse(scope, side);
+  const settings = await effectiveAdminSettings(scope, workspace.name);
+  const { WAREHOUSE_ROW_CAP, WAREHOUSE_STATEMENT_TIMEOUT_MS } = scope.deps.env;
+  const cap = Math.min(settings.query_row_limit, WAREHOUSE_ROW_CAP);
   if (input.limit !== undefined && input.limit > cap)
-    throw new AppError('BAD_REQUEST', `limit must be at most ${cap} (WAREHOUSE_ROW_CAP)`);
-  const { warehouse } = await workspaceWarehouse(scope, 'source');
+    throw new AppError(
+      'BAD_REQUEST',
+      `limit must be at most ${cap} (${
+        cap === WAREHOUSE_ROW_CAP ? 'WAREHOUSE_ROW_CAP' : "the workspace's query_row_limit"
+      })`,
+    );
   const limit = input.limit ?? cap;
-  const result = await warehouse.readOnlyQuery(input.sql, { limit });
-  return { ...result, limit };
+  const timeoutMs = Math.min(settings.query_timeout_seconds * 1000, WAREHOUSE_STATEMENT_TIMEOUT_MS);
+  return { ...(await warehouse.readOnlyQuery(input.sql, { limit, timeoutMs })), limit };
 }
+
+export const executeQuery = (scope: CallerScope, input: { sql: string; limit?: number }) =>
+  adHocQuery(scope, 'source', input);
 
 // ---- connection checks, for the workspaces area's routes (database/check|test|catalogs, test-stored-password) ----
 

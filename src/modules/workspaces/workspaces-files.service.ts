@@ -34,7 +34,7 @@ export async function workspaceFiles(scope: Scope, workspace: WorkspaceEntity): 
   return files.sort((a, b) => a.path.localeCompare(b.path));
 }
 
-export async function lastCommit(scope: Scope, workspace: WorkspaceEntity) {
+async function lastCommit(scope: Scope, workspace: WorkspaceEntity) {
   return scope.em.findOne(
     WorkspaceCommit,
     { workspace: workspace.id, organization: workspace.organization.id },

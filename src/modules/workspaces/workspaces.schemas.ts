@@ -414,14 +414,20 @@ export const adminSettingsFields = {
     .nullable()
     .describe('Suggestions at or above this confidence are confirmed automatically; null = never (default)'),
   sample_size: z.number().int().min(10).max(100_000).describe('Rows sampled per source table (default 1000)'),
-  query_row_limit: z.number().int().min(1).max(100_000).describe('Row cap of ad-hoc queries (default 1000)'),
-  query_timeout_seconds: z.number().int().min(1).max(600).describe('Timeout of ad-hoc queries (default 30)'),
-  materialize_batch_size: z
+  query_row_limit: z
     .number()
     .int()
-    .min(100)
-    .max(1_000_000)
-    .describe('Rows written per batch when materializing (default 10000)'),
+    .min(1)
+    .max(100_000)
+    .describe(
+      'Row cap (default and maximum limit) of ad-hoc queries on the source and the target, within WAREHOUSE_ROW_CAP (default 1000)',
+    ),
+  query_timeout_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(600)
+    .describe('Statement timeout of ad-hoc queries, within WAREHOUSE_STATEMENT_TIMEOUT_MS (default 30)'),
   mask_pii_in_samples: z
     .boolean()
     .describe('Mask values of PII columns in samples and previews (default true)'),
@@ -436,7 +442,6 @@ export const ADMIN_SETTINGS_DEFAULTS = {
   sample_size: 1000,
   query_row_limit: 1000,
   query_timeout_seconds: 30,
-  materialize_batch_size: 10_000,
   mask_pii_in_samples: true,
   reverse_etl_connections: [],
   identity_resolution: {},
@@ -474,32 +479,16 @@ export const adminSettingsOutput = z.object({
 
 export const globalSettingsFields = {
   organization_display_name: z.string().max(200).nullable().describe('Shown in clients instead of the name'),
-  timezone: z.string().min(1).max(64).describe('IANA time zone for reports (default UTC)'),
-  locale: z.string().min(2).max(35).describe('Locale of reports (default en-US)'),
-  currency_code: z
-    .string()
-    .regex(/^[A-Z]{3}$/, 'ISO 4217 code')
-    .describe('Reporting currency (default USD)'),
   business_context: z
     .string()
     .max(20_000)
-    .describe('What the business does; used when generating hypotheses and prompts'),
-  default_schema_template: z.string().max(100).nullable().describe('Template offered for new workspaces'),
-  data_retention_days: z
-    .number()
-    .int()
-    .min(1)
-    .max(3650)
-    .describe('How long run results are kept (default 365)'),
+    .describe(
+      'What the business does: hypothesis generation uses it when a request gives no business_context',
+    ),
 };
 export const GLOBAL_SETTINGS_DEFAULTS = {
   organization_display_name: null,
-  timezone: 'UTC',
-  locale: 'en-US',
-  currency_code: 'USD',
   business_context: '',
-  default_schema_template: null,
-  data_retention_days: 365,
 };
 export const globalSettings = z.object(globalSettingsFields);
 export const globalSettingsUpdateInput = z.strictObject(
@@ -518,8 +507,6 @@ export const userPreferencesFields = {
   timezone: z.string().min(1).max(64).describe('default UTC'),
   date_format: z.string().min(1).max(32).describe('default YYYY-MM-DD'),
   page_size: z.number().int().min(10).max(500).describe('default 50'),
-  email_notifications: z.boolean().describe('default true'),
-  show_pii: z.boolean().describe('Show PII values unmasked where allowed (default false)'),
 };
 export const USER_PREFERENCES_DEFAULTS = {
   theme: 'system' as const,
@@ -527,8 +514,6 @@ export const USER_PREFERENCES_DEFAULTS = {
   timezone: 'UTC',
   date_format: 'YYYY-MM-DD',
   page_size: 50,
-  email_notifications: true,
-  show_pii: false,
 };
 export const userPreferences = z.object(userPreferencesFields);
 export type UserPreferences = z.infer<typeof userPreferences>;
