@@ -3,7 +3,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { enqueueMonitoringRun } from '../src/jobs/monitoring-run.ts';
+import { enqueueMonitoringRun } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { SavedQuery } from '../src/modules/queries/queries.entity.ts';
 import { createContextFactory } from '../src/trpc/context.ts';

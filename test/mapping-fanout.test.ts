@@ -3,7 +3,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
-import { isDeterministicFailure } from '../src/jobs/materialize.ts';
+import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
 
 /*
  * Joins keep one row per primary row, or say so: validate measures the fan-out on the source,
