@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { createTenant, unique, type Tenant } from './helpers/api.ts';
+import { createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { createJobQueue, type JobQueue, type JobRunView } from '../src/jobs/queue.ts';
 import { JobRun } from '../src/jobs/job-run.entity.ts';
@@ -21,20 +21,12 @@ afterAll(async () => server?.close());
 
 const org = () => ({ organizationId: tenant.organization.id });
 
-async function waitFor(
-  queue: JobQueue,
-  id: string,
-  done: (run: JobRunView) => boolean,
-  timeoutMs = 30_000,
-): Promise<JobRunView> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const run = await queue.getRun(id, tenant.organization.id);
-    if (run && done(run)) return run;
-    if (Date.now() > deadline) throw new Error(`run ${id} is still ${run?.status}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+const waitFor = (queue: JobQueue, id: string, done: (run: JobRunView) => boolean) =>
+  until(
+    `run ${id}`,
+    () => queue.getRun(id, tenant.organization.id),
+    (run) => !!run && done(run),
+  ) as Promise<JobRunView>;
 
 function gate() {
   let open!: () => void;

@@ -8,165 +8,18 @@ import { AppError } from '../app-error.ts';
 import { createEmbeddedPool } from '../db/embedded.ts';
 import type { Logger } from '../logger.ts';
 import { JobRun, type JobRunEntity, type JobRunStatus } from './job-run.entity.ts';
+import {
+  JobCancelledError,
+  PermanentJobError,
+  type EnqueueOptions,
+  type JobContext,
+  type JobHandler,
+  type JobKindOptions,
+  type JobQueue,
+  type JobRunView,
+} from './job-types.ts';
 
-/**
- * The job queue of long work (materialize, export, hypothesis test, monitoring run).
- *
- * pg-boss schedules, retries (with exponential backoff) and hands jobs to workers in any API
- * process; the `job_runs` table is the record routes read: tenant, status, progress, result, error,
- * retry count, times. A run's id is also its pg-boss job id and the job's data is only that id, so
- * the row is the single source of truth and survives restarts and pg-boss's retention.
- *
- * Singleton keys: at most one queued-or-running run per (organization, kind, singleton key), enforced
- * by a partial unique index, so it holds across processes. Enqueueing while one is active returns
- * that run with `created: false` (idempotent: a double-clicked "materialize" shows the run already
- * under way) instead of an error; a route that wants 409 can turn `created: false` into one.
- *
- * Dead workers: pg-boss (v11) only notices a worker that died mid-run when the attempt's expiry
- * (timeoutSeconds, hours for a materialization) has passed. So a running attempt beats on its row
- * (`updated_at`) every quarter of `heartbeatTimeoutSeconds`, and every process sweeps for running
- * rows that missed their beats for longer: it claims the row back to queued (or failed on the last
- * attempt) and fails the pg-boss job, which pg-boss then retries. Every write of an attempt names
- * its retry count, so an attempt that was taken over (or cancelled) can no longer write its row;
- * its next beat finds that and aborts it: a run completes once.
- *
- * A run and its pg-boss job are written in one transaction (pg-boss's `send` runs its insert on the
- * transaction's connection): a failure or a crash between the two leaves neither, never a queued row
- * that no worker will ever take.
- *
- * Periodic work (`schedule`) goes through pg-boss's cron: every process keeps the schedule, pg-boss
- * lets one of them turn each tick into one job, and one worker in the cluster runs it. Such ticks
- * have no run row: they are the queue's own housekeeping, not a tenant's run.
- *
- * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
- * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
- * a job handler (or any code) holding a transaction on the embedded database must not call
- * `enqueue`/`progress` before the transaction ends: both wait for the mutex the transaction holds.
- * For the same reason `getRun`/`listRuns` take the caller's entity manager: a request that reads a
- * run inside its own transaction reads it on that connection rather than waiting for a second one.
- */
-
-export interface JobContext {
-  runId: string;
-  organizationId: string;
-  workspaceId: string | null;
-  /** 1 for the first attempt, 2 for the first retry, … */
-  attempt: number;
-  /** Aborted when the run is cancelled or the queue stops; long handlers should pass it on. */
-  signal: AbortSignal;
-  /** Records progress (e.g. `{ rows_written }`); throws JobCancelledError once the run was cancelled. */
-  progress(progress: Record<string, unknown>): Promise<void>;
-}
-
-export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (
-  payload: P,
-  context: JobContext,
-) => Promise<Record<string, unknown> | void>;
-
-export interface JobKindOptions {
-  /** Retries after the first attempt. */
-  retryLimit?: number;
-  /** Base delay; with backoff pg-boss adds about 2^attempt seconds, with jitter. */
-  retryDelaySeconds?: number;
-  retryBackoff?: boolean;
-  retryDelayMaxSeconds?: number;
-  /** An attempt running longer is failed (and retried) by pg-boss. */
-  timeoutSeconds?: number;
-  /** Runs of this kind one process works on at the same time. */
-  concurrency?: number;
-}
-
-export interface EnqueueOptions {
-  organizationId: string;
-  workspaceId?: string | null;
-  /** One active run per key within the organization and kind, e.g. `${workspaceId}:${table}`. */
-  singletonKey?: string;
-}
-
-export interface JobRunView {
-  id: string;
-  organization_id: string;
-  workspace_id: string | null;
-  kind: string;
-  status: JobRunStatus;
-  singleton_key: string | null;
-  payload: Record<string, unknown>;
-  progress: Record<string, unknown>;
-  result: Record<string, unknown> | null;
-  error: string | null;
-  retry_count: number;
-  started_at: Date | null;
-  finished_at: Date | null;
-  created_at: Date;
-  updated_at: Date;
-  duration_ms: number | null;
-}
-
-export interface EnqueueResult {
-  run: JobRunView;
-  /** false when an active run with the same singleton key was returned instead. */
-  created: boolean;
-}
-
-export interface ListRunsOptions {
-  workspaceId?: string;
-  kind?: string;
-  status?: JobRunStatus;
-  limit?: number;
-  offset?: number;
-}
-
-export interface ScheduleOptions {
-  /** A tick running longer is failed by pg-boss (the next tick starts afresh). */
-  timeoutSeconds?: number;
-}
-
-export interface JobQueue {
-  register<P extends Record<string, unknown>>(
-    kind: string,
-    handler: JobHandler<P>,
-    options?: JobKindOptions,
-  ): Promise<void>;
-  /**
-   * Periodic work: `handler` runs once per tick of `cron` (UTC, minute resolution) in the whole
-   * cluster, in whichever process takes the tick. Registered like a kind, before or after start.
-   */
-  schedule(
-    name: string,
-    cron: string,
-    handler: () => Promise<void>,
-    options?: ScheduleOptions,
-  ): Promise<void>;
-  enqueue(kind: string, payload: Record<string, unknown>, options: EnqueueOptions): Promise<EnqueueResult>;
-  /**
-   * The run if it belongs to the organization; null otherwise (answer 404 either way). Read on `em`
-   * when given (the caller's connection and transaction), else on a connection of its own.
-   */
-  getRun(id: string, organizationId: string, em?: EntityManager): Promise<JobRunView | null>;
-  listRuns(organizationId: string, options?: ListRunsOptions, em?: EntityManager): Promise<JobRunView[]>;
-  /** Cancels a queued or running run; a finished run is returned unchanged. */
-  cancel(id: string, organizationId: string): Promise<JobRunView | null>;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-/**
- * A failure that would repeat on every attempt (invalid SQL, a duplicate key, a missing table):
- * the run fails at once with this message instead of being retried.
- */
-export class PermanentJobError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'PermanentJobError';
-  }
-}
-
-export class JobCancelledError extends Error {
-  constructor(runId: string) {
-    super(`Run ${runId} was cancelled`);
-    this.name = 'JobCancelledError';
-  }
-}
+export * from './job-types.ts';
 
 export type JobQueueConnection = { embedded: PGlite } | { connectionString: string };
 
@@ -272,6 +125,42 @@ interface InFlight {
   final: boolean;
 }
 
+/**
+ * The job queue of long work (materialize, export, hypothesis test, monitoring run).
+ *
+ * pg-boss schedules, retries (with exponential backoff) and hands jobs to workers in any API
+ * process; the `job_runs` table is the record routes read: tenant, status, progress, result, error,
+ * retry count, times. A run's id is also its pg-boss job id and the job's data is only that id, so
+ * the row is the single source of truth and survives restarts and pg-boss's retention.
+ *
+ * Singleton keys: at most one queued-or-running run per (organization, kind, singleton key), enforced
+ * by a partial unique index, so it holds across processes. Enqueueing while one is active returns
+ * that run with `created: false` (idempotent: a double-clicked "materialize" shows the run already
+ * under way) instead of an error; a route that wants 409 can turn `created: false` into one.
+ *
+ * Dead workers: pg-boss (v11) only notices a worker that died mid-run when the attempt's expiry
+ * (timeoutSeconds, hours for a materialization) has passed. So a running attempt beats on its row
+ * (`updated_at`) every quarter of `heartbeatTimeoutSeconds`, and every process sweeps for running
+ * rows that missed their beats for longer: it claims the row back to queued (or failed on the last
+ * attempt) and fails the pg-boss job, which pg-boss then retries. Every write of an attempt names
+ * its retry count, so an attempt that was taken over (or cancelled) can no longer write its row;
+ * its next beat finds that and aborts it: a run completes once.
+ *
+ * A run and its pg-boss job are written in one transaction (pg-boss's `send` runs its insert on the
+ * transaction's connection): a failure or a crash between the two leaves neither, never a queued row
+ * that no worker will ever take.
+ *
+ * Periodic work (`schedule`) goes through pg-boss's cron: every process keeps the schedule, pg-boss
+ * lets one of them turn each tick into one job, and one worker in the cluster runs it. Such ticks
+ * have no run row: they are the queue's own housekeeping, not a tenant's run.
+ *
+ * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
+ * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
+ * a job handler (or any code) holding a transaction on the embedded database must not call
+ * `enqueue`/`progress` before the transaction ends: both wait for the mutex the transaction holds.
+ * For the same reason `getRun`/`listRuns` take the caller's entity manager: a request that reads a
+ * run inside its own transaction reads it on that connection rather than waiting for a second one.
+ */
 export function createJobQueue(deps: JobQueueDeps): JobQueue {
   const { orm, logger } = deps;
   const boss = new PgBoss({
@@ -492,7 +381,9 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
           retryCount: 0,
         });
         await tx.flush();
-        await boss.send(kind, { runId: run.id }, { id: run.id, db: transactionBossDb(tx) });
+        const jobId = await boss.send(kind, { runId: run.id }, { id: run.id, db: transactionBossDb(tx) });
+        // pg-boss answers null when it kept no job: the row must not stay without one.
+        if (!jobId) throw new Error(`The job queue did not accept the run of ${kind}`);
         return run;
       });
     } catch (error) {
