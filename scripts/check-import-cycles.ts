@@ -3,6 +3,9 @@
  * time and do not count; everything else does (a cycle of value imports makes module evaluation order
  * matter, and is how two areas end up knowing each other's internals).
  *
+ * Also fails when the job queue (jobs/) imports an area (modules/), even for types only: the areas
+ * use the queue and register their handlers with it, never the other way round.
+ *
  *   npx tsx scripts/check-import-cycles.ts [dir]
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
@@ -19,15 +22,15 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
-/** The relative modules a file needs at run time. */
-function valueImports(file: string): string[] {
+/** The relative modules a file needs at run time (with `withTypes`, also those it needs for types). */
+function valueImports(file: string, withTypes = false): string[] {
   const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, false);
   const targets: string[] = [];
   for (const statement of source.statements) {
     let specifier: ts.Expression | undefined;
     if (ts.isImportDeclaration(statement)) {
       const clause = statement.importClause;
-      if (clause?.isTypeOnly) continue;
+      if (clause?.isTypeOnly && !withTypes) continue;
       const bindings = clause?.namedBindings;
       const onlyTypes =
         clause &&
@@ -36,7 +39,7 @@ function valueImports(file: string): string[] {
         ts.isNamedImports(bindings) &&
         bindings.elements.length > 0 &&
         bindings.elements.every((element) => element.isTypeOnly);
-      if (onlyTypes) continue;
+      if (onlyTypes && !withTypes) continue;
       specifier = statement.moduleSpecifier;
     } else if (ts.isExportDeclaration(statement) && statement.moduleSpecifier && !statement.isTypeOnly) {
       specifier = statement.moduleSpecifier;
@@ -84,6 +87,20 @@ function cycles(graph: Map<string, string[]>): string[][] {
 
 const graph = new Map(sourceFiles(root).map((file) => [file, valueImports(file)]));
 const found = cycles(graph);
+const queueDir = join(root, 'jobs') + '/';
+const areasDir = join(root, 'modules') + '/';
+const queueToAreas = [...graph.keys()]
+  .filter((file) => file.startsWith(queueDir))
+  .flatMap((file) =>
+    valueImports(file, true)
+      .filter((target) => target.startsWith(areasDir))
+      .map((target) => `  ${relative(process.cwd(), file)} → ${relative(process.cwd(), target)}`),
+  );
+if (queueToAreas.length > 0) {
+  console.error('The job queue imports areas (modules/ register with jobs/, not the other way round):');
+  for (const line of queueToAreas) console.error(line);
+  process.exitCode = 1;
+}
 if (found.length === 0) {
   console.log(`No value import cycles among ${graph.size} files of ${relative(process.cwd(), root) || '.'}`);
 } else {

@@ -12,7 +12,11 @@ import { createApp } from './app.ts';
 import { closeWarehouses, readControlPlaneIdentity } from './warehouse/postgres.ts';
 import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
 import { llmManager } from './llm/provider.ts';
-import { registerJobHandlers, startSchedulers } from './jobs/register.ts';
+import { registerAnalyticsJobs } from './modules/analytics/analytics.jobs.ts';
+import { registerAudienceJobs } from './modules/audiences/audiences.jobs.ts';
+import { registerMappingJobs } from './modules/mappings/mappings.jobs.ts';
+import { registerMonitoringJobs } from './modules/monitoring/monitoring.jobs.ts';
+import { registerSourceJobs } from './modules/sources/sources.jobs.ts';
 
 export interface RunningServer {
   url: string;
@@ -76,7 +80,6 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
   }
   await registerJobHandlers(deps);
   await deps.jobs.start();
-  const stopSchedulers = startSchedulers(deps);
   const server = createApp(deps).listen(env.PORT, env.HOST);
   // Idle keep-alive connections stay open longer than the clients' and proxies' own idle timeouts
   // (60 s for most load balancers): with Node's 5 s a client could reuse a connection the server was
@@ -101,7 +104,6 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       const force = setTimeout(() => server.closeAllConnections(), 10_000);
       await closed;
       clearTimeout(force);
-      stopSchedulers();
       await deps.jobs.stop();
       await closeWarehouses(deps);
       await deps.demoWarehouse?.close();
@@ -109,6 +111,18 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       await flushLogFile(logger);
     },
   };
+}
+
+/**
+ * Every area's job kinds and periodic work, registered in one place before the queue starts: runs
+ * queued before a restart are picked up at once, and the queue itself knows no area.
+ */
+async function registerJobHandlers(deps: AppDeps): Promise<void> {
+  await registerAudienceJobs(deps);
+  await registerMonitoringJobs(deps);
+  await registerAnalyticsJobs(deps);
+  await registerMappingJobs(deps);
+  await registerSourceJobs(deps);
 }
 
 /** The queue lives in the control-plane database: the same PGlite instance, or the same server. */

@@ -5,7 +5,7 @@ import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { CallerScope } from '../src/deps.ts';
 import { putColumnMonitoring, putColumnTest } from '../src/modules/schemas/quality-configs.service.ts';
-import { enqueueMonitoringRun, runDueMonitoring } from '../src/jobs/monitoring-run.ts';
+import { enqueueMonitoringRun, runDueMonitoring } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 
 /*

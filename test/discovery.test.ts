@@ -5,7 +5,15 @@ import superjson from 'superjson';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
-import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  call,
+  createTenant,
+  superAdminToken,
+  unique,
+  until,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { AppRouter } from '../src/trpc/router.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
@@ -170,15 +178,6 @@ async function runRow(runId: string) {
     .getConnection()
     .execute('select status, reason, summary, cancel_requested_at from discovery_runs where id = ?', [runId]);
   return row;
-}
-
-async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await read();
-    if (ok(v) || Date.now() > deadline) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 function trpc(token: string) {
@@ -469,6 +468,7 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
     });
     expect(events.at(-1)!.type).toBe('table_profiled');
     const row = await until(
+      'discovery run',
       () => runRow(runId),
       (r) => r.status !== 'running',
     );
@@ -545,6 +545,7 @@ describe('discovery as a tRPC subscription', () => {
       );
     });
     const row = await until(
+      'discovery run',
       () => runRow(runId),
       (r) => r.status !== 'running',
     );
@@ -1045,6 +1046,7 @@ describe('the event stream protocol', () => {
     });
     const runId = (cut.events[0] as { run_id: string }).run_id;
     await until(
+      'discovery run',
       () => runRow(runId),
       (r) => r.status !== 'running',
     );

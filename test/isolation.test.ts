@@ -1,9 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  call,
+  createTenant,
+  superAdminToken,
+  unique,
+  until,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { enqueueMonitoringRun } from '../src/jobs/monitoring-run.ts';
+import { enqueueMonitoringRun } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { SavedQuery } from '../src/modules/queries/queries.entity.ts';
 import { createContextFactory } from '../src/trpc/context.ts';
@@ -113,13 +121,12 @@ async function build(): Promise<Shapes> {
   );
   const audience_id = audience.id ?? audience.audience?.id;
   const run = await ok(await as('POST', `/api/api/audiences/${audience_id}/materialize`));
-  for (const deadline = Date.now() + 45_000; ;) {
-    const { materialization } = await ok(await as('GET', `/api/api/audiences/${audience_id}`));
-    if (materialization.run_id === run.run_id && materialization.status === 'succeeded') break;
-    if (materialization.status === 'failed' || Date.now() > deadline)
-      throw new Error(`materialization: ${JSON.stringify(materialization)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
+  const materialized = await until(
+    'materialization',
+    async () => (await ok(await as('GET', `/api/api/audiences/${audience_id}`))).materialization,
+    (m) => m.run_id === run.run_id && ['succeeded', 'failed'].includes(m.status),
+  );
+  expect(materialized.status).toBe('succeeded');
   const exported = await ok(
     await as('POST', '/api/api/audiences/exports', {
       audience_id,
@@ -144,12 +151,11 @@ async function build(): Promise<Shapes> {
   const started = await ok(
     await as('POST', '/api/analytics/hypotheses/test', { hypothesis_id: hypothesis.id }),
   );
-  for (const deadline = Date.now() + 45_000; ;) {
-    const status = await ok(await as('GET', `/api/analytics/status/${hypothesis.id}`));
-    if (status.run?.id === started.run_id && ['succeeded', 'failed'].includes(status.run.status)) break;
-    if (Date.now() > deadline) throw new Error(`hypothesis test: ${JSON.stringify(status)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
+  await until(
+    'hypothesis test',
+    async () => ok(await as('GET', `/api/analytics/status/${hypothesis.id}`)),
+    (status) => status.run?.id === started.run_id && ['succeeded', 'failed'].includes(status.run.status),
+  );
   const insight = await ok(await as('POST', '/api/analytics/insights', { hypothesis_id: hypothesis.id }));
   // An alert: a null-rate threshold the warehouse's e-mails cross, measured by one monitoring run.
   await ok(
@@ -166,12 +172,11 @@ async function build(): Promise<Shapes> {
     workspaceId,
     reason: 'on_demand',
   });
-  for (const deadline = Date.now() + 45_000; ;) {
-    const job = await server.deps.jobs.getRun(queued.run_id, tenant.organization.id);
-    if (job && ['succeeded', 'failed', 'cancelled'].includes(job.status)) break;
-    if (Date.now() > deadline) throw new Error(`monitoring run: ${JSON.stringify(job)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
+  await until(
+    'monitoring run',
+    () => server.deps.jobs.getRun(queued.run_id, tenant.organization.id),
+    (job) => !!job && ['succeeded', 'failed', 'cancelled'].includes(job.status),
+  );
   const alerts = await ok(
     await call(server, 'GET', '/api/api/alerts/active', { token, query: { workspace } }),
   );

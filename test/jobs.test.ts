@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { createTenant, unique, type Tenant } from './helpers/api.ts';
+import { createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import type { EntityManager } from '@mikro-orm/postgresql';
 import { createJobQueue, type JobQueue, type JobRunView } from '../src/jobs/queue.ts';
+import { JobRun } from '../src/jobs/job-run.entity.ts';
 import { jobQueueConnection } from '../src/server.ts';
 
 let server: TestServer;
@@ -19,20 +21,12 @@ afterAll(async () => server?.close());
 
 const org = () => ({ organizationId: tenant.organization.id });
 
-async function waitFor(
-  queue: JobQueue,
-  id: string,
-  done: (run: JobRunView) => boolean,
-  timeoutMs = 30_000,
-): Promise<JobRunView> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const run = await queue.getRun(id, tenant.organization.id);
-    if (run && done(run)) return run;
-    if (Date.now() > deadline) throw new Error(`run ${id} is still ${run?.status}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+const waitFor = (queue: JobQueue, id: string, done: (run: JobRunView) => boolean) =>
+  until(
+    `run ${id}`,
+    () => queue.getRun(id, tenant.organization.id),
+    (run) => !!run && done(run),
+  ) as Promise<JobRunView>;
 
 function gate() {
   let open!: () => void;
@@ -222,4 +216,109 @@ describe('job queue', () => {
     });
     await expect(stopped.enqueue('x', {}, org())).rejects.toMatchObject({ code: 'SERVICE_UNAVAILABLE' });
   });
+
+  it('writes a run and its queued job together: a failed enqueue leaves no run row', async () => {
+    const kind = unique('atomic-');
+    let handled = 0;
+    await jobs.register(kind, async () => {
+      handled++;
+    });
+    const em = server.deps.orm.em.fork() as EntityManager;
+    // pg-boss refuses this kind's job, as a full disk or a lost connection would at that moment.
+    const refuse = `refuse_${kind.replace(/\W/g, '_')}`;
+    await em.execute(
+      `create function pgboss.${refuse}() returns trigger language plpgsql as $$
+         begin raise exception 'the queue refused the job'; end $$`,
+    );
+    await em.execute(
+      `create trigger ${refuse} before insert on pgboss.job_common for each row
+         when (new.name = '${kind}') execute function pgboss.${refuse}()`,
+    );
+    try {
+      await expect(jobs.enqueue(kind, { n: 1 }, { ...org(), singletonKey: 'only-one' })).rejects.toThrow(
+        /the queue refused the job/,
+      );
+      expect(await jobs.listRuns(tenant.organization.id, { kind })).toEqual([]);
+      const [{ n }] = await em.execute(`select count(*)::int as n from job_runs where kind = ?`, [kind]);
+      expect(n).toBe(0);
+    } finally {
+      await em.execute(`drop trigger ${refuse} on pgboss.job_common`);
+      await em.execute(`drop function pgboss.${refuse}()`);
+    }
+    // Nothing half-written holds the singleton key: the next enqueue runs.
+    const { run, created } = await jobs.enqueue(kind, { n: 2 }, { ...org(), singletonKey: 'only-one' });
+    expect(created).toBe(true);
+    await waitFor(jobs, run.id, (r) => r.status === 'succeeded');
+    expect(handled).toBe(1);
+  });
+
+  it("reads runs on the caller's entity manager, inside its transaction", async () => {
+    const kind = unique('read-');
+    const em = server.deps.orm.em.fork() as EntityManager;
+    let committedElsewhere: JobRunView | null | undefined;
+    const seen = await em.transactional(async (tx) => {
+      const row = tx.create(JobRun, {
+        organizationId: tenant.organization.id,
+        kind,
+        payload: { in: 'transaction' },
+        progress: {},
+      });
+      await tx.flush();
+      // Another connection cannot see the uncommitted row (on the embedded database's single
+      // connection it would wait for this transaction to end: that is why reads take `em`).
+      if (server.db.kind !== 'embedded')
+        committedElsewhere = await jobs.getRun(row.id, tenant.organization.id);
+      return {
+        run: await jobs.getRun(row.id, tenant.organization.id, tx),
+        otherOrg: await jobs.getRun(row.id, other.organization.id, tx),
+        list: await jobs.listRuns(tenant.organization.id, { kind }, tx),
+      };
+    });
+    expect(seen.run).toMatchObject({ kind, status: 'queued', payload: { in: 'transaction' } });
+    expect(seen.otherOrg).toBeNull();
+    expect(seen.list.map((r) => r.id)).toEqual([seen.run!.id]);
+    if (server.db.kind !== 'embedded') expect(committedElsewhere).toBeNull();
+    // Committed now: a read of its own sees it too.
+    expect((await jobs.getRun(seen.run!.id, tenant.organization.id))?.kind).toBe(kind);
+  });
+
+  it('runs periodic work once per cron tick however many processes keep the schedule', async () => {
+    const name = unique('tick-');
+    const connection = jobQueueConnection(server.db);
+    // Both processes look for due ticks every second, so each would send one per second on its own.
+    const processes = ['a', 'b'].map((id) => ({
+      id,
+      queue: createJobQueue({
+        orm: server.deps.orm,
+        logger: server.deps.logger,
+        connection,
+        cronCheckSeconds: 1,
+      }),
+    }));
+    const ticks: { process: string; minute: number }[] = [];
+    // A tick near the end of a minute could be followed by the next at once: start early in one.
+    const second = new Date().getUTCSeconds();
+    if (second > 40) await new Promise((resolve) => setTimeout(resolve, (61 - second) * 1000));
+    for (const { id, queue } of processes) {
+      await queue.schedule(name, '* * * * *', async () => {
+        ticks.push({ process: id, minute: Math.floor(Date.now() / 60_000) });
+      });
+      await queue.start();
+    }
+    try {
+      // Every minute's tick is due at once (pg-boss sends a tick whose time is under a minute old).
+      await expect.poll(() => ticks.length, { timeout: 30_000 }).toBe(1);
+      await new Promise((resolve) => setTimeout(resolve, 5000));
+      expect(ticks).toHaveLength(1);
+      // The next minute: one more tick, not one per process.
+      await expect.poll(() => ticks.length, { timeout: 90_000, interval: 500 }).toBe(2);
+      await new Promise((resolve) => setTimeout(resolve, 5000));
+      expect(ticks).toHaveLength(2);
+      expect(ticks[1].minute).toBe(ticks[0].minute + 1);
+    } finally {
+      for (const { queue } of processes) await queue.stop();
+      // The schedule lives in the database, kept by any process that registers it: this one is over.
+      await server.deps.orm.em.fork().execute(`delete from pgboss.schedule where name = ?`, [name]);
+    }
+  }, 150_000);
 });

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
-import { isDeterministicFailure } from '../src/jobs/materialize.ts';
+import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
 
 /*
  * Joins keep one row per primary row, or say so: validate measures the fan-out on the source,
@@ -94,17 +94,8 @@ async function joinedMapping(table: string, joinOn: string, extra: Record<string
   expect(name.status, JSON.stringify(name.body)).toBe(200);
 }
 
-async function materializeAndWait(table: string) {
-  const started = await api('POST', `/api/mappings/${table}/materialize`, {});
-  expect(started.status, JSON.stringify(started.body)).toBe(200);
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const last = (await api('GET', `/api/mappings/${table}`)).body.materialization.last_run;
-    if (['succeeded', 'failed', 'cancelled'].includes(last.status)) return last;
-    if (Date.now() > deadline) throw new Error(`run still ${last.status} after 60 s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+const materializeAndWait = async (table: string) =>
+  (await materializeMapping(server, tenant.admin.token, table)).run;
 
 const EMAIL_JOIN = 'lower(trim(customers.email)) = lower(trim(crm_contacts.email))';
 

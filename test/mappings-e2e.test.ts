@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
 import { scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
 
 /*
@@ -128,19 +128,9 @@ const api = (method: string, path: string, body?: unknown, query?: Record<string
   call(server, method, path, { token, body, query });
 
 async function materializeAndWait(table: string) {
-  const started = await api('POST', `/api/mappings/${table}/materialize`, {});
-  expect(started.status, JSON.stringify(started.body)).toBe(200);
-  expect(started.body).toMatchObject({ run_id: expect.any(String), status: 'queued', created: true });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const mapping = await api('GET', `/api/mappings/${table}`);
-    const last = mapping.body.materialization.last_run;
-    expect(last.run_id).toBe(started.body.run_id);
-    if (['succeeded', 'failed', 'cancelled'].includes(last.status))
-      return { run: last, mapping: mapping.body };
-    if (Date.now() > deadline) throw new Error(`run still ${last.status} after 60 s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  const { started, run, mapping } = await materializeMapping(server, token, table);
+  expect(started).toMatchObject({ run_id: expect.any(String), status: 'queued', created: true });
+  return { run, mapping };
 }
 
 async function targetRows(db: ScratchDatabase) {

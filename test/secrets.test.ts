@@ -9,7 +9,15 @@ import { createLogger } from '../src/logger.ts';
 import { startServer } from '../src/server.ts';
 import type { TestServer } from './helpers/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
-import { call, createTenant, superAdminToken, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  call,
+  createTenant,
+  superAdminToken,
+  unique,
+  until,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
@@ -215,15 +223,14 @@ beforeAll(async () => {
   ids.audience_id = audience.body.id;
   const run = await scan('POST', `/api/api/audiences/${ids.audience_id}/materialize`, admin);
   expect(run.status, JSON.stringify(run.body)).toBe(200);
-  for (const deadline = Date.now() + 45_000; ;) {
-    const { materialization } = (
-      await call(server, 'GET', `/api/api/audiences/${ids.audience_id}`, { token: admin })
-    ).body;
-    if (materialization.run_id === run.body.run_id && materialization.status === 'succeeded') break;
-    if (materialization.status === 'failed' || Date.now() > deadline)
-      throw new Error(`materialization: ${JSON.stringify(materialization)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
+  const materialized = await until(
+    'materialization',
+    async () =>
+      (await call(server, 'GET', `/api/api/audiences/${ids.audience_id}`, { token: admin })).body
+        .materialization,
+    (m) => m.run_id === run.body.run_id && ['succeeded', 'failed'].includes(m.status),
+  );
+  expect(materialized.status).toBe('succeeded');
   const exported = await scan('POST', '/api/api/audiences/exports', admin, {
     audience_id: ids.audience_id,
     name: unique('export'),
@@ -245,13 +252,12 @@ beforeAll(async () => {
     hypothesis_id: ids.hypothesis_id,
   });
   expect(tested.status, JSON.stringify(tested.body)).toBe(200);
-  for (const deadline = Date.now() + 45_000; ;) {
-    const status = (await call(server, 'GET', `/api/analytics/status/${ids.hypothesis_id}`, { token: admin }))
-      .body;
-    if (status.run?.id === tested.body.run_id && ['succeeded', 'failed'].includes(status.run.status)) break;
-    if (Date.now() > deadline) throw new Error(`hypothesis test: ${JSON.stringify(status)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
-  }
+  await until(
+    'hypothesis test',
+    async () =>
+      (await call(server, 'GET', `/api/analytics/status/${ids.hypothesis_id}`, { token: admin })).body,
+    (status) => status.run?.id === tested.body.run_id && ['succeeded', 'failed'].includes(status.run.status),
+  );
   await scan('POST', '/api/analytics/execute', admin, { sql: 'select * from crm.customers limit 3' });
 
   // The API key is shown once, at creation and at rotation: those two answers are not scanned.

@@ -1,7 +1,5 @@
 import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../db/base-entity.ts';
-import { Organization } from '../modules/users/users.entity.ts';
-import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 
 export const JOB_RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
 export type JobRunStatus = (typeof JOB_RUN_STATUSES)[number];
@@ -11,14 +9,17 @@ export type JobRunStatus = (typeof JOB_RUN_STATUSES)[number];
  * only schedules; this row is what routes read, so it carries the tenant and outlives pg-boss's own
  * retention. Its id is also the pg-boss job id. The migration adds a partial unique index on
  * (organization, kind, singleton_key) over queued/running rows: one active run per key.
+ *
+ * The organization and workspace are plain ids, not relations: the queue knows no area's entity
+ * (jobs/ imports no module), and the foreign keys with their cascades live in the migration.
  */
 export const JobRun = defineEntity({
   name: 'JobRun',
   tableName: 'job_runs',
   properties: {
     id: uuidPrimaryKey(),
-    organization: () => p.manyToOne(Organization).deleteRule('cascade'),
-    workspace: () => p.manyToOne(Workspace).nullable().deleteRule('cascade'),
+    organizationId: p.uuid(),
+    workspaceId: p.uuid().nullable(),
     kind: p.string(),
     status: p.enum(() => [...JOB_RUN_STATUSES]).default('queued'),
     singletonKey: p.string().nullable(),

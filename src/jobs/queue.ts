@@ -1,142 +1,25 @@
 import { randomUUID } from 'node:crypto';
 import PgBoss from 'pg-boss';
+import { CompiledQuery, type Transaction } from 'kysely';
 import type { PGlite } from '@electric-sql/pglite';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import { raw, UniqueConstraintViolationException, type FilterQuery } from '@mikro-orm/core';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { AppError } from '../app-error.ts';
 import { createEmbeddedPool } from '../db/embedded.ts';
 import type { Logger } from '../logger.ts';
-import type { JobRunStatus } from './job-run.entity.ts';
+import { JobRun, type JobRunEntity, type JobRunStatus } from './job-run.entity.ts';
+import {
+  JobCancelledError,
+  PermanentJobError,
+  type EnqueueOptions,
+  type JobContext,
+  type JobHandler,
+  type JobKindOptions,
+  type JobQueue,
+  type JobRunView,
+} from './job-types.ts';
 
-/**
- * The job queue of long work (materialize, export, hypothesis test, monitoring run).
- *
- * pg-boss schedules, retries (with exponential backoff) and hands jobs to workers in any API
- * process; the `job_runs` table is the record routes read: tenant, status, progress, result, error,
- * retry count, times. A run's id is also its pg-boss job id and the job's data is only that id, so
- * the row is the single source of truth and survives restarts and pg-boss's retention.
- *
- * Singleton keys: at most one queued-or-running run per (organization, kind, singleton key), enforced
- * by a partial unique index, so it holds across processes. Enqueueing while one is active returns
- * that run with `created: false` (idempotent: a double-clicked "materialize" shows the run already
- * under way) instead of an error; a route that wants 409 can turn `created: false` into one.
- *
- * Dead workers: pg-boss (v11) only notices a worker that died mid-run when the attempt's expiry
- * (timeoutSeconds, hours for a materialization) has passed. So a running attempt beats on its row
- * (`updated_at`) every quarter of `heartbeatTimeoutSeconds`, and every process sweeps for running
- * rows that missed their beats for longer: it claims the row back to queued (or failed on the last
- * attempt) and fails the pg-boss job, which pg-boss then retries. Every write of an attempt names
- * its retry count, so an attempt that was taken over (or cancelled) can no longer write its row;
- * its next beat finds that and aborts it: a run completes once.
- *
- * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
- * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
- * a job handler (or any code) holding a transaction on the embedded database must not call
- * `enqueue`/`progress` before the transaction ends: both wait for the mutex the transaction holds.
- */
-
-export interface JobContext {
-  runId: string;
-  organizationId: string;
-  workspaceId: string | null;
-  /** 1 for the first attempt, 2 for the first retry, … */
-  attempt: number;
-  /** Aborted when the run is cancelled or the queue stops; long handlers should pass it on. */
-  signal: AbortSignal;
-  /** Records progress (e.g. `{ rows_written }`); throws JobCancelledError once the run was cancelled. */
-  progress(progress: Record<string, unknown>): Promise<void>;
-}
-
-export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (
-  payload: P,
-  context: JobContext,
-) => Promise<Record<string, unknown> | void>;
-
-export interface JobKindOptions {
-  /** Retries after the first attempt. */
-  retryLimit?: number;
-  /** Base delay; with backoff pg-boss adds about 2^attempt seconds, with jitter. */
-  retryDelaySeconds?: number;
-  retryBackoff?: boolean;
-  retryDelayMaxSeconds?: number;
-  /** An attempt running longer is failed (and retried) by pg-boss. */
-  timeoutSeconds?: number;
-  /** Runs of this kind one process works on at the same time. */
-  concurrency?: number;
-}
-
-export interface EnqueueOptions {
-  organizationId: string;
-  workspaceId?: string | null;
-  /** One active run per key within the organization and kind, e.g. `${workspaceId}:${table}`. */
-  singletonKey?: string;
-}
-
-export interface JobRunView {
-  id: string;
-  organization_id: string;
-  workspace_id: string | null;
-  kind: string;
-  status: JobRunStatus;
-  singleton_key: string | null;
-  payload: Record<string, unknown>;
-  progress: Record<string, unknown>;
-  result: Record<string, unknown> | null;
-  error: string | null;
-  retry_count: number;
-  started_at: Date | null;
-  finished_at: Date | null;
-  created_at: Date;
-  updated_at: Date;
-  duration_ms: number | null;
-}
-
-export interface EnqueueResult {
-  run: JobRunView;
-  /** false when an active run with the same singleton key was returned instead. */
-  created: boolean;
-}
-
-export interface ListRunsOptions {
-  workspaceId?: string;
-  kind?: string;
-  status?: JobRunStatus;
-  limit?: number;
-  offset?: number;
-}
-
-export interface JobQueue {
-  register<P extends Record<string, unknown>>(
-    kind: string,
-    handler: JobHandler<P>,
-    options?: JobKindOptions,
-  ): Promise<void>;
-  enqueue(kind: string, payload: Record<string, unknown>, options: EnqueueOptions): Promise<EnqueueResult>;
-  /** The run if it belongs to the organization; null otherwise (answer 404 either way). */
-  getRun(id: string, organizationId: string): Promise<JobRunView | null>;
-  listRuns(organizationId: string, options?: ListRunsOptions): Promise<JobRunView[]>;
-  /** Cancels a queued or running run; a finished run is returned unchanged. */
-  cancel(id: string, organizationId: string): Promise<JobRunView | null>;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-/**
- * A failure that would repeat on every attempt (invalid SQL, a duplicate key, a missing table):
- * the run fails at once with this message instead of being retried.
- */
-export class PermanentJobError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'PermanentJobError';
-  }
-}
-
-export class JobCancelledError extends Error {
-  constructor(runId: string) {
-    super(`Run ${runId} was cancelled`);
-    this.name = 'JobCancelledError';
-  }
-}
+export * from './job-types.ts';
 
 export type JobQueueConnection = { embedded: PGlite } | { connectionString: string };
 
@@ -150,6 +33,8 @@ export interface JobQueueDeps {
   stopTimeoutMs?: number;
   /** A running attempt whose row has not been beaten on for this long has lost its worker (≥ 2). */
   heartbeatTimeoutSeconds?: number;
+  /** How often pg-boss looks for due cron ticks (1–45; pg-boss's default 30). Tests shorten it. */
+  cronCheckSeconds?: number;
 }
 
 const KIND_DEFAULTS: Required<JobKindOptions> = {
@@ -165,28 +50,41 @@ const MAX_ERROR_LENGTH = 4000;
 const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 60;
 const MAX_LIST = 500;
 
-const asDate = (v: unknown) => (v == null ? null : v instanceof Date ? v : new Date(v as string));
+const ACTIVE: JobRunStatus[] = ['queued', 'running'];
+/** The database's clock for every time the queue compares (heartbeats against the sweep's now()). */
+const now = () => raw('now()');
 
-function toView(row: Record<string, any>): JobRunView {
-  const startedAt = asDate(row.started_at);
-  const finishedAt = asDate(row.finished_at);
+function toView(run: JobRunEntity): JobRunView {
+  const { startedAt, finishedAt } = run;
   return {
-    id: row.id,
-    organization_id: row.organization_id,
-    workspace_id: row.workspace_id ?? null,
-    kind: row.kind,
-    status: row.status,
-    singleton_key: row.singleton_key ?? null,
-    payload: row.payload ?? {},
-    progress: row.progress ?? {},
-    result: row.result ?? null,
-    error: row.error ?? null,
-    retry_count: Number(row.retry_count),
-    started_at: startedAt,
-    finished_at: finishedAt,
-    created_at: asDate(row.created_at)!,
-    updated_at: asDate(row.updated_at)!,
+    id: run.id,
+    organization_id: run.organizationId,
+    workspace_id: run.workspaceId ?? null,
+    kind: run.kind,
+    status: run.status as JobRunStatus,
+    singleton_key: run.singletonKey ?? null,
+    payload: run.payload ?? {},
+    progress: run.progress ?? {},
+    result: run.result ?? null,
+    error: run.error ?? null,
+    retry_count: run.retryCount,
+    started_at: startedAt ?? null,
+    finished_at: finishedAt ?? null,
+    created_at: run.createdAt,
+    updated_at: run.updatedAt,
     duration_ms: startedAt && finishedAt ? finishedAt.getTime() - startedAt.getTime() : null,
+  };
+}
+
+/** pg-boss's `db` adapter over an open MikroORM transaction: its statements join that transaction. */
+function transactionBossDb(em: EntityManager) {
+  const trx = em.getTransactionContext<Transaction<any>>();
+  if (!trx) throw new Error('transactionBossDb needs an entity manager inside a transaction');
+  return {
+    async executeSql(text: string, values?: unknown[]): Promise<{ rows: any[] }> {
+      const result = await trx.executeQuery(CompiledQuery.raw(text, values ?? []));
+      return { rows: result.rows as any[] };
+    },
   };
 }
 
@@ -216,11 +114,53 @@ interface Registration {
   workerIds: string[];
 }
 
+interface Schedule {
+  cron: string;
+  handler: () => Promise<void>;
+  timeoutSeconds: number;
+}
+
 interface InFlight {
   controller: AbortController;
   final: boolean;
 }
 
+/**
+ * The job queue of long work (materialize, export, hypothesis test, monitoring run).
+ *
+ * pg-boss schedules, retries (with exponential backoff) and hands jobs to workers in any API
+ * process; the `job_runs` table is the record routes read: tenant, status, progress, result, error,
+ * retry count, times. A run's id is also its pg-boss job id and the job's data is only that id, so
+ * the row is the single source of truth and survives restarts and pg-boss's retention.
+ *
+ * Singleton keys: at most one queued-or-running run per (organization, kind, singleton key), enforced
+ * by a partial unique index, so it holds across processes. Enqueueing while one is active returns
+ * that run with `created: false` (idempotent: a double-clicked "materialize" shows the run already
+ * under way) instead of an error; a route that wants 409 can turn `created: false` into one.
+ *
+ * Dead workers: pg-boss (v11) only notices a worker that died mid-run when the attempt's expiry
+ * (timeoutSeconds, hours for a materialization) has passed. So a running attempt beats on its row
+ * (`updated_at`) every quarter of `heartbeatTimeoutSeconds`, and every process sweeps for running
+ * rows that missed their beats for longer: it claims the row back to queued (or failed on the last
+ * attempt) and fails the pg-boss job, which pg-boss then retries. Every write of an attempt names
+ * its retry count, so an attempt that was taken over (or cancelled) can no longer write its row;
+ * its next beat finds that and aborts it: a run completes once.
+ *
+ * A run and its pg-boss job are written in one transaction (pg-boss's `send` runs its insert on the
+ * transaction's connection): a failure or a crash between the two leaves neither, never a queued row
+ * that no worker will ever take.
+ *
+ * Periodic work (`schedule`) goes through pg-boss's cron: every process keeps the schedule, pg-boss
+ * lets one of them turn each tick into one job, and one worker in the cluster runs it. Such ticks
+ * have no run row: they are the queue's own housekeeping, not a tenant's run.
+ *
+ * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
+ * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
+ * a job handler (or any code) holding a transaction on the embedded database must not call
+ * `enqueue`/`progress` before the transaction ends: both wait for the mutex the transaction holds.
+ * For the same reason `getRun`/`listRuns` take the caller's entity manager: a request that reads a
+ * run inside its own transaction reads it on that connection rather than waiting for a second one.
+ */
 export function createJobQueue(deps: JobQueueDeps): JobQueue {
   const { orm, logger } = deps;
   const boss = new PgBoss({
@@ -228,13 +168,20 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       ? { db: embeddedBossDb(deps.connection.embedded) }
       : { connectionString: deps.connection.connectionString, max: 4 }),
     application_name: 'dimas-jobs',
-    // No cron schedules yet; pg-boss's supervisor still expires stuck jobs and purges old ones.
-    schedule: false,
+    // Cron ticks for `schedule`; the supervisor expires stuck jobs and purges old ones.
+    schedule: true,
     supervise: true,
+    ...(deps.cronCheckSeconds
+      ? {
+          cronMonitorIntervalSeconds: deps.cronCheckSeconds,
+          cronWorkerIntervalSeconds: deps.cronCheckSeconds,
+        }
+      : {}),
   });
   boss.on('error', (error) => logger.error({ err: error }, 'job queue error'));
 
   const registrations = new Map<string, Registration>();
+  const schedules = new Map<string, Schedule>();
   const inFlight = new Map<string, InFlight>();
   let state: 'created' | 'started' | 'stopped' = 'created';
   const pollingIntervalSeconds = Math.max(0.5, deps.pollingIntervalSeconds ?? 1);
@@ -245,31 +192,32 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   let sweepTimer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
 
-  const sql = async (query: string, params: unknown[] = []): Promise<Record<string, any>[]> =>
-    orm.em.fork().getConnection().execute(query, params);
+  const fork = () => orm.em.fork() as EntityManager;
+  /** Conditional update of one run; the number of rows it changed (0: the condition no longer held). */
+  const updateRun = (where: FilterQuery<JobRunEntity>, data: Record<string, unknown>) =>
+    fork().nativeUpdate(JobRun, where, { ...data, updatedAt: now() } as never);
+  const findRun = (em: EntityManager, where: FilterQuery<JobRunEntity>) =>
+    em.findOne(JobRun, where, { disableIdentityMap: true });
 
   async function runAttempt(kind: string, job: PgBoss.JobWithMetadata<{ runId: string }>): Promise<unknown> {
     const registration = registrations.get(kind)!;
     const runId = job.data.runId;
-    const [row] = await sql(
-      `update job_runs set status = 'running', started_at = coalesce(started_at, now()), retry_count = ?,
-              updated_at = now()
-       where id = ? and status in ('queued', 'running') returning *`,
-      [job.retryCount, runId],
+    const attempt = job.retryCount;
+    const claimed = await updateRun(
+      { id: runId, status: { $in: ACTIVE } },
+      { status: 'running', startedAt: raw('coalesce(started_at, now())'), retryCount: attempt },
     );
     // Cancelled (or deleted with its organization) while it waited: nothing to do.
+    const row = claimed ? await findRun(fork(), { id: runId }) : null;
     if (!row) return null;
-    const attempt = job.retryCount;
+    const own = { id: runId, status: 'running' as const, retryCount: attempt };
     const flight: InFlight = { controller: new AbortController(), final: attempt >= job.retryLimit };
     inFlight.set(runId, flight);
     const heartbeat = setInterval(
       () => {
-        sql(
-          `update job_runs set updated_at = now() where id = ? and status = 'running' and retry_count = ? returning id`,
-          [runId, attempt],
-        ).then(
+        updateRun(own, {}).then(
           (beaten) => {
-            if (beaten.length === 0) flight.controller.abort();
+            if (beaten === 0) flight.controller.abort();
           },
           // The database is unreachable: the attempt's own statements fail too; the next beat retries.
           (error) => logger.debug({ err: error, runId }, 'job run heartbeat failed'),
@@ -279,17 +227,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     );
     const context: JobContext = {
       runId,
-      organizationId: row.organization_id,
-      workspaceId: row.workspace_id ?? null,
-      attempt: job.retryCount + 1,
+      organizationId: row.organizationId,
+      workspaceId: row.workspaceId ?? null,
+      attempt: attempt + 1,
       signal: flight.controller.signal,
       async progress(progress) {
-        const updated = await sql(
-          `update job_runs set progress = ?::jsonb, updated_at = now()
-           where id = ? and status = 'running' and retry_count = ? returning id`,
-          [JSON.stringify(progress), runId, attempt],
-        );
-        if (updated.length === 0) {
+        if ((await updateRun(own, { progress })) === 0) {
           flight.controller.abort();
           throw new JobCancelledError(runId);
         }
@@ -298,11 +241,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     logger.info({ runId, kind, attempt: context.attempt }, 'job run started');
     try {
       const result = await registration.handler(row.payload ?? {}, context);
-      await sql(
-        `update job_runs set status = 'succeeded', result = ?::jsonb, error = null, finished_at = now(), updated_at = now()
-         where id = ? and status = 'running' and retry_count = ?`,
-        [result ? JSON.stringify(result) : null, runId, attempt],
-      );
+      await updateRun(own, { status: 'succeeded', result: result ?? null, error: null, finishedAt: now() });
       logger.info({ runId, kind }, 'job run succeeded');
       return null;
     } catch (error) {
@@ -312,11 +251,11 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       const permanent = error instanceof PermanentJobError;
       const final = flight.final || permanent;
       // With retries left the run waits for the next attempt (still active: the singleton holds).
-      await sql(
-        `update job_runs set status = ?, error = ?, finished_at = case when ? then now() end, updated_at = now()
-         where id = ? and status = 'running' and retry_count = ?`,
-        [final ? 'failed' : 'queued', message, final, runId, attempt],
-      );
+      await updateRun(own, {
+        status: final ? 'failed' : 'queued',
+        error: message,
+        finishedAt: final ? now() : null,
+      });
       logger.warn({ runId, kind, attempt: context.attempt, err: error }, 'job run attempt failed');
       // Completing the pg-boss job (instead of failing it) is what stops its retries.
       if (permanent) return null;
@@ -333,22 +272,22 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
    * update, so one process claims it, and the pg-boss job is failed so that pg-boss retries it.
    */
   async function sweepDeadAttempts(): Promise<void> {
-    const stale = await sql(
-      `select id, kind, retry_count from job_runs
-       where status = 'running' and updated_at < now() - ? * interval '1 second'`,
-      [heartbeatTimeoutSeconds],
+    const missedBeats = () => ({
+      $lt: raw(`now() - ? * interval '1 second'`, [heartbeatTimeoutSeconds]),
+    });
+    const stale = await fork().find(
+      JobRun,
+      { status: 'running', updatedAt: missedBeats() },
+      { fields: ['id', 'kind', 'retryCount'], disableIdentityMap: true },
     );
     for (const row of stale) {
       const registration = registrations.get(row.kind);
       if (!registration || inFlight.has(row.id)) continue;
-      const final = Number(row.retry_count) >= registration.options.retryLimit;
+      const final = row.retryCount >= registration.options.retryLimit;
       const message = `Interrupted: its worker stopped responding for more than ${heartbeatTimeoutSeconds} s`;
-      const [claimed] = await sql(
-        `update job_runs set status = ?, error = ?, finished_at = case when ? then now() end, updated_at = now()
-         where id = ? and status = 'running' and retry_count = ?
-           and updated_at < now() - ? * interval '1 second'
-         returning id`,
-        [final ? 'failed' : 'queued', message, final, row.id, row.retry_count, heartbeatTimeoutSeconds],
+      const claimed = await updateRun(
+        { id: row.id, status: 'running', retryCount: row.retryCount, updatedAt: missedBeats() },
+        { status: final ? 'failed' : 'queued', error: message, finishedAt: final ? now() : null },
       );
       if (!claimed) continue;
       logger.warn({ runId: row.id, kind: row.kind, final }, 'job run lost its worker');
@@ -356,11 +295,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       if (job?.state === 'active') await boss.fail(row.kind, row.id, { message });
       else if (!job || ['completed', 'cancelled', 'failed'].includes(job.state))
         // pg-boss will not hand the job out again: the row must not wait for it.
-        await sql(
-          `update job_runs set status = 'failed', finished_at = now(), updated_at = now()
-           where id = ? and status = 'queued'`,
-          [row.id],
-        );
+        await updateRun({ id: row.id, status: 'queued' }, { status: 'failed', finishedAt: now() });
     }
   }
 
@@ -388,6 +323,9 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     await boss.createQueue(kind, { policy: 'standard', ...queueOptions });
     // createQueue keeps an existing queue as it is; options changed in code apply through update.
     await boss.updateQueue(kind, queueOptions);
+    // Fills pg-boss's cache of the queue now: `send` inside an enqueue's transaction must not look the
+    // queue up on a connection of its own (on the embedded database that waits for the transaction).
+    await boss.getJobById(kind, randomUUID());
     for (let i = 0; i < options.concurrency; i++) {
       const workerId = await boss.work<{ runId: string }>(
         kind,
@@ -398,14 +336,66 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     }
   }
 
+  async function setUpSchedule(name: string, schedule: Schedule): Promise<void> {
+    // Stately: at most one tick waiting and one running; ticks that pile up behind a slow one merge.
+    const queueOptions = { retryLimit: 0, expireInSeconds: schedule.timeoutSeconds };
+    await boss.createQueue(name, { policy: 'stately', ...queueOptions });
+    await boss.updateQueue(name, queueOptions);
+    await boss.schedule(name, schedule.cron, {}, { tz: 'UTC' });
+    await boss.work(name, { batchSize: 1, pollingIntervalSeconds }, async () => {
+      try {
+        await schedule.handler();
+      } catch (error) {
+        logger.warn({ err: error, schedule: name }, 'scheduled work failed');
+        throw error;
+      }
+    });
+  }
+
   function assertStarted(): void {
     if (state !== 'started') throw new AppError('SERVICE_UNAVAILABLE', 'The job queue is not running');
   }
 
+  const assertName = (name: string) => {
+    if (registrations.has(name) || schedules.has(name))
+      throw new Error(`Job kind ${name} is already registered`);
+    if (!/^[\w.-]+$/.test(name)) throw new Error(`Job kind ${name} must use letters, digits, _, . and -`);
+  };
+
+  /** Inserts the run and its pg-boss job in one transaction; null when the singleton key is taken. */
+  async function insertRun(
+    kind: string,
+    payload: Record<string, unknown>,
+    options: EnqueueOptions,
+  ): Promise<JobRunEntity | null> {
+    try {
+      return await fork().transactional(async (tx) => {
+        const run = tx.create(JobRun, {
+          organizationId: options.organizationId,
+          workspaceId: options.workspaceId ?? null,
+          kind,
+          status: 'queued',
+          singletonKey: options.singletonKey ?? null,
+          payload,
+          progress: {},
+          retryCount: 0,
+        });
+        await tx.flush();
+        const jobId = await boss.send(kind, { runId: run.id }, { id: run.id, db: transactionBossDb(tx) });
+        // pg-boss answers null when it kept no job: the row must not stay without one.
+        if (!jobId) throw new Error(`The job queue did not accept the run of ${kind}`);
+        return run;
+      });
+    } catch (error) {
+      // Another enqueue holds the key (the partial unique index over active runs).
+      if (error instanceof UniqueConstraintViolationException && options.singletonKey) return null;
+      throw error;
+    }
+  }
+
   return {
     async register(kind, handler, options = {}) {
-      if (registrations.has(kind)) throw new Error(`Job kind ${kind} is already registered`);
-      if (!/^[\w.-]+$/.test(kind)) throw new Error(`Job kind ${kind} must use letters, digits, _, . and -`);
+      assertName(kind);
       const registration: Registration = {
         handler: handler as JobHandler<any>,
         options: { ...KIND_DEFAULTS, ...options },
@@ -415,101 +405,67 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       if (state === 'started') await setUpKind(kind, registration);
     },
 
+    async schedule(name, cron, handler, options = {}) {
+      assertName(name);
+      const schedule: Schedule = { cron, handler, timeoutSeconds: options.timeoutSeconds ?? 15 * 60 };
+      schedules.set(name, schedule);
+      if (state === 'started') await setUpSchedule(name, schedule);
+    },
+
     async enqueue(kind, payload, options) {
       assertStarted();
       const registration = registrations.get(kind);
       if (!registration) throw new Error(`Job kind ${kind} is not registered`);
       const singletonKey = options.singletonKey ?? null;
-      let run: JobRunView | undefined;
       // The active run may finish between the refused insert and the look-up: then insert again.
-      for (let attempt = 0; attempt < 3 && !run; attempt++) {
-        const [inserted] = await sql(
-          `insert into job_runs (id, organization_id, workspace_id, kind, status, singleton_key, payload, progress,
-                                 retry_count, created_at, updated_at)
-           values (?, ?, ?, ?, 'queued', ?, ?::jsonb, '{}'::jsonb, 0, now(), now())
-           on conflict (organization_id, kind, singleton_key)
-             where status in ('queued', 'running') and singleton_key is not null
-           do nothing
-           returning *`,
-          [
-            randomUUID(),
-            options.organizationId,
-            options.workspaceId ?? null,
+      for (let attempt = 0; attempt < 3; attempt++) {
+        if (singletonKey !== null) {
+          const active = await findRun(fork(), {
+            organizationId: options.organizationId,
             kind,
             singletonKey,
-            JSON.stringify(payload),
-          ],
-        );
-        if (inserted) {
-          run = toView(inserted);
-          break;
+            status: { $in: ACTIVE },
+          });
+          if (active) return { run: toView(active), created: false };
         }
-        const [active] = await sql(
-          `select * from job_runs where organization_id = ? and kind = ? and singleton_key = ?
-             and status in ('queued', 'running')`,
-          [options.organizationId, kind, singletonKey],
-        );
-        if (active) return { run: toView(active), created: false };
+        const run = await insertRun(kind, payload, options);
+        if (run) {
+          for (const workerId of registration.workerIds) boss.notifyWorker(workerId);
+          return { run: toView(run), created: true };
+        }
       }
-      if (!run)
-        throw new AppError('CONFLICT', `A run of ${kind} for ${singletonKey} is changing state; try again`);
-      try {
-        await boss.send(kind, { runId: run.id }, { id: run.id });
-      } catch (error) {
-        await sql(
-          `update job_runs set status = 'failed', error = ?, finished_at = now(), updated_at = now() where id = ?`,
-          [`The run could not be queued: ${errorMessage(error)}`, run.id],
-        );
-        throw error;
-      }
-      for (const workerId of registration.workerIds) boss.notifyWorker(workerId);
-      return { run, created: true };
+      throw new AppError('CONFLICT', `A run of ${kind} for ${singletonKey} is changing state; try again`);
     },
 
-    async getRun(id, organizationId) {
+    async getRun(id, organizationId, em) {
       if (!/^[0-9a-f-]{36}$/i.test(id)) return null;
-      const [row] = await sql(`select * from job_runs where id = ? and organization_id = ?`, [
-        id,
-        organizationId,
-      ]);
-      return row ? toView(row) : null;
+      const run = await findRun(em ?? fork(), { id, organizationId });
+      return run ? toView(run) : null;
     },
 
-    async listRuns(organizationId, options = {}) {
-      const where = ['organization_id = ?'];
-      const params: unknown[] = [organizationId];
-      const filters: [string, unknown][] = [
-        ['workspace_id', options.workspaceId],
-        ['kind', options.kind],
-        ['status', options.status],
-      ];
-      for (const [column, value] of filters) {
-        if (value === undefined) continue;
-        where.push(`${column} = ?`);
-        params.push(value);
-      }
-      params.push(Math.min(options.limit ?? 100, MAX_LIST), options.offset ?? 0);
-      const rows = await sql(
-        `select * from job_runs where ${where.join(' and ')} order by created_at desc, id limit ? offset ?`,
-        params,
-      );
-      return rows.map(toView);
+    async listRuns(organizationId, options = {}, em) {
+      const where: FilterQuery<JobRunEntity> = { organizationId };
+      if (options.workspaceId !== undefined) where.workspaceId = options.workspaceId;
+      if (options.kind !== undefined) where.kind = options.kind;
+      if (options.status !== undefined) where.status = options.status;
+      const runs = await (em ?? fork()).find(JobRun, where, {
+        orderBy: { createdAt: 'desc', id: 'asc' },
+        limit: Math.min(options.limit ?? 100, MAX_LIST),
+        offset: options.offset ?? 0,
+        disableIdentityMap: true,
+      });
+      return runs.map(toView);
     },
 
     async cancel(id, organizationId) {
       if (!/^[0-9a-f-]{36}$/i.test(id)) return null;
-      const [row] = await sql(
-        `update job_runs set status = 'cancelled', finished_at = now(), updated_at = now()
-         where id = ? and organization_id = ? and status in ('queued', 'running') returning *`,
-        [id, organizationId],
+      const em = fork();
+      const cancelled = await updateRun(
+        { id, organizationId, status: { $in: ACTIVE } },
+        { status: 'cancelled', finishedAt: now() },
       );
-      if (!row) {
-        const [existing] = await sql(`select * from job_runs where id = ? and organization_id = ?`, [
-          id,
-          organizationId,
-        ]);
-        return existing ? toView(existing) : null;
-      }
+      const row = await findRun(em, { id, organizationId });
+      if (!row || !cancelled) return row ? toView(row) : null;
       inFlight.get(id)?.controller.abort();
       if (state === 'started') {
         // A job another process is working on stays active there until its handler notices.
@@ -525,6 +481,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       await boss.start();
       state = 'started';
       for (const [kind, registration] of registrations) await setUpKind(kind, registration);
+      for (const [name, schedule] of schedules) await setUpSchedule(name, schedule);
       scheduleSweeps();
     },
 
@@ -541,11 +498,13 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       // failed on the last attempt); the rows say the same, and the handlers are asked to stop.
       for (const [runId, flight] of inFlight) {
         flight.controller.abort();
-        await sql(
-          `update job_runs set status = ?, error = 'Interrupted: the server shut down during the run',
-                  finished_at = case when ? then now() end, updated_at = now()
-           where id = ? and status = 'running'`,
-          [flight.final ? 'failed' : 'queued', flight.final, runId],
+        await updateRun(
+          { id: runId, status: 'running' },
+          {
+            status: flight.final ? 'failed' : 'queued',
+            error: 'Interrupted: the server shut down during the run',
+            finishedAt: flight.final ? now() : null,
+          },
         ).catch((error) => logger.warn({ err: error, runId }, 'could not record an interrupted run'));
       }
       inFlight.clear();

@@ -57,6 +57,27 @@ export async function until<T>(
   }
 }
 
+const RUN_ENDED = ['succeeded', 'failed', 'cancelled'];
+
+/**
+ * Starts the materialization of a mapped table (REST) and waits for its run to end: the answer to
+ * the start, the run as the mapping reports it, and that mapping.
+ */
+export async function materializeMapping(server: TestServer, token: string, table: string) {
+  const started = await call(server, 'POST', `/api/mappings/${table}/materialize`, { token, body: {} });
+  if (started.status !== 200)
+    throw new Error(`materialize ${table} answered ${started.status}: ${JSON.stringify(started.body)}`);
+  const mapping = await until(
+    `materialization of ${table}`,
+    async () => (await call(server, 'GET', `/api/mappings/${table}`, { token })).body,
+    (body) =>
+      body.materialization.last_run?.run_id === started.body.run_id &&
+      RUN_ENDED.includes(body.materialization.last_run.status),
+    60_000,
+  );
+  return { started: started.body, run: mapping.materialization.last_run, mapping };
+}
+
 let counter = 0;
 /** A name no other test (file, run or process) uses. */
 export function unique(prefix: string): string {

@@ -1,11 +1,7 @@
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import {
-  HYPOTHESIS_TEST_KIND,
-  ensureHypothesisTestJob,
-  handlerReturned,
-} from '../../jobs/hypothesis-test.ts';
+import { HYPOTHESIS_TEST_KIND, handlerReturned } from './analytics.jobs.ts';
 import type { JobRunView } from '../../jobs/queue.ts';
 import { runMining } from '../../stats/mining.ts';
 import { adHocQuery, workspaceWarehouse } from '../sources/sources.service.ts';
@@ -166,7 +162,6 @@ export async function testHypothesis(
     hypothesis.alpha = input.alpha ?? hypothesis.alpha;
     await scope.em.flush();
   }
-  await ensureHypothesisTestJob(scope.deps);
   const { run, created } = await scope.deps.jobs.enqueue(
     HYPOTHESIS_TEST_KIND,
     { hypothesis_id: hypothesis.id },
@@ -237,7 +232,7 @@ async function runAfterWait(scope: CallerScope, first: JobRunView, waitMs: numbe
 export async function hypothesisStatus(scope: CallerScope, id: string, waitMs = 0) {
   const found = await findHypothesis(scope, id);
   const first = found.lastRunId
-    ? await scope.deps.jobs.getRun(found.lastRunId, organizationOf(scope.principal))
+    ? await scope.deps.jobs.getRun(found.lastRunId, organizationOf(scope.principal), scope.em)
     : null;
   const waits = waitMs > 0 && isActive(first);
   const run = waits ? await runAfterWait(scope, first!, waitMs) : first;

@@ -5,7 +5,7 @@ import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
-import { EXPORT_KIND } from '../../jobs/audience-export.ts';
+import { EXPORT_KIND } from './audience-export.job.ts';
 import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { exportSelect } from './audiences-sql.ts';
 import {
@@ -16,7 +16,7 @@ import {
   type FieldMappingEntry,
 } from './audiences.entity.ts';
 import type { DestinationInput } from './audiences.schemas.ts';
-import { audienceWarehouseConfig, ensureAudienceJobs, findAudience } from './audiences.service.ts';
+import { audienceWarehouseConfig, findAudience } from './audiences.service.ts';
 
 const SCHEDULE_MS: Record<ExportSchedule, number | null> = {
   manual: null,
@@ -190,7 +190,6 @@ async function findExport(scope: CallerScope, id: string, workspace?: WorkspaceE
 }
 
 async function startRun(scope: CallerScope, exp: AudienceExportEntity) {
-  await ensureAudienceJobs(scope.deps);
   const { run, created } = await scope.deps.jobs.enqueue(
     EXPORT_KIND,
     { export_id: exp.id },
@@ -370,7 +369,6 @@ export async function runDueExports(deps: AppDeps, now = new Date()): Promise<{ 
   );
   const started: string[] = [];
   if (!due.length) return { started };
-  await ensureAudienceJobs(deps);
   for (const exp of due) {
     exp.nextRunAt = nextRun(exp.schedule, now.getTime());
     if (!(await isFeatureEnabledFor(em, exp.organization.id, 'audience_exports'))) continue;
@@ -384,13 +382,4 @@ export async function runDueExports(deps: AppDeps, now = new Date()): Promise<{ 
   }
   await em.flush();
   return { started };
-}
-
-/** Checks for due exports every `intervalMs`; returns the function that stops it. */
-export function startExportScheduler(deps: AppDeps, intervalMs = 60_000): () => void {
-  const timer = setInterval(() => {
-    runDueExports(deps).catch((error) => deps.logger.warn({ err: error }, 'audience export scheduler'));
-  }, intervalMs);
-  timer.unref();
-  return () => clearInterval(timer);
 }

@@ -1,12 +1,12 @@
 import { rm } from 'node:fs/promises';
 import { AppError, notFound } from '../../app-error.ts';
-import type { AppDeps, CallerScope } from '../../deps.ts';
+import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { assertReadOnlySql } from '../../warehouse/sql-guard.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
-import { MATERIALIZE_KIND, registerMaterializeJob } from '../../jobs/audience-materialize.ts';
-import { EXPORT_KIND, exportFilePath, registerExportJob } from '../../jobs/audience-export.ts';
+import { MATERIALIZE_KIND } from './audience-materialize.job.ts';
+import { exportFilePath } from './audience-export.job.ts';
 import {
   UUID,
   connectionConfig,
@@ -18,28 +18,6 @@ import {
 import { compileRules } from './audiences-rules.ts';
 import { MATERIALIZED_SCHEMA, qualifiedName, schemaTable } from './audiences-sql.ts';
 import { Audience, AudienceExport, type AudienceEntity } from './audiences.entity.ts';
-
-// ---- job registration ----
-
-const registered = new WeakMap<AppDeps, Promise<void>>();
-
-/**
- * Registers the audience job kinds once per server. Called before the first enqueue; the server may
- * call it at start-up too, so that runs queued before a restart are picked up without waiting.
- */
-export function ensureAudienceJobs(deps: AppDeps): Promise<void> {
-  let ready = registered.get(deps);
-  if (!ready) {
-    ready = (async () => {
-      await registerMaterializeJob(deps);
-      await registerExportJob(deps);
-    })();
-    registered.set(deps, ready);
-  }
-  return ready;
-}
-
-export { MATERIALIZE_KIND, EXPORT_KIND };
 
 // ---- shared look-ups ----
 
@@ -359,7 +337,6 @@ export async function deleteAudience(scope: CallerScope, id: string) {
 export async function materialize(scope: CallerScope, id: string) {
   const { audience, workspace } = await findAudience(scope, id);
   audienceWarehouseConfig(scope, workspace, audience);
-  await ensureAudienceJobs(scope.deps);
   const { run, created } = await scope.deps.jobs.enqueue(
     MATERIALIZE_KIND,
     { audience_id: audience.id },

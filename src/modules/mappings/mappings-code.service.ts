@@ -8,7 +8,6 @@ import { planMapping, splitSourceField, type TargetTable } from '../../transform
 import { columnSql, generateSelectSql, selectSqlFromPlan } from '../../transform/sql.ts';
 import { generatePythonScript } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
-import { ensureMaterializeJob } from '../../jobs/materialize.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
 import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { workspaceFiles } from '../workspaces/workspaces-files.service.ts';
@@ -462,7 +461,6 @@ export async function materialize(scope: CallerScope, tableName: string) {
     throw new AppError('CONFLICT', `Workspace ${workspace.name} has no source database configured`, {
       reason: 'NO_SOURCE_CONFIG',
     });
-  await ensureMaterializeJob(scope.deps);
   const { run, created } = await scope.deps.jobs.enqueue(
     MATERIALIZE_MAPPING_KIND,
     { workspace_id: workspace.id, table_name: tableName, commit_id: commit.id, version: commit.version },

@@ -29,7 +29,7 @@ import {
   targetTableOf,
 } from './mappings-catalog.ts';
 
-/** The job kind of a table materialization (src/jobs/materialize.ts). */
+/** The job kind of a table materialization (mappings.jobs.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
 
 /** `table.*` → `*`: every target column filled from the column of the same name. */
@@ -70,7 +70,7 @@ async function latestRun(
     `select id from job_runs where organization_id = ? and kind = ? and singleton_key = ? order by created_at desc limit 1`,
     [workspace.organization.id, MATERIALIZE_MAPPING_KIND, materializeKey(workspace, tableName)],
   );
-  return row ? scope.deps.jobs.getRun(row.id, workspace.organization.id) : null;
+  return row ? scope.deps.jobs.getRun(row.id, workspace.organization.id, scope.em) : null;
 }
 
 export const materializeKey = (workspace: WorkspaceEntity, tableName: string) =>

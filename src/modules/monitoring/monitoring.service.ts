@@ -5,7 +5,7 @@ import { isFeatureEnabled } from '../../features.ts';
 import { connectionConfigSchema, type ConnectionConfig } from '../../warehouse/config.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
-import { enqueueIdentityResolution, IDENTITY_RESOLUTION_KIND } from '../../jobs/identity-resolution.ts';
+import { enqueueIdentityResolution, IDENTITY_RESOLUTION_KIND } from './monitoring.jobs.ts';
 import { listQualityConfigs } from '../schemas/quality-configs.service.ts';
 import { tableAssignments, workspaceDestinations } from '../schemas/reverse-etl.service.ts';
 import {
@@ -238,11 +238,11 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
     schema,
     scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
   );
-  const [run] = await scope.deps.jobs.listRuns(organizationOf(scope.principal), {
-    workspaceId: workspace.id,
-    kind: IDENTITY_RESOLUTION_KIND,
-    limit: 1,
-  });
+  const [run] = await scope.deps.jobs.listRuns(
+    organizationOf(scope.principal),
+    { workspaceId: workspace.id, kind: IDENTITY_RESOLUTION_KIND, limit: 1 },
+    scope.em,
+  );
   const lastBuild = run ? { run_id: run.id, status: run.status, error: run.error, result: run.result } : null;
   let message: string;
   if (stats.built) message = `Built at ${stats.last_built_at!.toISOString()}`;

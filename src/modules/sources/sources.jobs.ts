@@ -42,25 +42,19 @@ async function runLoad(deps: AppDeps, payload: SourceLoadPayload, context: JobCo
   return { ...result, duration_ms: Math.round(performance.now() - started) };
 }
 
-const registered = new WeakMap<AppDeps, Promise<void>>();
-
-export function ensureSourceLoadJob(deps: AppDeps): Promise<void> {
-  let ready = registered.get(deps);
-  if (!ready) {
-    ready = deps.jobs.register<SourceLoadPayload>(
-      SOURCE_LOAD_KIND,
-      (payload, context) => runLoad(deps, payload, context),
-      {
-        // A retry (after a crash or a failure) loads again; each table is one transaction, so nothing half-loaded stays.
-        retryLimit: 2,
-        retryDelaySeconds: 2,
-        retryBackoff: true,
-        timeoutSeconds: 6 * 3600,
-      },
-    );
-    registered.set(deps, ready);
-  }
-  return ready;
+/** The sources area's job kind (a MySQL source's extract–load). */
+export async function registerSourceJobs(deps: AppDeps): Promise<void> {
+  await deps.jobs.register<SourceLoadPayload>(
+    SOURCE_LOAD_KIND,
+    (payload, context) => runLoad(deps, payload, context),
+    {
+      // A retry (after a crash or a failure) loads again; each table is one transaction, so nothing half-loaded stays.
+      retryLimit: 2,
+      retryDelaySeconds: 2,
+      retryBackoff: true,
+      timeoutSeconds: 6 * 3600,
+    },
+  );
 }
 
 export interface SourceLoadStart {
@@ -93,7 +87,6 @@ export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promi
         reason: 'NO_TARGET_CONFIG',
       },
     );
-  await ensureSourceLoadJob(scope.deps);
   const { run, created } = await scope.deps.jobs.enqueue(
     SOURCE_LOAD_KIND,
     { workspace_id: workspace.id, mode },
@@ -108,11 +101,11 @@ export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promi
 
 /** The workspace's latest load run, for the sync status. */
 export async function sourceLoadView(scope: CallerScope, workspaceId: string) {
-  const [run] = await scope.deps.jobs.listRuns(organizationOf(scope.principal), {
-    workspaceId,
-    kind: SOURCE_LOAD_KIND,
-    limit: 1,
-  });
+  const [run] = await scope.deps.jobs.listRuns(
+    organizationOf(scope.principal),
+    { workspaceId, kind: SOURCE_LOAD_KIND, limit: 1 },
+    scope.em,
+  );
   if (!run) return null;
   return {
     run_id: run.id,

@@ -1,13 +1,13 @@
 import { EventEmitter } from 'node:events';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { AppDeps } from '../deps.ts';
-import { runStatTest } from '../stats/engine.ts';
-import type { StatTestResult } from '../stats/result.ts';
-import { warehouses } from '../warehouse/postgres.ts';
-import { requiredConnectionConfig } from '../modules/workspaces/workspaces.service.ts';
-import { Hypothesis } from '../modules/analytics/analytics.entity.ts';
-import { statSpecOf, warehouseStatsQuery } from '../modules/analytics/analytics-spec.ts';
-import type { JobContext } from './queue.ts';
+import type { AppDeps } from '../../deps.ts';
+import { runStatTest } from '../../stats/engine.ts';
+import type { StatTestResult } from '../../stats/result.ts';
+import { warehouses } from '../../warehouse/postgres.ts';
+import { requiredConnectionConfig } from '../workspaces/workspaces.service.ts';
+import type { JobContext } from '../../jobs/queue.ts';
+import { Hypothesis } from './analytics.entity.ts';
+import { statSpecOf, warehouseStatsQuery } from './analytics-spec.ts';
 
 export const HYPOTHESIS_TEST_KIND = 'hypothesis-test';
 
@@ -94,22 +94,15 @@ export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPa
   }
 }
 
-const registered = new WeakMap<AppDeps, Promise<void>>();
-
 /**
- * Registers the job kind once per server, before the first enqueue. No retries: a test fails for a
- * reason a retry does not change (bad expression, wrong group count); the user re-runs it after a fix.
+ * The analytics area's job kind. No retries: a test fails for a reason a retry does not change (bad
+ * expression, wrong group count); the user re-runs it after a fix.
  */
-export function ensureHypothesisTestJob(deps: AppDeps): Promise<void> {
-  let ready = registered.get(deps);
-  if (!ready) {
-    ready = deps.jobs.register<HypothesisTestPayload>(
-      HYPOTHESIS_TEST_KIND,
-      (payload, context) =>
-        runHypothesisTest(deps, payload, context).finally(() => handlerReturned.emit(context.runId)),
-      { retryLimit: 0, timeoutSeconds: 2 * 3600 },
-    );
-    registered.set(deps, ready);
-  }
-  return ready;
+export async function registerAnalyticsJobs(deps: AppDeps): Promise<void> {
+  await deps.jobs.register<HypothesisTestPayload>(
+    HYPOTHESIS_TEST_KIND,
+    (payload, context) =>
+      runHypothesisTest(deps, payload, context).finally(() => handlerReturned.emit(context.runId)),
+    { retryLimit: 0, timeoutSeconds: 2 * 3600 },
+  );
 }

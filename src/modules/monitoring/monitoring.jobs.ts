@@ -1,9 +1,10 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { AppDeps } from '../deps.ts';
-import { isFeatureEnabledFor } from '../features.ts';
-import { runMonitoring, type MonitoringReason } from '../modules/monitoring/monitoring-run.service.ts';
-import { enqueueIdentityResolution, IDENTITY_RESOLUTION_KIND } from './identity-resolution.ts';
+import type { AppDeps } from '../../deps.ts';
+import { isFeatureEnabledFor } from '../../features.ts';
+import { buildIdentityGraph } from './identity.service.ts';
+import { runMonitoring, type MonitoringReason } from './monitoring-run.service.ts';
 
+export const IDENTITY_RESOLUTION_KIND = 'identity-resolution';
 export const MONITORING_RUN_KIND = 'monitoring-run';
 /** A workspace with checks is measured at least this often. */
 export const MONITORING_INTERVAL_MS = 60 * 60_000;
@@ -15,40 +16,6 @@ export interface MonitoringRunPayload extends Record<string, unknown> {
   reason: MonitoringReason;
 }
 
-const registered = new WeakMap<AppDeps, Promise<void>>();
-
-/** Registers the job kind once per server, before the first enqueue. */
-export function ensureMonitoringRunJob(deps: AppDeps): Promise<void> {
-  let ready = registered.get(deps);
-  if (!ready) {
-    ready = deps.jobs.register<MonitoringRunPayload>(
-      MONITORING_RUN_KIND,
-      async (payload, context) => {
-        const summary = await runMonitoring(deps, {
-          organizationId: context.organizationId,
-          workspaceId: payload.workspace_id,
-          runId: context.runId,
-          reason: payload.reason,
-          progress: (p) => context.progress(p),
-        });
-        if (summary.identity_rebuild_due) {
-          const em = deps.orm.em.fork() as EntityManager;
-          if (await isFeatureEnabledFor(em, context.organizationId, 'identity_resolution'))
-            summary.identity_run = await enqueueIdentityResolution(deps, {
-              organizationId: context.organizationId,
-              workspaceId: payload.workspace_id,
-              reason: payload.reason,
-            });
-        }
-        return summary;
-      },
-      { retryLimit: 1, retryDelaySeconds: 30, timeoutSeconds: 2 * 3600 },
-    );
-    registered.set(deps, ready);
-  }
-  return ready;
-}
-
 /**
  * Queues a monitoring run of a workspace (after a materialization, on a schedule or on demand).
  * One run at a time per workspace: while one is queued or running, that run is returned.
@@ -57,7 +24,6 @@ export async function enqueueMonitoringRun(
   deps: AppDeps,
   input: { organizationId: string; workspaceId: string; reason: MonitoringReason },
 ) {
-  await ensureMonitoringRunJob(deps);
   const { run, created } = await deps.jobs.enqueue(
     MONITORING_RUN_KIND,
     { workspace_id: input.workspaceId, reason: input.reason },
@@ -76,9 +42,10 @@ export async function runDueMonitoring(
   deps: AppDeps,
   options: { organizationId?: string } = {},
 ): Promise<{ monitoring: string[]; identity: string[] }> {
-  const conn = deps.orm.em.fork().getConnection();
+  // Across organizations: the server's own session, not a tenant's.
+  const em = deps.orm.em.fork() as EntityManager;
   const org = options.organizationId ?? null;
-  const due = await conn.execute(
+  const due = await em.execute(
     `select w.id, w.organization_id from workspaces w
       where w.target_config is not null and (?::uuid is null or w.organization_id = ?::uuid)
         and (exists (select 1 from schema_configs c where c.workspace_id = w.id
@@ -89,7 +56,7 @@ export async function runDueMonitoring(
       order by w.id limit 200`,
     [org, org, MONITORING_RUN_KIND, MONITORING_INTERVAL_MS / 1000],
   );
-  const stale = await conn.execute(
+  const stale = await em.execute(
     `select g.workspace_id as id, g.organization_id from identity_graphs g
       where (?::uuid is null or g.organization_id = ?::uuid)
         and (g.last_built_at is null or g.last_built_at < now() - make_interval(secs => ?))
@@ -113,7 +80,6 @@ export async function runDueMonitoring(
     });
     out.monitoring.push(w.id);
   }
-  const em = deps.orm.em.fork() as EntityManager;
   for (const g of stale) {
     if (!(await isFeatureEnabledFor(em, g.organization_id, 'identity_resolution'))) continue;
     await enqueueIdentityResolution(deps, {
@@ -126,11 +92,67 @@ export async function runDueMonitoring(
   return out;
 }
 
-/** Looks for due monitoring every `intervalMs`; returns the function that stops it. */
-export function startMonitoringScheduler(deps: AppDeps, intervalMs = 5 * 60_000): () => void {
-  const timer = setInterval(() => {
-    runDueMonitoring(deps).catch((error) => deps.logger.warn({ err: error }, 'monitoring scheduler'));
-  }, intervalMs);
-  timer.unref();
-  return () => clearInterval(timer);
+/** One build at a time per workspace: a second request while one is queued or running joins it. */
+export async function enqueueIdentityResolution(
+  deps: AppDeps,
+  input: { organizationId: string; workspaceId: string; reason: string },
+) {
+  const { run, created } = await deps.jobs.enqueue(
+    IDENTITY_RESOLUTION_KIND,
+    { workspace_id: input.workspaceId, reason: input.reason },
+    { organizationId: input.organizationId, workspaceId: input.workspaceId, singletonKey: input.workspaceId },
+  );
+  return { run_id: run.id, status: run.status, created };
+}
+
+interface IdentityResolutionPayload extends Record<string, unknown> {
+  workspace_id: string;
+  reason: string;
+}
+
+/** The cron of the look for due monitoring and identity rebuilds (UTC): every five minutes. */
+const DUE_MONITORING_CRON = '*/5 * * * *';
+
+/** The monitoring area's job kinds and its periodic work; called once per server before the queue starts. */
+export async function registerMonitoringJobs(deps: AppDeps): Promise<void> {
+  await deps.jobs.register<MonitoringRunPayload>(
+    MONITORING_RUN_KIND,
+    async (payload, context) => {
+      const summary = await runMonitoring(deps, {
+        organizationId: context.organizationId,
+        workspaceId: payload.workspace_id,
+        runId: context.runId,
+        reason: payload.reason,
+        progress: (p) => context.progress(p),
+      });
+      if (summary.identity_rebuild_due) {
+        const em = deps.orm.em.fork() as EntityManager;
+        if (await isFeatureEnabledFor(em, context.organizationId, 'identity_resolution'))
+          summary.identity_run = await enqueueIdentityResolution(deps, {
+            organizationId: context.organizationId,
+            workspaceId: payload.workspace_id,
+            reason: payload.reason,
+          });
+      }
+      return summary;
+    },
+    { retryLimit: 1, retryDelaySeconds: 30, timeoutSeconds: 2 * 3600 },
+  );
+  await deps.jobs.register<IdentityResolutionPayload>(
+    IDENTITY_RESOLUTION_KIND,
+    async (payload, context) => {
+      await context.progress({ phase: 'resolving' });
+      return buildIdentityGraph(deps, {
+        organizationId: context.organizationId,
+        workspaceId: payload.workspace_id,
+        runId: context.runId,
+      });
+    },
+    // A build replaces the graph in one transaction, so a retry starts from a clean state.
+    { retryLimit: 1, retryDelaySeconds: 10, timeoutSeconds: 4 * 3600 },
+  );
+  // One look per tick in the whole cluster (the queue's scheduler), whichever process takes it.
+  await deps.jobs.schedule('monitoring-due', DUE_MONITORING_CRON, async () => {
+    await runDueMonitoring(deps);
+  });
 }

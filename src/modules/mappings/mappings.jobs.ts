@@ -1,21 +1,21 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { AppError } from '../app-error.ts';
-import type { AppDeps } from '../deps.ts';
-import { PermanentJobError, type JobContext } from './queue.ts';
-import { quoteIdent, qualified, warehouses } from '../warehouse/postgres.ts';
-import { generateDdl, type SchemaDocument } from '../warehouse/ddl.ts';
-import type { ConnectionConfig } from '../warehouse/config.ts';
-import type { TableRef, Warehouse } from '../warehouse/warehouse.ts';
-import { materializeSql, sourceTableSql } from '../transform/sql.ts';
-import { parseTableKey, type MappingTable } from '../transform/mapping.ts';
-import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
-import { requiredConnectionConfig } from '../modules/workspaces/workspaces.service.ts';
-import { MappingCommit, TableMapping } from '../modules/mappings/mappings.entity.ts';
-import { MATERIALIZE_MAPPING_KIND } from '../modules/mappings/mappings.service.ts';
-import { enqueueMonitoringRun } from './monitoring-run.ts';
-import { mappedSourceConfig } from '../modules/sources/source-copy.ts';
+import { AppError } from '../../app-error.ts';
+import type { AppDeps } from '../../deps.ts';
+import { PermanentJobError, type JobContext } from '../../jobs/queue.ts';
+import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
+import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
+import type { ConnectionConfig } from '../../warehouse/config.ts';
+import type { TableRef, Warehouse } from '../../warehouse/warehouse.ts';
+import { materializeSql, sourceTableSql } from '../../transform/sql.ts';
+import { parseTableKey, type MappingTable } from '../../transform/mapping.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+import { requiredConnectionConfig } from '../workspaces/workspaces.service.ts';
+import { enqueueMonitoringRun } from '../monitoring/monitoring.jobs.ts';
+import { mappedSourceConfig } from '../sources/source-copy.ts';
+import { MappingCommit, TableMapping } from './mappings.entity.ts';
+import { MATERIALIZE_MAPPING_KIND } from './mappings.service.ts';
 
 export interface MaterializeMappingPayload extends Record<string, unknown> {
   workspace_id: string;
@@ -276,24 +276,17 @@ export async function materializeMapping(
   };
 }
 
-const registered = new WeakMap<AppDeps, Promise<void>>();
-
-/** Registers the job kind once per server, before the first enqueue. */
-export function ensureMaterializeJob(deps: AppDeps): Promise<void> {
-  let ready = registered.get(deps);
-  if (!ready) {
-    ready = deps.jobs.register<MaterializeMappingPayload>(
-      MATERIALIZE_MAPPING_KIND,
-      (payload, context) =>
-        materializeMapping(deps, payload, context).catch((error: unknown) => {
-          if (error instanceof PermanentJobError || !isDeterministicFailure(error)) throw error;
-          throw new PermanentJobError(error instanceof Error ? error.message : String(error), {
-            cause: error,
-          });
-        }),
-      { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
-    );
-    registered.set(deps, ready);
-  }
-  return ready;
+/** The mappings area's job kind (a table's materialization). */
+export async function registerMappingJobs(deps: AppDeps): Promise<void> {
+  await deps.jobs.register<MaterializeMappingPayload>(
+    MATERIALIZE_MAPPING_KIND,
+    (payload, context) =>
+      materializeMapping(deps, payload, context).catch((error: unknown) => {
+        if (error instanceof PermanentJobError || !isDeterministicFailure(error)) throw error;
+        throw new PermanentJobError(error instanceof Error ? error.message : String(error), {
+          cause: error,
+        });
+      }),
+    { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
+  );
 }

@@ -3,15 +3,15 @@ import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { AppDeps } from '../deps.ts';
-import type { JobContext } from './queue.ts';
-import { isFeatureEnabledFor } from '../features.ts';
-import { quoteIdent, warehouses } from '../warehouse/postgres.ts';
-import { portableFamily } from '../warehouse/types.ts';
-import type { Warehouse } from '../warehouse/warehouse.ts';
-import { AudienceExport, type AudienceExportEntity } from '../modules/audiences/audiences.entity.ts';
-import { csvLine, exportSelect, qualifiedName } from '../modules/audiences/audiences-sql.ts';
-import { audienceTarget } from './audience-materialize.ts';
+import type { AppDeps } from '../../deps.ts';
+import type { JobContext } from '../../jobs/queue.ts';
+import { isFeatureEnabledFor } from '../../features.ts';
+import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
+import { portableFamily } from '../../warehouse/types.ts';
+import type { Warehouse } from '../../warehouse/warehouse.ts';
+import { AudienceExport, type AudienceExportEntity } from './audiences.entity.ts';
+import { csvLine, exportSelect, qualifiedName } from './audiences-sql.ts';
+import { audienceTarget } from './audience-materialize.job.ts';
 
 export const EXPORT_KIND = 'audience-export';
 

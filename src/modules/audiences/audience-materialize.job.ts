@@ -1,17 +1,17 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { AppDeps } from '../deps.ts';
-import type { JobContext } from './queue.ts';
-import { quoteIdent, warehouses } from '../warehouse/postgres.ts';
-import { requiredConnectionConfig, targetSchemaOf } from '../modules/workspaces/workspaces.service.ts';
-import { Audience, type AudienceEntity } from '../modules/audiences/audiences.entity.ts';
+import type { AppDeps } from '../../deps.ts';
+import type { JobContext } from '../../jobs/queue.ts';
+import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
+import { requiredConnectionConfig, targetSchemaOf } from '../workspaces/workspaces.service.ts';
+import { Audience, type AudienceEntity } from './audiences.entity.ts';
 import {
   MATERIALIZED_SCHEMA,
   audienceTableName,
   audienceViewName,
   memberSelect,
   qualifiedName,
-} from '../modules/audiences/audiences-sql.ts';
-import type { ConnectionConfig } from '../warehouse/config.ts';
+} from './audiences-sql.ts';
+import type { ConnectionConfig } from '../../warehouse/config.ts';
 
 export const MATERIALIZE_KIND = 'audience-materialize';
 

@@ -1,0 +1,126 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import type { JobRunStatus } from './job-run.entity.ts';
+
+/** What the areas see of the job queue (queue.ts holds how it works). */
+
+export interface JobContext {
+  runId: string;
+  organizationId: string;
+  workspaceId: string | null;
+  /** 1 for the first attempt, 2 for the first retry, … */
+  attempt: number;
+  /** Aborted when the run is cancelled or the queue stops; long handlers should pass it on. */
+  signal: AbortSignal;
+  /** Records progress (e.g. `{ rows_written }`); throws JobCancelledError once the run was cancelled. */
+  progress(progress: Record<string, unknown>): Promise<void>;
+}
+
+export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (
+  payload: P,
+  context: JobContext,
+) => Promise<Record<string, unknown> | void>;
+
+export interface JobKindOptions {
+  /** Retries after the first attempt. */
+  retryLimit?: number;
+  /** Base delay; with backoff pg-boss adds about 2^attempt seconds, with jitter. */
+  retryDelaySeconds?: number;
+  retryBackoff?: boolean;
+  retryDelayMaxSeconds?: number;
+  /** An attempt running longer is failed (and retried) by pg-boss. */
+  timeoutSeconds?: number;
+  /** Runs of this kind one process works on at the same time. */
+  concurrency?: number;
+}
+
+export interface EnqueueOptions {
+  organizationId: string;
+  workspaceId?: string | null;
+  /** One active run per key within the organization and kind, e.g. `${workspaceId}:${table}`. */
+  singletonKey?: string;
+}
+
+export interface JobRunView {
+  id: string;
+  organization_id: string;
+  workspace_id: string | null;
+  kind: string;
+  status: JobRunStatus;
+  singleton_key: string | null;
+  payload: Record<string, unknown>;
+  progress: Record<string, unknown>;
+  result: Record<string, unknown> | null;
+  error: string | null;
+  retry_count: number;
+  started_at: Date | null;
+  finished_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+  duration_ms: number | null;
+}
+
+export interface EnqueueResult {
+  run: JobRunView;
+  /** false when an active run with the same singleton key was returned instead. */
+  created: boolean;
+}
+
+export interface ListRunsOptions {
+  workspaceId?: string;
+  kind?: string;
+  status?: JobRunStatus;
+  limit?: number;
+  offset?: number;
+}
+
+export interface ScheduleOptions {
+  /** A tick running longer is failed by pg-boss (the next tick starts afresh). */
+  timeoutSeconds?: number;
+}
+
+export interface JobQueue {
+  register<P extends Record<string, unknown>>(
+    kind: string,
+    handler: JobHandler<P>,
+    options?: JobKindOptions,
+  ): Promise<void>;
+  /**
+   * Periodic work: `handler` runs once per tick of `cron` (UTC, minute resolution) in the whole
+   * cluster, in whichever process takes the tick. Registered like a kind, before or after start.
+   */
+  schedule(
+    name: string,
+    cron: string,
+    handler: () => Promise<void>,
+    options?: ScheduleOptions,
+  ): Promise<void>;
+  enqueue(kind: string, payload: Record<string, unknown>, options: EnqueueOptions): Promise<EnqueueResult>;
+  /**
+   * The run if it belongs to the organization; null otherwise (answer 404 either way). Read on `em`
+   * when given (the caller's connection and transaction), else on a connection of its own.
+   */
+  getRun(id: string, organizationId: string, em?: EntityManager): Promise<JobRunView | null>;
+  listRuns(organizationId: string, options?: ListRunsOptions, em?: EntityManager): Promise<JobRunView[]>;
+  /** Cancels a queued or running run; a finished run is returned unchanged. */
+  cancel(id: string, organizationId: string): Promise<JobRunView | null>;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A failure that would repeat on every attempt (invalid SQL, a duplicate key, a missing table):
+ * the run fails at once with this message instead of being retried.
+ */
+export class PermanentJobError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PermanentJobError';
+  }
+}
+
+export class JobCancelledError extends Error {
+  constructor(runId: string) {
+    super(`Run ${runId} was cancelled`);
+    this.name = 'JobCancelledError';
+  }
+}
