@@ -14,9 +14,12 @@
  *
  * Environment: BENCH_DATABASE_URL (else TEST_DATABASE_URL, else the local server) on which a control
  * plane and a small warehouse database are created and dropped; BENCH_DURATION seconds per run (3),
- * BENCH_CONNECTIONS (20), ROUTES (a comma-separated subset of labels, for profiling one route).
+ * BENCH_CONNECTIONS (20), ROUTES (a comma-separated subset of labels, for profiling one route),
+ * BENCH_PROFILE (a directory: a CPU profile of this process during each route's dimas run only, for
+ * Chrome DevTools or any .cpuprofile reader).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import type { Server } from 'node:http';
@@ -235,11 +238,24 @@ export default async function routes(): Promise<boolean> {
       const bareTrips = replays.get(String(n))!.statements.length + 3;
 
       await load('warm-up', { ...target(`${dimas.url}${route.path}`), connections, durationSeconds: 1 });
+      const profiler = process.env.BENCH_PROFILE ? new Session() : undefined;
+      if (profiler) {
+        profiler.connect();
+        await profiler.post('Profiler.enable');
+        await profiler.post('Profiler.start');
+      }
       const d = await load(route.label, {
         ...target(`${dimas.url}${route.path}`),
         connections,
         durationSeconds,
       });
+      if (profiler) {
+        const { profile } = await profiler.post('Profiler.stop');
+        const file = join(process.env.BENCH_PROFILE!, `routes-${n}.cpuprofile`);
+        writeFileSync(file, JSON.stringify(profile));
+        profiler.disconnect();
+        console.log(`  CPU profile of the dimas run: ${file}`);
+      }
       const b = await load('  bare, same SQL', {
         ...target(`${bareBase}/bare/${n}`),
         connections,

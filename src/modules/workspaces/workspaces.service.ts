@@ -36,19 +36,33 @@ export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 /** The caller's selected workspace; none (or a deleted one) → 409 telling how to select one. */
 export async function currentWorkspace(scope: CallerScope): Promise<WorkspaceEntity> {
   const organization = organizationOf(scope.principal);
+  const id = await selectedWorkspaceIdOrFail(scope);
+  const workspace = await scope.em.findOne(Workspace, { id, organization });
+  if (!workspace) throw selectedWorkspaceGone(scope);
+  return workspace;
+}
+
+/**
+ * The selected workspace's id, from the selection cache when it holds it, without reading the
+ * workspace: for reads that join the workspace into their own statement (one statement, one
+ * transaction under row-level security). None selected → 409; when the statement then finds no
+ * workspace row, answer `selectedWorkspaceGone`.
+ */
+export async function selectedWorkspaceIdOrFail(scope: CallerScope): Promise<string> {
   const id = await selectedWorkspaceId(scope);
   if (!id)
     throw new AppError('CONFLICT', 'No workspace selected: select one first', {
       reason: 'NO_WORKSPACE_SELECTED',
     });
-  const workspace = await scope.em.findOne(Workspace, { id, organization });
-  if (!workspace) {
-    selectionCache.forget(scope);
-    throw new AppError('CONFLICT', 'The selected workspace no longer exists: select another', {
-      reason: 'NO_WORKSPACE_SELECTED',
-    });
-  }
-  return workspace;
+  return id;
+}
+
+/** The selected workspace was deleted: the cached selection goes, the caller is told to select another. */
+export function selectedWorkspaceGone(scope: CallerScope): AppError {
+  selectionCache.forget(scope);
+  return new AppError('CONFLICT', 'The selected workspace no longer exists: select another', {
+    reason: 'NO_WORKSPACE_SELECTED',
+  });
 }
 
 /** A workspace of the caller's organization; unknown and foreign names alike → 404. */
