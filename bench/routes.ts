@@ -224,10 +224,15 @@ export default async function routes(): Promise<boolean> {
         await res.arrayBuffer();
       };
       await call(); // caches warm, as under load
-      recording = [];
-      await call();
-      const sent = recording;
-      recording = null;
+      // The job queue's sweeps share the process and the pool: of three recordings, the shortest is
+      // the request's own.
+      let sent: Statement[] = [];
+      for (let i = 0; i < 3; i++) {
+        recording = [];
+        await call();
+        if (i === 0 || recording.length < sent.length) sent = recording;
+        recording = null;
+      }
       const setup = sent.find((s) => SESSION.test(s.text));
       if (!setup)
         throw new Error(`${route.label}: no row-level-security setting among ${sent.length} statements`);
