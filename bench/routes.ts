@@ -15,7 +15,7 @@
  * Environment: BENCH_DATABASE_URL (else TEST_DATABASE_URL, else the local server) on which a control
  * plane and a small warehouse database are created and dropped; BENCH_DURATION seconds per run (3),
  * BENCH_CONNECTIONS (20), ROUTES (a comma-separated subset of labels, for profiling one route),
- * BENCH_PROFILE (a directory: a CPU profile of this process during each route's dimas run only, for
+ * BENCH_SHOW_SQL (print the statements of one request of each route), BENCH_PROFILE (a directory: a CPU profile of this process during each route's dimas run only, for
  * Chrome DevTools or any .cpuprofile reader).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -233,6 +233,8 @@ export default async function routes(): Promise<boolean> {
         if (i === 0 || recording.length < sent.length) sent = recording;
         recording = null;
       }
+      if (process.env.BENCH_SHOW_SQL)
+        for (const s of sent) console.log(`  sql: ${s.text.replace(/\s+/g, ' ').slice(0, 160)}`);
       const setup = sent.find((s) => SESSION.test(s.text));
       if (!setup)
         throw new Error(`${route.label}: no row-level-security setting among ${sent.length} statements`);
