@@ -22,7 +22,8 @@ import { MATERIALIZE_MAPPING_KIND, viewOf, type MappingFields, type runView } fr
  * Mappings of a workspace read for their views in one statement: each with the mapping its newest
  * commit recorded and its newest materialization run (read here, on the request's connection and
  * under its row-level security, rather than through the job queue's connection). The count of
- * statements stays one however many mappings there are.
+ * statements stays one however many mappings there are. The run's key is `materializeKey` (workspace
+ * id, colon, table name) spelled in SQL.
  */
 const MAPPING_VIEW_COLUMNS = `m.table_name, m.tables, m.connections, m.transformations, m.ambiguities,
   m.decisions, m.version, m.committed_version, m.materialized_version, m.materialized_at,
