@@ -98,6 +98,13 @@ describe('saved queries', () => {
   it('refuses a second query of the same name by the same owner (409)', async () => {
     const res = await api('POST', '', owner.token, { name: 'Top customers', sql: 'select 2' });
     expect(res.status).toBe(409);
+    // Renaming another of the owner's queries to it is refused the same way, and changes nothing.
+    const second = await api('POST', '', owner.token, { name: 'Second', sql: 'select 3' });
+    const rename = await api('PUT', `/${second.body.id}`, owner.token, { name: 'Top customers' });
+    expect(rename.status).toBe(409);
+    expect(rename.body.message).toMatch(/already have a saved query named Top customers/);
+    expect((await api('GET', `/${second.body.id}`, owner.token)).body.name).toBe('Second');
+    expect((await api('DELETE', `/${second.body.id}`, owner.token)).status).toBe(200);
     // Another user may use the name.
     const mine = await api('POST', '', colleague.token, { name: 'Top customers', sql: 'select 2' });
     expect(mine.status).toBe(200);

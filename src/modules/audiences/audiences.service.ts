@@ -12,6 +12,8 @@ import {
   connectionConfig,
   requiredConnectionConfig,
   currentWorkspace,
+  selectedWorkspaceGone,
+  selectedWorkspaceIdOrFail,
   targetSchemaOf,
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
@@ -413,12 +415,16 @@ const asDate = (v: unknown) => (v == null ? null : v instanceof Date ? v : new D
  * Every audience of the workspace with size, freshness, exports and performance in one statement:
  * each side table is aggregated once (grouped by audience) and joined, never queried per audience.
  */
+/**
+ * One statement: the selected workspace (its name, and whether it still exists) joined with every
+ * audience's figures, so the dashboard costs one transaction under row-level security.
+ */
 export async function dashboard(scope: CallerScope) {
-  const workspace = await currentWorkspace(scope);
+  const workspaceId = await selectedWorkspaceIdOrFail(scope);
   const organization = organizationOf(scope.principal);
-  const scopeParams = [organization, workspace.id];
+  const scopeParams = [organization, workspaceId];
   const rows = await scope.em.execute(
-    `select x.*, ${RATIOS_SQL}
+    `select w.name as workspace_name, y.* from workspaces w left join (select x.*, ${RATIOS_SQL}
        from (
          select a.id, a.name, a.target_table, a.definition_type, a.row_count, a.materialization_status,
                 a.definition_version, a.materialized_version, a.materialized_at,
@@ -443,28 +449,32 @@ export async function dashboard(scope: CallerScope) {
                         from audience_conversions where organization_id = ? and workspace_id = ?
                        group by audience_id) c on c.audience_id = a.id
           where a.organization_id = ? and a.workspace_id = ?
-       ) x
-      order by x.name`,
-    [...scopeParams, ...scopeParams, ...scopeParams, ...scopeParams],
+       ) x) y on true
+      where w.id = ? and w.organization_id = ?
+      order by y.name`,
+    [...scopeParams, ...scopeParams, ...scopeParams, ...scopeParams, workspaceId, organization],
   );
+  if (!rows.length) throw selectedWorkspaceGone(scope);
   return {
-    workspace_name: workspace.name,
-    audiences: rows.map((r: Record<string, unknown>) => ({
-      id: String(r.id),
-      name: String(r.name),
-      target_table: String(r.target_table),
-      definition_type: r.definition_type as 'rules' | 'sql',
-      size: r.materialized_version == null || r.row_count == null ? null : Number(r.row_count),
-      materialization_status: r.materialization_status as AudienceEntity['materializationStatus'],
-      stale:
-        r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
-      materialized_at: asDate(r.materialized_at),
-      freshness_seconds: r.freshness_seconds == null ? null : Number(r.freshness_seconds),
-      export_count: Number(r.export_count),
-      active_export_count: Number(r.active_export_count),
-      last_export_at: asDate(r.last_export_at),
-      performance: figuresOf(r),
-    })),
+    workspace_name: String(rows[0].workspace_name),
+    audiences: rows
+      .filter((r: Record<string, unknown>) => r.id != null)
+      .map((r: Record<string, unknown>) => ({
+        id: String(r.id),
+        name: String(r.name),
+        target_table: String(r.target_table),
+        definition_type: r.definition_type as 'rules' | 'sql',
+        size: r.materialized_version == null || r.row_count == null ? null : Number(r.row_count),
+        materialization_status: r.materialization_status as AudienceEntity['materializationStatus'],
+        stale:
+          r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
+        materialized_at: asDate(r.materialized_at),
+        freshness_seconds: r.freshness_seconds == null ? null : Number(r.freshness_seconds),
+        export_count: Number(r.export_count),
+        active_export_count: Number(r.active_export_count),
+        last_export_at: asDate(r.last_export_at),
+        performance: figuresOf(r),
+      })),
   };
 }
 

@@ -2,6 +2,7 @@ import { permissionProcedure, router } from '../../trpc/procedures.ts';
 import { rest } from '../../trpc/openapi-meta.ts';
 import * as s from './mappings.schemas.ts';
 import * as mappings from './mappings.service.ts';
+import * as reads from './mappings-read.ts';
 import * as code from './mappings-code.service.ts';
 import * as tables from './mappings-tables.service.ts';
 import * as wildcard from './mappings-wildcard.ts';
@@ -20,7 +21,7 @@ export const mappingsRouter = router({
     .meta(rest('GET', base, 'All mapping files of the current workspace', tag))
     .input(s.listInput)
     .output(s.listOutput)
-    .query(({ ctx, input }) => mappings.listMappings(ctx, input)),
+    .query(({ ctx, input }) => reads.listMappings(ctx, input)),
 
   batchTransformCode: write
     .meta(
@@ -72,7 +73,7 @@ export const mappingsRouter = router({
     )
     .input(s.tableNameParam)
     .output(s.mappingOutput)
-    .query(({ ctx, input }) => mappings.getMapping(ctx, input.table_name)),
+    .query(({ ctx, input }) => reads.getMapping(ctx, input.table_name)),
 
   transformCode: read
     .meta(

@@ -1,10 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
-import { organizationOf } from '../../auth/tenancy.ts';
 import { splitSourceField, type TargetTable } from '../../transform/mapping.ts';
 import { invalidateWorkspaceCaches } from '../workspaces/workspaces-cache.ts';
-import { currentWorkspace, targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import type { JobRunView } from '../../jobs/queue.ts';
 import {
   MappingCommit,
@@ -92,7 +91,7 @@ export function runView(run: JobRunView) {
 }
 
 /** The mapping document as it is stored and shown (mappings/<table>.json carries the same). */
-export function mappingDocument(mapping: TableMappingEntity) {
+export function mappingDocument(mapping: MappingFields) {
   return {
     table_name: mapping.tableName,
     tables: mapping.tables,
@@ -128,76 +127,47 @@ export async function mappingChanged(
   return hasUncommittedChanges(mapping, await committedMapping(em, workspace, mapping.tableName));
 }
 
-export async function mappingView(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
-  const run = await latestRun(scope, workspace, mapping.tableName);
+/** What a mapping's view shows of it: the entity, or a row read for the view alone. */
+export type MappingFields = Pick<
+  TableMappingEntity,
+  | 'tableName'
+  | 'tables'
+  | 'connections'
+  | 'transformations'
+  | 'ambiguities'
+  | 'decisions'
+  | 'version'
+  | 'committedVersion'
+  | 'materializedVersion'
+  | 'materializedAt'
+  | 'materializedRows'
+  | 'createdAt'
+  | 'updatedAt'
+>;
+
+export function viewOf(
+  mapping: MappingFields,
+  hasChanges: boolean,
+  lastRun: ReturnType<typeof runView> | null,
+) {
   return {
     ...mappingDocument(mapping),
     decisions: mapping.decisions ?? [],
-    has_uncommitted_changes: await mappingChanged(scope.em, workspace, mapping),
+    has_uncommitted_changes: hasChanges,
     materialization: {
       materialized_version: mapping.materializedVersion ?? null,
       materialized_at: mapping.materializedAt ?? null,
       rows: mapping.materializedRows ?? null,
-      last_run: run ? runView(run) : null,
+      last_run: lastRun,
     },
     created_at: mapping.createdAt,
     updated_at: mapping.updatedAt,
   };
 }
 
-function emptyView(tableName: string) {
-  return {
-    table_name: tableName,
-    tables: {},
-    connections: [],
-    transformations: {},
-    ambiguities: [],
-    version: 0,
-    committed_version: null,
-    decisions: [],
-    has_uncommitted_changes: false,
-    materialization: { materialized_version: null, materialized_at: null, rows: null, last_run: null },
-    created_at: null,
-    updated_at: null,
-  };
-}
-
-export async function listMappings(scope: CallerScope, input: { include_workspace: boolean }) {
-  const workspace = await currentWorkspace(scope);
-  const mappings = await scope.em.find(
-    TableMapping,
-    { organization: organizationOf(scope.principal), workspace: workspace.id },
-    { orderBy: { tableName: 'asc' } },
-  );
-  const views = [];
-  for (const m of mappings) views.push(await mappingView(scope, workspace, m));
-  const schema = targetSchemaOf(workspace);
-  const mapped = new Set(mappings.map((m) => m.tableName));
-  return {
-    workspace_name: workspace.name,
-    mappings: views,
-    ...(input.include_workspace
-      ? {
-          workspace: {
-            name: workspace.name,
-            description: workspace.description,
-            source_configured: !!workspace.sourceConfig,
-            target_configured: !!workspace.targetConfig,
-            schema_name: schema?.name ?? null,
-            schema_tables: schema?.tables.map((t) => t.name) ?? [],
-            unmapped_tables: schema?.tables.map((t) => t.name).filter((t) => !mapped.has(t)) ?? [],
-          },
-        }
-      : {}),
-  };
-}
-
-export async function getMapping(scope: CallerScope, tableName: string) {
-  const workspace = await currentWorkspace(scope);
-  const mapping = await findMapping(scope.em, workspace, tableName);
-  if (mapping) return mappingView(scope, workspace, mapping);
-  targetTableOf(workspace, tableName);
-  return emptyView(tableName);
+export async function mappingView(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
+  const run = await latestRun(scope, workspace, mapping.tableName);
+  return viewOf(mapping, await mappingChanged(scope.em, workspace, mapping), run ? runView(run) : null);
 }
 
 // ---- writing ----

@@ -48,6 +48,9 @@ function visibleTo(scope: CallerScope) {
   };
 }
 
+const COLUMNS =
+  'id, name, description, sql, schema_identifier, visibility, owner_id, owner_name, created_at, updated_at';
+
 /** A query the caller may see; another owner's private query and another tenant's answer 404 alike. */
 async function findVisible(scope: CallerScope, id: string): Promise<SavedQueryEntity> {
   if (!UUID.test(id)) throw notFound('Saved query');
@@ -58,13 +61,42 @@ async function findVisible(scope: CallerScope, id: string): Promise<SavedQueryEn
 
 async function findEditable(scope: CallerScope, id: string): Promise<SavedQueryEntity> {
   const query = await findVisible(scope, id);
+  assertEditable(scope, query);
+  return query;
+}
+
+function assertEditable(scope: CallerScope, query: Pick<QueryFields, 'ownerId'>) {
   if (query.ownerId !== scope.principal.id && !isAdmin(scope))
     throw new AppError(
       'FORBIDDEN',
       'Only the owner of a saved query (or an organization admin) may change it',
     );
-  return query;
 }
+
+/** The row of a query the caller may see, read as a row: it only passes through to the answer. */
+async function visibleRow(scope: CallerScope, id: string): Promise<QueryRow> {
+  if (!UUID.test(id)) throw notFound('Saved query');
+  const [row]: QueryRow[] = await scope.em.execute(
+    `select ${COLUMNS} from saved_queries
+      where id = ? and organization_id = ? and (owner_id = ? or visibility = 'shared')`,
+    [id, organizationOf(scope.principal), scope.principal.id],
+  );
+  if (!row) throw notFound('Saved query');
+  return row;
+}
+
+const fieldsOf = (q: QueryRow): QueryFields => ({
+  id: q.id,
+  name: q.name,
+  description: q.description,
+  sql: q.sql,
+  schemaIdentifier: q.schema_identifier,
+  visibility: q.visibility,
+  ownerId: q.owner_id,
+  ownerName: q.owner_name,
+  createdAt: new Date(q.created_at),
+  updatedAt: new Date(q.updated_at),
+});
 
 async function flushNamed<T>(scope: CallerScope, name: string, result: () => T): Promise<T> {
   try {
@@ -96,20 +128,7 @@ export async function listQueries(
     ? Number(rows[0].total)
     : Number((await scope.em.execute(`select count(*) as n from saved_queries where ${where}`, params))[0].n);
   return {
-    queries: rows.map((q) =>
-      queryView(scope, {
-        id: q.id,
-        name: q.name,
-        description: q.description,
-        sql: q.sql,
-        schemaIdentifier: q.schema_identifier,
-        visibility: q.visibility,
-        ownerId: q.owner_id,
-        ownerName: q.owner_name,
-        createdAt: new Date(q.created_at),
-        updatedAt: new Date(q.updated_at),
-      }),
-    ),
+    queries: rows.map((q) => queryView(scope, fieldsOf(q))),
     total,
     limit: input.limit,
     offset: input.offset,
@@ -128,11 +147,11 @@ interface QueryRow {
   /** Timestamps arrive as PostgreSQL's text (MikroORM's type parsers). */
   created_at: string;
   updated_at: string;
-  total: string;
+  total?: string;
 }
 
 export async function getQuery(scope: CallerScope, id: string) {
-  return queryView(scope, await findVisible(scope, id));
+  return queryView(scope, fieldsOf(await visibleRow(scope, id)));
 }
 
 export async function createQuery(
@@ -170,16 +189,47 @@ export async function updateQuery(
     visibility?: QueryVisibility;
   },
 ) {
-  const query = await findEditable(scope, input.query_id);
-  if (input.sql !== undefined) {
-    await assertReadOnlySql(input.sql);
-    query.sql = input.sql;
+  if (input.sql !== undefined) await assertReadOnlySql(input.sql);
+  const changes: [string, unknown][] = [
+    ['name', input.name],
+    ['description', input.description],
+    ['sql', input.sql],
+    ['schema_identifier', input.schema_identifier],
+    ['visibility', input.visibility],
+  ].filter(([, value]) => value !== undefined) as [string, unknown][];
+  if (!changes.length) {
+    const row = await visibleRow(scope, input.query_id);
+    assertEditable(scope, { ownerId: row.owner_id });
+    return queryView(scope, fieldsOf(row));
   }
-  if (input.name !== undefined) query.name = input.name;
-  if (input.description !== undefined) query.description = input.description;
-  if (input.schema_identifier !== undefined) query.schemaIdentifier = input.schema_identifier;
-  if (input.visibility !== undefined) query.visibility = input.visibility;
-  return flushNamed(scope, query.name, () => queryView(scope, query));
+  if (!UUID.test(input.query_id)) throw notFound('Saved query');
+  // One statement: the update is limited to what the caller may edit (its own queries; an admin also
+  // the shared ones). Only when it finds nothing does a second look tell 404 from 403.
+  let rows: QueryRow[];
+  try {
+    rows = await scope.em.execute(
+      `update saved_queries set ${changes.map(([column]) => `${column} = ?`).join(', ')}, updated_at = ?
+        where id = ? and organization_id = ? and (owner_id = ? or (visibility = 'shared' and ?))
+        returning ${COLUMNS}`,
+      [
+        ...changes.map(([, value]) => value),
+        new Date(),
+        input.query_id,
+        organizationOf(scope.principal),
+        scope.principal.id,
+        isAdmin(scope),
+      ],
+    );
+  } catch (error) {
+    if (error instanceof UniqueConstraintViolationException)
+      throw new AppError('CONFLICT', `You already have a saved query named ${input.name}`);
+    throw error;
+  }
+  if (!rows.length) {
+    assertEditable(scope, { ownerId: (await visibleRow(scope, input.query_id)).owner_id });
+    throw notFound('Saved query');
+  }
+  return queryView(scope, fieldsOf(rows[0]));
 }
 
 export async function deleteQuery(scope: CallerScope, id: string) {

@@ -36,19 +36,33 @@ export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 /** The caller's selected workspace; none (or a deleted one) → 409 telling how to select one. */
 export async function currentWorkspace(scope: CallerScope): Promise<WorkspaceEntity> {
   const organization = organizationOf(scope.principal);
+  const id = await selectedWorkspaceIdOrFail(scope);
+  const workspace = await scope.em.findOne(Workspace, { id, organization });
+  if (!workspace) throw selectedWorkspaceGone(scope);
+  return workspace;
+}
+
+/**
+ * The selected workspace's id, from the selection cache when it holds it, without reading the
+ * workspace: for reads that join the workspace into their own statement (one statement, one
+ * transaction under row-level security). None selected → 409; when the statement then finds no
+ * workspace row, answer `selectedWorkspaceGone`.
+ */
+export async function selectedWorkspaceIdOrFail(scope: CallerScope): Promise<string> {
   const id = await selectedWorkspaceId(scope);
   if (!id)
     throw new AppError('CONFLICT', 'No workspace selected: select one first', {
       reason: 'NO_WORKSPACE_SELECTED',
     });
-  const workspace = await scope.em.findOne(Workspace, { id, organization });
-  if (!workspace) {
-    selectionCache.forget(scope);
-    throw new AppError('CONFLICT', 'The selected workspace no longer exists: select another', {
-      reason: 'NO_WORKSPACE_SELECTED',
-    });
-  }
-  return workspace;
+  return id;
+}
+
+/** The selected workspace was deleted: the cached selection goes, the caller is told to select another. */
+export function selectedWorkspaceGone(scope: CallerScope): AppError {
+  selectionCache.forget(scope);
+  return new AppError('CONFLICT', 'The selected workspace no longer exists: select another', {
+    reason: 'NO_WORKSPACE_SELECTED',
+  });
 }
 
 /** A workspace of the caller's organization; unknown and foreign names alike → 404. */
@@ -168,16 +182,41 @@ export async function selectWorkspace(scope: CallerScope, name: string) {
 
 // ---- views ----
 
-function workspaceView(workspace: WorkspaceEntity, usage: Usage) {
+/** What the list shows of a workspace: whether its parts are set, not their contents. */
+interface WorkspaceSummary {
+  id: string;
+  name: string;
+  description: string;
+  sourceConfigured: boolean;
+  targetConfigured: boolean;
+  schemaAssigned: boolean;
+  schemaTemplate: string | null | undefined;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+const summaryOf = (workspace: WorkspaceEntity): WorkspaceSummary => ({
+  id: workspace.id,
+  name: workspace.name,
+  description: workspace.description,
+  sourceConfigured: !!workspace.sourceConfig,
+  targetConfigured: !!workspace.targetConfig,
+  schemaAssigned: !!workspace.targetSchema,
+  schemaTemplate: workspace.schemaTemplate,
+  createdAt: workspace.createdAt,
+  updatedAt: workspace.updatedAt,
+});
+
+function workspaceView(workspace: WorkspaceSummary, usage: Usage) {
   return {
     id: workspace.id,
     name: workspace.name,
     description: workspace.description,
     is_current: usage.currentId === workspace.id,
     last_used_at: usage.lastUsed[workspace.id] ? new Date(usage.lastUsed[workspace.id]) : null,
-    source_configured: !!workspace.sourceConfig,
-    target_configured: !!workspace.targetConfig,
-    schema_assigned: !!workspace.targetSchema,
+    source_configured: workspace.sourceConfigured,
+    target_configured: workspace.targetConfigured,
+    schema_assigned: workspace.schemaAssigned,
     schema_template: workspace.schemaTemplate ?? null,
     created_at: workspace.createdAt,
     updated_at: workspace.updatedAt,
@@ -224,7 +263,7 @@ export function workflowStateOf(workspace: WorkspaceEntity): Record<string, Work
 export async function workspaceDetail(scope: CallerScope, workspace: WorkspaceEntity, usage?: Usage) {
   const schema = targetSchemaOf(workspace);
   return {
-    ...workspaceView(workspace, usage ?? (await usageOf(scope))),
+    ...workspaceView(summaryOf(workspace), usage ?? (await usageOf(scope))),
     source_config: maskedConfig(workspace, 'source'),
     target_config: maskedConfig(workspace, 'target'),
     schema_customized: workspace.schemaCustomized,
@@ -236,26 +275,76 @@ export async function workspaceDetail(scope: CallerScope, workspace: WorkspaceEn
 
 // ---- CRUD ----
 
+/**
+ * One statement on rows (they only pass through to the answer): the page, the total, and the caller's
+ * last-used map. The selected workspace's name is taken from the page, or looked up when it is not on it.
+ */
 export async function listWorkspaces(scope: CallerScope, page: { limit: number; offset: number }) {
-  const [workspaces, total] = await scope.em.findAndCount(
-    Workspace,
-    { organization: organizationOf(scope.principal) },
-    { orderBy: { name: 'asc' }, limit: page.limit, offset: page.offset },
+  const organization = organizationOf(scope.principal);
+  const currentId = await selectedWorkspaceId(scope);
+  const isUser = scope.principal.kind === 'user';
+  const rows: WorkspaceListRow[] = await scope.em.execute(
+    `select w.id, w.name, w.description, w.source_config is not null as source_configured,
+        w.target_config is not null as target_configured, w.target_schema is not null as schema_assigned,
+        w.schema_template, w.created_at, w.updated_at, count(*) over () as total,
+        ${isUser ? `(select u.preferences->'${LAST_USED_KEY}' from users u where u.id = ?)` : 'null'} as last_used,
+        ${currentId ? '(select c.name from workspaces c where c.id = ? and c.organization_id = w.organization_id)' : 'null'} as current_name
+      from workspaces w where w.organization_id = ? order by w.name asc limit ? offset ?`,
+    [
+      ...(isUser ? [scope.principal.id] : []),
+      ...(currentId ? [currentId] : []),
+      organization,
+      page.limit,
+      page.offset,
+    ],
   );
-  const usage = await usageOf(scope);
-  // The selected workspace is usually on the page already; only otherwise is it looked up.
-  const current = !usage.currentId
-    ? null
-    : (workspaces.find((w) => w.id === usage.currentId) ??
-      (await scope.em.findOne(Workspace, {
-        id: usage.currentId,
-        organization: organizationOf(scope.principal),
-      })));
+  // A page past the end has no rows to carry the total and the selected name.
+  if (!rows.length && page.offset > 0) {
+    const [counted] = await scope.em.execute(
+      `select count(*) as total, (select c.name from workspaces c where c.id = ? and c.organization_id = ?)
+          as current_name
+        from workspaces where organization_id = ?`,
+      [currentId, organization, organization],
+    );
+    return { workspaces: [], current_workspace: counted.current_name ?? null, total: Number(counted.total) };
+  }
+  const lastUsed = rows[0]?.last_used && typeof rows[0].last_used === 'object' ? rows[0].last_used : {};
+  const usage: Usage = { currentId, lastUsed };
   return {
-    workspaces: workspaces.map((w) => workspaceView(w, usage)),
-    current_workspace: current?.name ?? null,
-    total,
+    workspaces: rows.map((w) =>
+      workspaceView(
+        {
+          id: w.id,
+          name: w.name,
+          description: w.description,
+          sourceConfigured: w.source_configured,
+          targetConfigured: w.target_configured,
+          schemaAssigned: w.schema_assigned,
+          schemaTemplate: w.schema_template,
+          createdAt: new Date(w.created_at),
+          updatedAt: new Date(w.updated_at),
+        },
+        usage,
+      ),
+    ),
+    current_workspace: rows[0]?.current_name ?? null,
+    total: rows.length ? Number(rows[0].total) : 0,
   };
+}
+
+interface WorkspaceListRow {
+  id: string;
+  name: string;
+  description: string;
+  source_configured: boolean;
+  target_configured: boolean;
+  schema_assigned: boolean;
+  schema_template: string | null;
+  created_at: string;
+  updated_at: string;
+  total: string;
+  last_used: Record<string, string> | null;
+  current_name: string | null;
 }
 
 export async function getWorkspace(scope: CallerScope, name: string) {
