@@ -1,4 +1,14 @@
-import { PHRASES, QUALIFIERS, RELATED, STOP_WORDS, TOKEN_WEIGHTS, WORD_VARIANTS } from './vocabulary.ts';
+import {
+  OTHER_ENTITIES,
+  PERSON_TABLE_NOUNS,
+  PHRASES,
+  QUALIFIERS,
+  RECORD_KEY_WORDS,
+  RELATED,
+  STOP_WORDS,
+  TOKEN_WEIGHTS,
+  WORD_VARIANTS,
+} from './vocabulary.ts';
 
 /**
  * Names → concepts for the offline matcher: a column or field name is split into words, each word
@@ -245,7 +255,10 @@ function tokenSimilarity(a: string, b: string): number {
   return 0;
 }
 
-const weightOf = (t: string) => (/^\d+$/.test(t) ? 0.35 : (TOKEN_WEIGHTS[t] ?? 1));
+/** Stands for a loose word in `cover`: weighs little and matches nothing. */
+const LOOSE = '\u0000loose';
+
+const weightOf = (t: string) => (t === LOOSE ? 0.3 : /^\d+$/.test(t) ? 0.35 : (TOKEN_WEIGHTS[t] ?? 1));
 
 /** The weighted share of `from` that `to` covers. */
 export function cover(from: readonly string[], to: readonly string[]): number {
@@ -268,5 +281,58 @@ export function cover(from: readonly string[], to: readonly string[]): number {
 export function conceptSimilarity(source: readonly string[], target: readonly string[]): number {
   if (source.length === 0 || target.length === 0) return 0;
   // A product, not a mean: a name half about something else ("email_verified" for "email") is weak.
-  return cover(source, target) * cover(target, source);
+  const forward = cover(source, target);
+  const backward = cover(target, source);
+  // One word the vocabulary does not know, beside an exact match ("location_city", "hs_language"),
+  // is a vendor prefix or a qualifier more often than another meaning: it counts for a little only.
+  if (backward === 1 && forward < 1 && source.length >= 2) {
+    const extra = source.filter((a) => !target.some((b) => tokenSimilarity(a, b) > 0));
+    const exact = source.every((a) => extra.includes(a) || target.some((b) => tokenSimilarity(a, b) === 1));
+    if (extra.length === 1 && exact && isLoose(extra[0]))
+      return cover(
+        source.map((a) => (a === extra[0] ? LOOSE : a)),
+        target,
+      );
+  }
+  return forward * backward;
+}
+
+const isLoose = (w: string) => !CONCEPTS.has(w) && (!isKnown(w) || QUALIFIERS.has(w));
+
+/** Words of a name that say which one of a kind it is ("mobile", "billing", "home"). */
+export function qualifiersOf(name: string): string[] {
+  return wordsOf(name).filter((w) => QUALIFIERS.has(w));
+}
+
+/** Nouns of things other than the customer that a name speaks of ("owner_id", "product name"). */
+export function otherEntitiesOf(name: string): string[] {
+  return wordsOf(name).filter((w) => OTHER_ENTITIES.has(w) || OTHER_ENTITIES.has(singularOf(w)));
+}
+
+/** The words of a name, glued ones ("mobilephone", "ownerid") broken against the vocabulary. */
+const wordsOf = (name: string) => splitWords(name).flatMap((w) => (isKnown(w) ? [w] : (wordBreak(w) ?? [w])));
+
+/**
+ * A table's concepts, a table of people ("Contact", "leads") read as a table of customers: its
+ * record key is the customer's key. Only for tables: "contact number" in a column is a phone.
+ */
+export function tableConceptsOf(name: string): string[] {
+  const concepts = conceptsOf(name).map((c) => (PERSON_TABLE_NOUNS.has(singularOf(c)) ? 'customer' : c));
+  return [...new Set(concepts)];
+}
+
+const singularOf = (w: string) => (w.endsWith('ies') ? `${w.slice(0, -3)}y` : w.replace(/s$/, ''));
+
+/**
+ * A key column whose name says only "this row's id" (`id`, `Id`, `hs_object_id`, `record_id`,
+ * `entity_id`): vendor prefixes and record words set aside, nothing but an identifier is left.
+ */
+export function isRecordKeyName(concepts: readonly string[]): boolean {
+  const rest = concepts.filter((c) => !RECORD_KEY_WORDS.has(c) && (CONCEPTS.has(c) || isKnown(c)));
+  return rest.length > 0 && rest.every((c) => c === 'id' || c === 'number' || c === 'code' || c === 'key');
+}
+
+/** A name made only of words the vocabulary does not know ("CC", "attr_7"): it says nothing. */
+export function isOpaqueName(concepts: readonly string[]): boolean {
+  return concepts.length > 0 && concepts.every((c) => !CONCEPTS.has(c) && !isKnown(c));
 }

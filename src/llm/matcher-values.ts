@@ -10,6 +10,8 @@ export interface ColumnValues {
   /** The source database's type name. */
   type: string;
   patterns?: PatternShare[];
+  /** Sampled values, when the profile kept them: their absence of a pattern is evidence too. */
+  samples?: string[];
 }
 
 type Family = 'text' | 'integer' | 'numeric' | 'boolean' | 'date' | 'timestamp' | 'json' | 'uuid' | 'other';
@@ -124,6 +126,9 @@ export function expectationOf(concepts: readonly string[], targetType: string): 
 /** Patterns that say what a column is so clearly that a field expecting something else should not get it. */
 const TELLING: ValuePattern[] = ['email', 'phone', 'url', 'timestamp', 'date'];
 
+const filled = (samples: readonly string[] | undefined) =>
+  (samples ?? []).filter((v) => v.trim() !== '').length;
+
 /** Value evidence in [-1, 1] times its strength, as a log-odds term. */
 export function patternTerm(
   source: ColumnValues,
@@ -149,6 +154,10 @@ export function patternTerm(
         evidence: -other.share,
       };
     if (expectation.required && patterns.length > 0) return { term: -1, evidence: -0.5 };
+    // Text that never reads as a date ("04/12", a birthday without its year) cannot feed a date.
+    const dateLike = (f: string) => f === 'date' || f === 'timestamp';
+    if (dateLike(typeFamily(targetType)) && sourceFamily === 'text' && filled(source.samples) >= 3)
+      return { term: -2.5, evidence: -1 };
     return { term: 0, evidence: 0 };
   }
   const telling = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);

@@ -1,5 +1,16 @@
 import type { PatternShare } from './value-patterns.ts';
-import { commonPrefix, conceptSimilarity, conceptsOf, cover, ENTITIES } from './matcher-names.ts';
+import {
+  commonPrefix,
+  conceptSimilarity,
+  conceptsOf,
+  cover,
+  ENTITIES,
+  isOpaqueName,
+  isRecordKeyName,
+  otherEntitiesOf,
+  qualifiersOf,
+  tableConceptsOf,
+} from './matcher-names.ts';
 import { expectationOf, patternTerm, typeCompatibility, type Expectation } from './matcher-values.ts';
 
 export { conceptsOf } from './matcher-names.ts';
@@ -96,31 +107,50 @@ interface PreparedColumn {
   column: SourceColumn;
   concepts: string[];
   field: string;
+  /** Which one of a kind the name says ("mobile", "billing"): a general field prefers none. */
+  qualifiers: string[];
+  /** Things other than the customer the name speaks of ("owner" in hubspot_owner_id). */
+  otherEntities: string[];
+  /** The name says nothing the vocabulary knows: values may speak for it. */
+  opaque: boolean;
 }
 
 /**
  * A bare "id" takes its meaning from its table: the customer's in "users", the subscription's in
- * "stripe_subscriptions" (an English compound's last word is its head noun).
+ * "stripe_subscriptions" (an English compound's last word is its head noun). A key column named
+ * only "this record's id" (`Id`, `hs_object_id`, `entity_id`) is the key of that same entity.
  */
-function withTableContext(concepts: string[], tableConcepts: string[]): string[] {
-  const generic = concepts.every((c) => c === 'id' || c === 'number' || c === 'code' || /^\d+$/.test(c));
+function withTableContext(concepts: string[], tableConcepts: string[], isKey: boolean): string[] {
+  const bare = concepts.every((c) => c === 'id' || c === 'number' || c === 'code' || /^\d+$/.test(c));
+  const generic = bare || (isKey && isRecordKeyName(concepts));
   if (!generic || concepts.length === 0) return concepts;
+  const own = bare ? concepts : ['id'];
   const entity = tableConcepts.filter((c) => ENTITIES.has(c));
-  if (entity.length > 0) return [...entity, ...concepts];
+  if (entity.length > 0) return [...entity, ...own];
   const head = tableConcepts[tableConcepts.length - 1];
-  return head === undefined ? concepts : [head, ...concepts];
+  return head === undefined ? own : [head, ...own];
 }
 
 function prepare(sources: readonly SourceTable[]): PreparedColumn[] {
   return sources.flatMap((table) => {
     const prefix = commonPrefix(table.columns.map((c) => c.name));
-    const tableConcepts = conceptsOf(table.name.split('.').pop() ?? table.name);
-    return table.columns.map((column) => ({
-      table: table.name,
-      column,
-      concepts: withTableContext(conceptsOf(column.name, prefix), tableConcepts),
-      field: `${table.name}.${column.name}`,
-    }));
+    const tableName = table.name.split('.').pop() ?? table.name;
+    const tableConcepts = tableConceptsOf(tableName);
+    // A table about something else (products, organizations): its "name" is that thing's name.
+    const foreignTable = !tableConcepts.some((c) => ENTITIES.has(c)) && otherEntitiesOf(tableName).length > 0;
+    return table.columns.map((column) => {
+      let concepts = withTableContext(conceptsOf(column.name, prefix), tableConcepts, !!column.isPrimaryKey);
+      if (foreignTable && concepts.length === 1 && concepts[0] === 'full_name') concepts = ['name'];
+      return {
+        table: table.name,
+        column,
+        concepts,
+        field: `${table.name}.${column.name}`,
+        qualifiers: qualifiersOf(column.name),
+        otherEntities: otherEntitiesOf(column.name),
+        opaque: isOpaqueName(conceptsOf(column.name, prefix)),
+      };
+    });
   });
 }
 
@@ -130,6 +160,8 @@ interface PreparedField {
   descriptionConcepts: string[];
   expectation: Expectation | null;
   isKey: boolean;
+  qualifiers: string[];
+  otherEntities: string[];
   /** Name similarity per source concept list: real schemas repeat column names a lot. */
   nameCache: Map<string, number>;
 }
@@ -143,6 +175,8 @@ function prepareField(target: TargetTable, field: TargetField): PreparedField {
     expectation: expectationOf(concepts, field.type),
     nameCache: new Map(),
     isKey: target.primary_key?.includes(field.name) ?? false,
+    qualifiers: qualifiersOf(field.name),
+    otherEntities: otherEntitiesOf(field.name),
   };
 }
 
@@ -170,12 +204,24 @@ function score(f: PreparedField, col: PreparedColumn): { logit: number; evidence
     f.nameCache.set(key, name);
   }
   const type = typeCompatibility(col.column, f.field.type);
-  const { term, evidence } = patternTerm(col.column, f.expectation, f.field.type);
-  let logit = -4.5 + 7 * name + 3 * (type - 0.7) + term;
+  const values = patternTerm(col.column, f.expectation, f.field.type);
+  // Values lift a name that says nothing ("CC" of ISO country codes) when they are telling.
+  const lift = col.opaque && name < 0.2 && (f.expectation?.strength ?? 0) >= 2 && values.term > 0 ? 2 : 1;
+  let logit = -4.5 + 7 * name + 3 * (type - 0.7) + lift * values.term;
   if (col.column.nullRate !== undefined && col.column.nullRate >= 0.999) logit -= 1.5;
   // A foreign key repeats another table's identifier; the identifier itself is the better source.
   if (col.column.references && f.concepts.includes('id')) logit -= 1.5;
-  return { logit, evidence: { name: round3(name), type: round3(type), pattern: round3(evidence) } };
+  // "hubspot_owner_id", "organization_id": the key of another thing, not of the customer.
+  if (f.concepts.includes('id') && col.otherEntities.some((e) => !f.otherEntities.includes(e))) logit -= 2.5;
+  // Of "phone" and "mobile_phone", a general field takes the general column and a specific one
+  // the column its name qualifies the same way.
+  const unasked = col.qualifiers.filter((q) => !f.qualifiers.includes(q)).length;
+  const asked = f.qualifiers.filter((q) => col.qualifiers.includes(q)).length;
+  logit += 0.8 * asked - 0.6 * Math.min(unasked, 1);
+  return {
+    logit,
+    evidence: { name: round3(name), type: round3(type), pattern: round3(values.evidence) },
+  };
 }
 
 const MIN_CANDIDATE = 0.05;

@@ -32,6 +32,9 @@ export const vocabularySchema = z
     other_entities: z
       .array(word)
       .describe('Nouns of things that are not the customer: their names and keys are not the customer’s'),
+    person_table_nouns: z
+      .array(word)
+      .describe('Table nouns for people that are not customer words in a column name (a Contact table)'),
     record_key_words: z
       .array(word)
       .describe('Words that, before "id" in a key column, only say "this row" (object_id, record_id)'),
@@ -80,3 +83,4 @@ export const QUALIFIERS: ReadonlySet<string> = new Set(file.qualifiers);
 export const STOP_WORDS: ReadonlySet<string> = new Set(file.stop_words);
 export const OTHER_ENTITIES: ReadonlySet<string> = new Set(file.other_entities);
 export const RECORD_KEY_WORDS: ReadonlySet<string> = new Set(file.record_key_words);
+export const PERSON_TABLE_NOUNS: ReadonlySet<string> = new Set(file.person_table_nouns);
