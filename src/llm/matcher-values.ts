@@ -134,33 +134,36 @@ export function patternTerm(
   source: ColumnValues,
   expectation: Expectation | null,
   targetType: string,
-): { term: number; evidence: number } {
+): { term: number; evidence: number; pattern: ValuePattern | null } {
   const patterns = source.patterns ?? [];
   // Values that only restate the declared type ("an integer column holds integers") add nothing.
   const sourceFamily = typeFamily(source.type);
   if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
     const same = typeFamily(targetType) === sourceFamily;
     const dateLike = (f: string) => f === 'date' || f === 'timestamp';
-    if (same || (dateLike(sourceFamily) && dateLike(typeFamily(targetType)))) return { term: 0, evidence: 0 };
+    if (same || (dateLike(sourceFamily) && dateLike(typeFamily(targetType)))) return { term: 0, evidence: 0, pattern: null };
   }
   if (expectation) {
-    const share = Math.max(0, ...expectation.patterns.map((p) => shareOf(patterns, p)));
-    if (share > 0) return { term: share * expectation.strength, evidence: share };
+    const [best, share] = expectation.patterns
+      .map((p) => [p, shareOf(patterns, p)] as const)
+      .reduce((a, b) => (b[1] > a[1] ? b : a));
+    if (share > 0) return { term: share * expectation.strength, evidence: share, pattern: best };
     const other = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);
     // Values that are clearly something else overrule the name of a field that has a shape.
     if (other)
       return {
         term: -other.share * (expectation.required ? 4.5 : expectation.strength),
         evidence: -other.share,
+        pattern: other.pattern,
       };
-    if (expectation.required && patterns.length > 0) return { term: -1, evidence: -0.5 };
+    if (expectation.required && patterns.length > 0) return { term: -1, evidence: -0.5, pattern: null };
     // Text that never reads as a date ("04/12", a birthday without its year) cannot feed a date.
     const dateLike = (f: string) => f === 'date' || f === 'timestamp';
     if (dateLike(typeFamily(targetType)) && sourceFamily === 'text' && filled(source.samples) >= 3)
-      return { term: -2.5, evidence: -1 };
-    return { term: 0, evidence: 0 };
+      return { term: -2.5, evidence: -1, pattern: null };
+    return { term: 0, evidence: 0, pattern: null };
   }
   const telling = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);
-  if (telling) return { term: -2 * telling.share, evidence: -telling.share };
-  return { term: 0, evidence: 0 };
+  if (telling) return { term: -2 * telling.share, evidence: -telling.share, pattern: telling.pattern };
+  return { term: 0, evidence: 0, pattern: null };
 }

@@ -1,4 +1,4 @@
-import type { PatternShare } from './value-patterns.ts';
+import type { PatternShare, ValuePattern } from './value-patterns.ts';
 import {
   commonPrefix,
   conceptSimilarity,
@@ -55,9 +55,14 @@ export interface SourceTable {
 }
 
 export interface Evidence {
+  /** How much the names mean the same, in [0, 1]. */
   name: number;
+  /** How well the source type can feed the target type, values considered, in [0, 1]. */
   type: number;
+  /** Share of sampled values with the pattern the field expects; negative when they contradict it. */
   pattern: number;
+  /** The value pattern that spoke for (or against) the pair, e.g. "email"; null when none did. */
+  value_pattern?: ValuePattern | null;
 }
 
 export interface Candidate {
@@ -220,7 +225,12 @@ function score(f: PreparedField, col: PreparedColumn): { logit: number; evidence
   logit += 0.8 * asked - 0.6 * Math.min(unasked, 1);
   return {
     logit,
-    evidence: { name: round3(name), type: round3(type), pattern: round3(values.evidence) },
+    evidence: {
+      name: round3(name),
+      type: round3(type),
+      pattern: round3(values.evidence),
+      value_pattern: values.pattern,
+    },
   };
 }
 
