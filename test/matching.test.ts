@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { conceptsOf, matchTable, type TableMatch } from '../src/llm/offline-matcher.ts';
 import { detectPatterns } from '../src/llm/value-patterns.ts';
+import { parseVocabulary } from '../src/llm/vocabulary.ts';
+import { readFileSync } from 'node:fs';
 import {
   f1Of,
   loadFixtures,
@@ -360,5 +362,22 @@ describe('offline matcher behaviour', () => {
       },
     ]);
     expect(suggested(dated, 'date_of_birth')).toBe('audience.Birthday');
+  });
+
+  it('reads its vocabulary from a data file and refuses a broken one with the place of the fault', () => {
+    const file = JSON.parse(
+      readFileSync(new URL('../src/llm/vocabulary.json', import.meta.url), 'utf8'),
+    ) as Record<string, any>;
+    expect(() => parseVocabulary(file)).not.toThrow();
+    const twice = structuredClone(file);
+    twice.word_variants.address.cust = 'customer';
+    expect(() => parseVocabulary(twice)).toThrow(/"cust" is a variant in "entity nouns" and "address"/);
+    const typo = structuredClone(file);
+    typo.related.push(['customer', 'custmer', 0.5]);
+    expect(() => parseVocabulary(typo)).toThrow(/related names "custmer"/);
+    const badWeight = structuredClone(file);
+    badWeight.token_weights.id = -1;
+    expect(() => parseVocabulary(badWeight)).toThrow(/token_weights/);
+    expect(() => parseVocabulary({ ...file, surprise: true })).toThrow(/surprise/);
   });
 });

@@ -43,8 +43,8 @@ export const vocabularySchema = z
 
 export type VocabularyFile = z.infer<typeof vocabularySchema>;
 
-function load(): VocabularyFile {
-  const raw: unknown = JSON.parse(readFileSync(new URL('./vocabulary.json', import.meta.url), 'utf8'));
+/** The vocabulary file checked: its schema, no word a variant twice, no relation to nothing. */
+export function parseVocabulary(raw: unknown): VocabularyFile {
   const parsed = vocabularySchema.safeParse(raw);
   if (!parsed.success)
     throw new Error(`src/llm/vocabulary.json is invalid: ${z.prettifyError(parsed.error)}`);
@@ -69,7 +69,9 @@ function load(): VocabularyFile {
   return v;
 }
 
-const file = load();
+const file = parseVocabulary(
+  JSON.parse(readFileSync(new URL('./vocabulary.json', import.meta.url), 'utf8')) as unknown,
+);
 
 /** Single-word variants → their canonical word(s). */
 export const WORD_VARIANTS: Readonly<Record<string, string>> = Object.assign(
