@@ -29,7 +29,7 @@ export interface StoredConnection {
   target_field: string;
   status: 'suggested' | 'confirmed';
   confidence: number | null;
-  /** Set by discovery; null or absent for a connection a person made. */
+  /** Set by discovery; absent for a connection a person made. */
   evidence?: SuggestionEvidence | null;
   /** Set when the target field vanished from the schema (flagged, never silently dropped). */
   stale?: string | null;

@@ -60,7 +60,7 @@ export const suggestionEvidence = z
       .array(z.enum(['name', 'type', 'pattern', 'model']))
       .describe('The pieces of evidence that spoke for the suggestion'),
   })
-  .describe('Why discovery proposed this source; null for a connection a person made');
+  .describe('Why discovery proposed this source; absent for a connection a person made');
 
 export const connectionOutput = z.object({
   source_field: z.string(),

@@ -295,7 +295,7 @@ export async function addConnection(
         target_field: connection.target_field,
         status: connection.status,
         confidence: connection.confidence ?? null,
-        evidence: proposed?.evidence ?? null,
+        ...(proposed?.evidence ? { evidence: proposed.evidence } : {}),
       };
       const others = mapping.connections.filter(
         (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
@@ -459,7 +459,7 @@ export async function resolveAmbiguity(
           target_field,
           status: 'confirmed',
           confidence: candidate.confidence ?? null,
-          evidence: candidate.evidence ?? null,
+          ...(candidate.evidence ? { evidence: candidate.evidence } : {}),
         });
         const table = splitSourceField(chosen)?.table;
         if (table && Object.keys(mapping.tables).length === 0)
