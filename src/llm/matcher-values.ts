@@ -18,7 +18,7 @@ type Family = 'text' | 'integer' | 'numeric' | 'boolean' | 'date' | 'timestamp' 
 
 const FAMILY_OF = new Map<string, Family>();
 
-export function typeFamily(type: string): Family {
+function typeFamily(type: string): Family {
   let family = FAMILY_OF.get(type);
   if (family === undefined) {
     family = familyOf(type);
@@ -141,7 +141,8 @@ export function patternTerm(
   if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
     const same = typeFamily(targetType) === sourceFamily;
     const dateLike = (f: string) => f === 'date' || f === 'timestamp';
-    if (same || (dateLike(sourceFamily) && dateLike(typeFamily(targetType)))) return { term: 0, evidence: 0, pattern: null };
+    if (same || (dateLike(sourceFamily) && dateLike(typeFamily(targetType))))
+      return { term: 0, evidence: 0, pattern: null };
   }
   if (expectation) {
     const [best, share] = expectation.patterns

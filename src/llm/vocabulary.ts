@@ -9,7 +9,7 @@ import { z } from 'zod';
 
 const word = z.string().regex(/^[a-z0-9][a-z0-9 '-]*$/, 'lower-case words separated by single spaces');
 
-export const vocabularySchema = z
+const vocabularySchema = z
   .object({
     $schema: z.string().optional(),
     about: z.string(),
@@ -41,7 +41,7 @@ export const vocabularySchema = z
   })
   .strict();
 
-export type VocabularyFile = z.infer<typeof vocabularySchema>;
+type VocabularyFile = z.infer<typeof vocabularySchema>;
 
 /** The vocabulary file checked: its schema, no word a variant twice, no relation to nothing. */
 export function parseVocabulary(raw: unknown): VocabularyFile {
