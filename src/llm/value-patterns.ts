@@ -125,6 +125,14 @@ function isPhone(v: string): boolean {
   return /^\+/.test(v) || /[\s().\-/]/.test(v);
 }
 
+/** Unix time in seconds or milliseconds between 2000 and 2050 (APIs export `created: 1571672154`). */
+function isEpoch(v: string): boolean {
+  const n = Number(v);
+  if (v.length === 10) return n >= 946_684_800 && n < 2_524_608_000;
+  if (v.length === 13) return n >= 946_684_800_000 && n < 2_524_608_000_000;
+  return false;
+}
+
 function isCurrency(v: string): boolean {
   if (CURRENCY_SYMBOL.test(v)) return true;
   const m = CURRENCY_CODE_AMOUNT.exec(v);
@@ -146,8 +154,10 @@ export function patternsOf(raw: string): ValuePattern[] {
   else if (isDate(v)) out.push('date');
   if (isPhone(v)) out.push('phone');
   if (isCurrency(v)) out.push('currency');
-  if (INTEGER.test(v)) out.push('integer');
-  else if (DECIMAL.test(v)) out.push('decimal');
+  if (INTEGER.test(v)) {
+    out.push('integer');
+    if (isEpoch(v)) out.push('timestamp');
+  } else if (DECIMAL.test(v)) out.push('decimal');
   // Billing exports often lower-case them ("usd").
   if (v.length === 3 && CURRENCY_CODES.has(upper) && (v === upper || v === lower)) out.push('currency_code');
   if ((v.length === 2 && COUNTRY_ALPHA2.has(upper)) || (v.length === 3 && COUNTRY_ALPHA3.has(upper)))

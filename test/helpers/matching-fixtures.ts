@@ -53,6 +53,7 @@ export function sourceTablesOf(fixture: MatchingFixture): SourceTable[] {
       isPrimaryKey: !!c.primary_key,
       references: c.references ?? null,
       patterns: detectPatterns(c.samples),
+      samples: c.samples,
     })),
   }));
 }

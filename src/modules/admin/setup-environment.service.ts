@@ -10,6 +10,7 @@ import { Organization, User } from '../users/users.entity.ts';
 import { createOrganizationRecord, organizationView } from '../auth/auth.service.ts';
 import { createUser } from '../users/users.service.ts';
 import { planMapping, tableKey } from '../discovery/discovery-plan.ts';
+import { explainPlan } from '../discovery/discovery-evidence.ts';
 import { DiscoveryRun, type DiscoveryRunEntity } from '../discovery/discovery.entity.ts';
 import type { TableMappingEntity } from '../mappings/mappings.entity.ts';
 import { mappingDocument, writeSuggestions } from '../mappings/mappings.service.ts';
@@ -140,7 +141,8 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
         ambiguityMargin: ADMIN_SETTINGS_DEFAULTS.ambiguity_margin,
       };
       for (const target of template.tables as unknown as TargetTable[]) {
-        const plan = planMapping(matchTable(target, snapshot.sources, options), snapshot.byKey);
+        const match = matchTable(target, snapshot.sources, options);
+        const plan = explainPlan(planMapping(match, snapshot.byKey), match, new Map());
         if (plan.connections.length === 0 && plan.ambiguities.length === 0) continue;
         mappings.push((await writeSuggestions(tx, workspace, target.name, plan)).mapping);
       }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { timestamp } from '../../trpc/common-schemas.ts';
 import { LLM_MODES } from '../../llm/provider.ts';
+import { suggestionEvidence } from '../mappings/mappings.schemas.ts';
 
 const tableList = z.array(z.string().trim().min(1).max(127)).min(1).max(5000);
 
@@ -26,7 +27,11 @@ export const discoverInput = z.object({
 export type DiscoverInput = z.infer<typeof discoverInput>;
 
 const seq = z.number().int().positive().describe('1, 2, 3… within a run; the SSE `id:` is `<run_id>:<seq>`');
-const candidate = z.object({ source_field: z.string(), confidence: z.number() });
+const candidate = z.object({
+  source_field: z.string(),
+  confidence: z.number(),
+  evidence: suggestionEvidence.nullable().optional(),
+});
 
 export const PROGRESS_STEPS = [
   'introspected',
@@ -90,6 +95,7 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     signals: z
       .array(z.enum(['name', 'type', 'pattern', 'model']))
       .describe('What produced the suggestion: name, type and value-pattern evidence, and the model'),
+    evidence: suggestionEvidence,
   }),
   z.object({
     type: z.literal('ambiguity'),

@@ -17,6 +17,7 @@ import { toAppError } from '../../trpc/errors.ts';
 import { findMapping, writeSuggestions } from '../mappings/mappings.service.ts';
 import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
 import type { KeptDecision } from '../mappings/mappings-merge.ts';
+import type { SuggestionEvidence } from '../mappings/mappings.entity.ts';
 import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import {
@@ -26,6 +27,7 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { planMapping, tableKey } from './discovery-plan.ts';
+import { evidenceOf, explainPlan } from './discovery-evidence.ts';
 import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
 import type { CompletionResult } from '../../llm/openai.ts';
 import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cache.ts';
@@ -463,7 +465,7 @@ export async function* discover(
         scope,
         workspace,
         target,
-        outcome.match,
+        outcome,
         byKey,
         settings.auto_confirm_threshold,
       );
@@ -471,6 +473,8 @@ export async function* discover(
       summary.target_tables++;
       for (const c of written.connections) {
         summary.fields_suggested++;
+        const evidence =
+          c.evidence ?? evidenceOf(outcome.match, outcome.modelPicks, c.target_field, c.source_field);
         yield event({
           type: 'suggestion',
           target_table: target.name,
@@ -478,7 +482,9 @@ export async function* discover(
           source_field: c.source_field,
           confidence: c.confidence,
           status: c.status,
-          ...provenanceOf(outcome, c),
+          matched_by: evidence.matched_by,
+          signals: evidence.signals,
+          evidence,
         });
       }
       for (const a of written.ambiguities) {
@@ -490,6 +496,7 @@ export async function* discover(
           candidates: a.candidates.map((c) => ({
             source_field: c.source_field,
             confidence: c.confidence ?? 0,
+            evidence: c.evidence ?? null,
           })),
           reason: a.reason ?? 'Several source columns fit about equally well',
         });
@@ -532,23 +539,6 @@ export async function* discover(
   }
 }
 
-/**
- * Which signals produced a suggestion: the offline evidence that is non-zero, plus the model when it
- * named this very column for this field. A field the model left alone keeps matched_by offline.
- */
-function provenanceOf(
-  outcome: MatchOutcome,
-  c: { source_field: string; target_field: string },
-): { matched_by: 'offline' | 'openai'; signals: ('name' | 'type' | 'pattern' | 'model')[] } {
-  const byModel = outcome.modelPicks.get(c.target_field) === c.source_field;
-  const candidate = outcome.match.fields
-    .find((f) => f.target_field === c.target_field)
-    ?.candidates.find((k) => k.source_field === c.source_field);
-  const evidence = candidate?.evidence ?? { name: 0, type: 0, pattern: 0 };
-  const signals = (['name', 'type', 'pattern'] as const).filter((k) => evidence[k] > 0);
-  return { matched_by: byModel ? 'openai' : 'offline', signals: byModel ? [...signals, 'model'] : signals };
-}
-
 function keptReason(k: KeptDecision): string {
   switch (k.decision) {
     case 'confirmed':
@@ -572,10 +562,11 @@ interface WrittenTable {
     target_field: string;
     confidence: number;
     status: 'suggested' | 'confirmed';
+    evidence: SuggestionEvidence | null;
   }[];
   ambiguities: {
     target_field: string;
-    candidates: { source_field: string; confidence: number | null }[];
+    candidates: { source_field: string; confidence: number | null; evidence?: SuggestionEvidence | null }[];
     reason?: string | null;
   }[];
 }
@@ -589,14 +580,15 @@ async function writeTable(
   scope: CallerScope,
   workspace: WorkspaceEntity,
   target: TargetTable,
-  match: TableMatch,
+  outcome: Pick<MatchOutcome, 'match' | 'modelPicks'>,
   sources: ReadonlyMap<string, IntrospectedTable>,
   autoConfirm: number | null,
 ): Promise<WrittenTable | null> {
+  const { match } = outcome;
   return scope.em.transactional(async (em) => {
     const tx = { em: em as EntityManager, deps: scope.deps };
     const existing = await findMapping(tx.em, workspace, target.name);
-    const plan = planMapping(match, sources, existing?.tables ?? {});
+    const plan = explainPlan(planMapping(match, sources, existing?.tables ?? {}), match, outcome.modelPicks);
     if (!existing && plan.connections.length === 0 && plan.ambiguities.length === 0) return null;
     // Read before writing: writeSuggestions changes this same entity.
     const confirmedBefore = new Set(
@@ -616,6 +608,7 @@ async function writeTable(
           target_field: c.target_field,
           confidence: c.confidence ?? 0,
           status: c.status,
+          evidence: c.evidence ?? null,
         })),
       ambiguities: mapping.ambiguities,
     };

@@ -4,12 +4,18 @@ import type {
   MappingDecision,
   StoredConnection,
   StoredTransformation,
+  SuggestionEvidence,
 } from './mappings.entity.ts';
 
 /** What discovery (the agent, setup-environment) found for one target table. */
 export interface DiscoveredMapping {
   tables?: Record<string, MappingTable>;
-  connections: { source_field: string; target_field: string; confidence: number | null }[];
+  connections: {
+    source_field: string;
+    target_field: string;
+    confidence: number | null;
+    evidence?: SuggestionEvidence | null;
+  }[];
   ambiguities: Ambiguity[];
 }
 
@@ -74,7 +80,7 @@ export function mergeDiscovery(
 
   const suggestions: StoredConnection[] = [];
   const ambiguities: Ambiguity[] = [];
-  const propose = (c: { source_field: string; target_field: string; confidence: number | null }) => {
+  const propose = (c: DiscoveredMapping['connections'][number]) => {
     const decision = owner.get(c.target_field);
     if (decision) return keep(c.target_field, null, decision);
     if (isRefused(c.target_field, c.source_field)) return keep(c.target_field, c.source_field, 'rejected');
@@ -101,6 +107,7 @@ export function mergeDiscovery(
         source_field: candidates[0].source_field,
         target_field: a.target_field,
         confidence: candidates[0].confidence ?? null,
+        ...(candidates[0].evidence ? { evidence: candidates[0].evidence } : {}),
         status: 'suggested',
       });
   }
@@ -144,11 +151,23 @@ export function canonicalMapping(m: Omit<MappingState, 'decisions'>): string {
   return JSON.stringify(
     stable({
       tables: m.tables ?? {},
-      connections: byKey(m.connections ?? [], (c) => `${c.target_field}\u0000${c.source_field}`),
+      connections: byKey(
+        (m.connections ?? []).map(withoutEvidence),
+        (c) => `${c.target_field}\u0000${c.source_field}`,
+      ),
       transformations: m.transformations ?? {},
-      ambiguities: byKey(m.ambiguities ?? [], (a) => a.target_field),
+      ambiguities: byKey(
+        (m.ambiguities ?? []).map((a) => ({ ...a, candidates: a.candidates.map(withoutEvidence) })),
+        (a) => a.target_field,
+      ),
     }),
   );
+}
+
+/** Evidence explains a proposal; it is not part of the mapping a commit records or a diff compares. */
+function withoutEvidence<T extends { evidence?: unknown }>(item: T): Omit<T, 'evidence'> {
+  const { evidence: _evidence, ...rest } = item;
+  return rest;
 }
 
 /**

@@ -4,11 +4,33 @@ import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 import type { MappingTable, MappingTransformation } from '../../transform/mapping.ts';
 
+/**
+ * Why discovery proposed a source for a field, kept beside the proposal so a reviewer sees it.
+ * Explanation only: it is not part of what "changed since the last commit" compares.
+ */
+export interface SuggestionEvidence {
+  /** How much the names mean the same, in [0, 1]. */
+  name: number;
+  /** How well the source type can feed the target type, values considered, in [0, 1]. */
+  type: number;
+  /** Share of sampled values with the pattern the field expects; negative when they contradict it. */
+  pattern: number;
+  /** The value pattern that spoke, e.g. "email" or "country_code"; null when values said nothing. */
+  value_pattern: string | null;
+  /** Whether the LLM named this very source for this field. */
+  llm: boolean;
+  matched_by: 'offline' | 'openai';
+  /** The pieces of evidence that spoke for the suggestion. */
+  signals: ('name' | 'type' | 'pattern' | 'model')[];
+}
+
 export interface StoredConnection {
   source_field: string;
   target_field: string;
   status: 'suggested' | 'confirmed';
   confidence: number | null;
+  /** Set by discovery; absent for a connection a person made. */
+  evidence?: SuggestionEvidence | null;
   /** Set when the target field vanished from the schema (flagged, never silently dropped). */
   stale?: string | null;
 }
@@ -30,6 +52,7 @@ export interface MappingDecision {
 export interface AmbiguityCandidate {
   source_field: string;
   confidence: number | null;
+  evidence?: SuggestionEvidence | null;
   reason?: string | null;
 }
 

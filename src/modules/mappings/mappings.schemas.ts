@@ -40,11 +40,34 @@ const tableRelation = z.object({
   accept_fan_out: z.boolean().nullable().optional(),
 });
 
+/** Why discovery proposed a source (the stream's suggestion events carry the same object). */
+export const suggestionEvidence = z
+  .object({
+    name: z.number().describe('How much the names mean the same, 0–1'),
+    type: z.number().describe('How well the source type can feed the target type, values considered, 0–1'),
+    pattern: z
+      .number()
+      .describe(
+        'Share of sampled values with the pattern the field expects; negative when they contradict it',
+      ),
+    value_pattern: z
+      .string()
+      .nullable()
+      .describe('The value pattern that spoke (email, phone, country_code, timestamp…); null when none did'),
+    llm: z.boolean().describe('Whether the LLM named this very source for this field'),
+    matched_by: z.enum(['offline', 'openai']),
+    signals: z
+      .array(z.enum(['name', 'type', 'pattern', 'model']))
+      .describe('The pieces of evidence that spoke for the suggestion'),
+  })
+  .describe('Why discovery proposed this source; absent for a connection a person made');
+
 export const connectionOutput = z.object({
   source_field: z.string(),
   target_field: z.string(),
   status: z.enum(['suggested', 'confirmed']),
   confidence: z.number().nullable(),
+  evidence: suggestionEvidence.nullable().optional(),
   stale: z.string().nullable().optional().describe('Why the connection no longer applies (schema changed)'),
 });
 
@@ -61,6 +84,7 @@ const ambiguityOutput = z.object({
       source_field: z.string(),
       confidence: z.number().nullable(),
       reason: z.string().nullable().optional(),
+      evidence: suggestionEvidence.nullable().optional(),
     }),
   ),
   reason: z.string().nullable().optional(),

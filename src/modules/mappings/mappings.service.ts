@@ -256,11 +256,16 @@ export async function addConnection(
         mapping.tables = { [table.key]: { relationship: 'primary' } };
       }
       const sourceField = `${table.key}.${split.column}`;
+      // Confirming discovery's own proposal keeps its evidence; a connection made by hand has none.
+      const proposed = mapping.connections.find(
+        (c) => c.source_field === sourceField && c.target_field === connection.target_field,
+      );
       const stored: StoredConnection = {
         source_field: sourceField,
         target_field: connection.target_field,
         status: connection.status,
         confidence: connection.confidence ?? null,
+        ...(proposed?.evidence ? { evidence: proposed.evidence } : {}),
       };
       const others = mapping.connections.filter(
         (c) => !(c.source_field === sourceField && c.target_field === connection.target_field),
@@ -424,6 +429,7 @@ export async function resolveAmbiguity(
           target_field,
           status: 'confirmed',
           confidence: candidate.confidence ?? null,
+          ...(candidate.evidence ? { evidence: candidate.evidence } : {}),
         });
         const table = splitSourceField(chosen)?.table;
         if (table && Object.keys(mapping.tables).length === 0)
@@ -465,10 +471,17 @@ export async function writeSuggestions(
   const before = mapping.version === 0 ? null : canonicalMapping(mapping);
   const merged = mergeDiscovery(mapping, found, options);
   const changed = before !== canonicalMapping({ ...merged, transformations: mapping.transformations });
-  if (changed) {
+  // Unchanged, the run may still explain its proposals anew (fresh samples, evidence first kept by
+  // this run): the explanation is refreshed without counting as a change of the mapping.
+  const explained =
+    JSON.stringify([merged.connections, merged.ambiguities]) !==
+    JSON.stringify([mapping.connections, mapping.ambiguities]);
+  if (changed || explained) {
     mapping.tables = merged.tables;
     mapping.connections = merged.connections;
     mapping.ambiguities = merged.ambiguities;
+  }
+  if (changed) {
     mapping.version += 1;
     invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   }

@@ -1,0 +1,170 @@
+import { shareOf, type PatternShare, type ValuePattern } from './value-patterns.ts';
+
+/**
+ * Types and values for the offline matcher: how well a source column's declared type can feed a
+ * target type, and what its sampled values say for or against a field.
+ */
+
+/** What the value evidence reads of a source column. */
+export interface ColumnValues {
+  /** The source database's type name. */
+  type: string;
+  patterns?: PatternShare[];
+  /** Sampled values, when the profile kept them: their absence of a pattern is evidence too. */
+  samples?: string[];
+}
+
+type Family = 'text' | 'integer' | 'numeric' | 'boolean' | 'date' | 'timestamp' | 'json' | 'uuid' | 'other';
+
+const FAMILY_OF = new Map<string, Family>();
+
+function typeFamily(type: string): Family {
+  let family = FAMILY_OF.get(type);
+  if (family === undefined) {
+    family = familyOf(type);
+    FAMILY_OF.set(type, family);
+  }
+  return family;
+}
+
+function familyOf(type: string): Family {
+  const t = type.toLowerCase().trim();
+  if (/^(timestamp|datetime)/.test(t)) return 'timestamp';
+  if (t === 'date') return 'date';
+  if (/^(bool)/.test(t)) return 'boolean';
+  if (/^(smallint|integer|int|int2|int4|int8|bigint|serial|bigserial|smallserial)\b/.test(t))
+    return 'integer';
+  // numeric(8,0) is how legacy systems store whole numbers (keys, YYYYMMDD dates).
+  if (/^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)/.test(t)) return 'integer';
+  if (/^(numeric|decimal|real|double|float|money)/.test(t)) return 'numeric';
+  if (/^(uuid)/.test(t)) return 'uuid';
+  if (/^(json|jsonb)/.test(t)) return 'json';
+  if (/^(text|varchar|character|char|bpchar|citext|name|string|nvarchar|nchar)/.test(t)) return 'text';
+  return 'other';
+}
+
+const TO_TEXT: Record<Family, number> = {
+  text: 1,
+  uuid: 0.9,
+  integer: 0.8,
+  numeric: 0.55,
+  date: 0.5,
+  timestamp: 0.5,
+  boolean: 0.4,
+  json: 0.3,
+  other: 0.4,
+};
+
+/** How well a source column can feed a target type, values considered, in [0, 1]. */
+export function typeCompatibility(source: ColumnValues, targetType: string): number {
+  const s = typeFamily(source.type);
+  const t = typeFamily(targetType);
+  const p = (pattern: ValuePattern) => shareOf(source.patterns, pattern);
+  if (s === t) return 1;
+  switch (t) {
+    case 'text':
+      return TO_TEXT[s];
+    case 'integer':
+      if (s === 'numeric') return 0.75;
+      if (s === 'text') return p('integer') >= 0.9 ? 0.85 : 0.35;
+      return 0.1;
+    case 'numeric':
+      if (s === 'integer') return 0.9;
+      if (s === 'text') return Math.max(p('decimal'), p('integer'), p('currency')) >= 0.9 ? 0.8 : 0.35;
+      return 0.1;
+    case 'boolean':
+      if (s === 'text' || s === 'integer') return p('boolean') >= 0.9 ? 0.9 : 0.3;
+      return 0.1;
+    case 'date':
+      if (s === 'timestamp') return 0.85;
+      if (s === 'text' || s === 'integer' || s === 'numeric')
+        return p('date') >= 0.8 ? 0.9 : p('timestamp') >= 0.8 ? 0.8 : 0.25;
+      return 0.1;
+    case 'timestamp':
+      if (s === 'date') return 0.8;
+      if (s === 'text' || s === 'integer' || s === 'numeric')
+        return p('timestamp') >= 0.8 ? 0.9 : p('date') >= 0.8 ? 0.8 : 0.25;
+      return 0.1;
+    case 'uuid':
+      return s === 'text' && p('uuid') >= 0.9 ? 0.9 : 0.2;
+    case 'json':
+      return s === 'text' ? 0.5 : 0.1;
+    default:
+      return 0.5;
+  }
+}
+
+export interface Expectation {
+  patterns: ValuePattern[];
+  /** How telling the pattern is: an e-mail column is unmistakable, a state code less so. */
+  strength: number;
+  /** Whether missing the pattern counts against a column. */
+  required: boolean;
+  /** The pattern is what the target's type already says (dates for a date field). */
+  restatesType?: boolean;
+}
+
+export function expectationOf(concepts: readonly string[], targetType: string): Expectation | null {
+  const has = (c: string) => concepts.includes(c);
+  const family = typeFamily(targetType);
+  if (family === 'boolean')
+    return { patterns: ['boolean'], strength: 1.5, required: false, restatesType: true };
+  if (family === 'date' || family === 'timestamp')
+    return { patterns: ['date', 'timestamp'], strength: 1, required: false, restatesType: true };
+  if (has('email')) return { patterns: ['email'], strength: 4, required: true };
+  if (has('phone') || has('fax')) return { patterns: ['phone'], strength: 2.5, required: true };
+  if (has('country')) return { patterns: ['country_code'], strength: 2, required: false };
+  if (has('language')) return { patterns: ['language_code'], strength: 2, required: false };
+  if (has('currency')) return { patterns: ['currency_code'], strength: 2, required: false };
+  if (has('gender')) return { patterns: ['gender'], strength: 2, required: false };
+  if (has('state')) return { patterns: ['state_code'], strength: 1, required: false };
+  if (family === 'numeric' || family === 'integer')
+    return { patterns: ['currency', 'decimal', 'integer'], strength: 1, required: false, restatesType: true };
+  return null;
+}
+
+/** Patterns that say what a column is so clearly that a field expecting something else should not get it. */
+const TELLING: ValuePattern[] = ['email', 'phone', 'url', 'timestamp', 'date'];
+
+const filled = (samples: readonly string[] | undefined) =>
+  (samples ?? []).filter((v) => v.trim() !== '').length;
+
+/** Value evidence in [-1, 1] times its strength, as a log-odds term. */
+export function patternTerm(
+  source: ColumnValues,
+  expectation: Expectation | null,
+  targetType: string,
+): { term: number; evidence: number; pattern: ValuePattern | null } {
+  const patterns = source.patterns ?? [];
+  // Values that only restate the declared type ("an integer column holds integers") add nothing.
+  const sourceFamily = typeFamily(source.type);
+  if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
+    const same = typeFamily(targetType) === sourceFamily;
+    const dateLike = (f: string) => f === 'date' || f === 'timestamp';
+    if (same || (dateLike(sourceFamily) && dateLike(typeFamily(targetType))))
+      return { term: 0, evidence: 0, pattern: null };
+  }
+  if (expectation) {
+    const [best, share] = expectation.patterns
+      .map((p) => [p, shareOf(patterns, p)] as const)
+      .reduce((a, b) => (b[1] > a[1] ? b : a));
+    if (share > 0) return { term: share * expectation.strength, evidence: share, pattern: best };
+    const other = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);
+    // Values that are clearly something else overrule the name of a field that has a shape.
+    if (other)
+      return {
+        term: -other.share * (expectation.required ? 4.5 : expectation.strength),
+        evidence: -other.share,
+        pattern: other.pattern,
+      };
+    if (expectation.required && patterns.length > 0) return { term: -1, evidence: -0.5, pattern: null };
+    // Text that never reads as a date ("04/12", a birthday without its year) cannot feed a date.
+    const dateLike = (f: string) => f === 'date' || f === 'timestamp';
+    if (dateLike(typeFamily(targetType)) && sourceFamily === 'text' && filled(source.samples) >= 3)
+      return { term: -2.5, evidence: -1, pattern: null };
+    return { term: 0, evidence: 0, pattern: null };
+  }
+  const telling = patterns.find((p) => TELLING.includes(p.pattern) && p.share >= 0.6);
+  if (telling) return { term: -2 * telling.share, evidence: -telling.share, pattern: telling.pattern };
+  return { term: 0, evidence: 0, pattern: null };
+}
