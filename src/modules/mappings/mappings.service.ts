@@ -297,6 +297,12 @@ export async function addConnection(
       );
       mapping.connections = [...others, stored];
       mapping.decisions = withoutDecisions(mapping, connection.target_field, sourceField);
+      // Discovery's cleaning of another source does not apply to the one the person chose.
+      const proposal = mapping.transformations[connection.target_field]?.proposed;
+      if (proposal && connection.status === 'confirmed' && proposal.source_field !== sourceField) {
+        const { [connection.target_field]: _dropped, ...rest } = mapping.transformations;
+        mapping.transformations = rest;
+      }
       if (connection.status === 'confirmed')
         mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
     },
@@ -307,14 +313,21 @@ export async function addConnection(
 /** The mapping's refusals minus "no source" for the field and the refusal of this source for it. */
 function withoutDecisions(mapping: TableMappingEntity, targetField: string, sourceField: string) {
   return (mapping.decisions ?? []).filter(
-    (d) => !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
+    (d) =>
+      d.cleaning === 'refused' ||
+      !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
   );
 }
 
 /** Records a person's refusal once; discovery reads it (mergeDiscovery). */
 function withDecision(mapping: TableMappingEntity, decision: MappingDecision) {
   const others = (mapping.decisions ?? []).filter(
-    (d) => !(d.target_field === decision.target_field && d.source_field === decision.source_field),
+    (d) =>
+      !(
+        d.target_field === decision.target_field &&
+        d.source_field === decision.source_field &&
+        (d.cleaning ?? null) === (decision.cleaning ?? null)
+      ),
   );
   return [...others, decision];
 }
@@ -409,10 +422,17 @@ export async function deleteTransformation(
     scope,
     input.table_name,
     async ({ mapping }) => {
-      if (!mapping.transformations[input.target_field])
-        throw notFound(`Transformation of ${input.table_name}.${input.target_field}`);
+      const removed = mapping.transformations[input.target_field];
+      if (!removed) throw notFound(`Transformation of ${input.table_name}.${input.target_field}`);
       const { [input.target_field]: _removed, ...rest } = mapping.transformations;
       mapping.transformations = rest;
+      // Removing discovery's cleaning refuses it: a later discovery does not propose it again.
+      if (removed.proposed)
+        mapping.decisions = withDecision(mapping, {
+          target_field: input.target_field,
+          source_field: removed.proposed.source_field,
+          cleaning: 'refused',
+        });
     },
     { create: false },
   );
@@ -494,11 +514,12 @@ export async function writeSuggestions(
     });
   const before = mapping.version === 0 ? null : canonicalMapping(mapping);
   const merged = mergeDiscovery(mapping, found, options);
-  const changed = before !== canonicalMapping({ ...merged, transformations: mapping.transformations });
+  const changed = before !== canonicalMapping(merged);
   if (changed) {
     mapping.tables = merged.tables;
     mapping.connections = merged.connections;
     mapping.ambiguities = merged.ambiguities;
+    mapping.transformations = merged.transformations;
     mapping.version += 1;
     invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   }
