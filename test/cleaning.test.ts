@@ -108,15 +108,20 @@ function parseCsv(text: string): (string | null)[][] {
   for (let i = 0; i < text.length; i++) {
     const ch = text[i];
     if (quoted) {
-      if (ch === '"' && text[i + 1] === '"') ((cell += '"'), i++);
-      else if (ch === '"') quoted = false;
+      if (ch === '"' && text[i + 1] === '"') {
+        cell += '"';
+        i++;
+      } else if (ch === '"') quoted = false;
       else cell += ch;
     } else if (ch === '"') quoted = wasQuoted = true;
     else if (ch === ',' || ch === '\n') {
       row.push(!wasQuoted && cell === '\\N' ? null : cell);
       cell = '';
       wasQuoted = false;
-      if (ch === '\n') (rows.push(row), (row = []));
+      if (ch === '\n') {
+        rows.push(row);
+        row = [];
+      }
     } else cell += ch;
   }
   return rows;
