@@ -345,7 +345,7 @@ async function discover(): Promise<Record<string, any>[]> {
   const res = await fetch(`${server.url}/api/workspaces/discover`, {
     method: 'POST',
     headers: { authorization: `Bearer ${tenant.admin.token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ target_tables: ['customers'] }),
+    body: JSON.stringify({}),
   });
   const events = (await res.text())
     .split('\n')
@@ -395,6 +395,13 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
       source_field: 'shop.customers.phone',
       cleaning: { kind: 'phone_e164' },
     });
+    const proposed = events.filter((e) => e.type === 'suggestion' && e.cleaning);
+    console.info(
+      'cleaning proposed on the demo:',
+      proposed
+        .map((e) => `${e.target_table}.${e.target_field} ${e.cleaning.kind} ${e.cleaning.share}`)
+        .join('; '),
+    );
     expect(suggestion('country_code').cleaning.share).toBeGreaterThan(0.9);
     expect(suggestion('phone').cleaning.share).toBeGreaterThan(0.9);
     const mapping = await api('GET', '/api/mappings/customers');
