@@ -461,6 +461,14 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
       cleaning: 'refused',
     });
     expect(after.version).toBe(before.version);
+
+    // Removing the connection takes discovery's cleaning of that source with it.
+    const gone = await call(server, 'DELETE', '/api/mappings/customers/connection', {
+      token: tenant.admin.token,
+      query: { source_field: 'shop.customers.email', target_field: 'email' },
+    });
+    expect(gone.status, JSON.stringify(gone.body)).toBe(200);
+    expect(gone.body.transformations.email).toBeUndefined();
     expect(again.filter((e) => e.type === 'kept').map((e) => e.decision)).toEqual(
       expect.arrayContaining(['transformation', 'cleaning_refused']),
     );

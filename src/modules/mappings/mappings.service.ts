@@ -355,6 +355,11 @@ export async function deleteConnection(
       if (kept.length === mapping.connections.length)
         throw notFound(`Connection ${input.source_field} → ${input.target_field} of ${input.table_name}`);
       mapping.connections = kept;
+      // Discovery's cleaning of the removed source goes with it.
+      if (mapping.transformations[input.target_field]?.proposed?.source_field === sourceField) {
+        const { [input.target_field]: _dropped, ...rest } = mapping.transformations;
+        mapping.transformations = rest;
+      }
       // Removing a connection by hand refuses it: a later discovery does not bring it back.
       if (input.target_field !== WILDCARD_FIELD)
         mapping.decisions = withDecision(mapping, {
