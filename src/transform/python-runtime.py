@@ -231,6 +231,20 @@ def _to_timestamptz(v):
     _err('cannot cast type %s to timestamp with time zone' % _type_name(v))
 
 
+def _epoch_to_timestamptz(v):
+    """to_timestamp(double precision): seconds since 1970-01-01 UTC, rounded to microseconds."""
+    if v is None: return None
+    v = _number(v)
+    if isinstance(v, float):
+        if v != v or v in (float('inf'), float('-inf')): _err('timestamp cannot be NaN or infinite')
+        v = Decimal(repr(v))
+    micros = int((Decimal(v) * 1000000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+    try:
+        return _dt.datetime(1970, 1, 1, tzinfo=_UTC) + _dt.timedelta(microseconds=micros)
+    except OverflowError:
+        _err('timestamp out of range: "%s"' % v)
+
+
 def _jsonb_dump(o):
     if o is None: return 'null'
     if o is True: return 'true'

@@ -134,6 +134,8 @@ const FUNCTIONS: Record<string, [string, number, number]> = {
   md5: ['_md5', 1, 1],
   abs: ['_abs', 1, 1],
   round: ['_round', 1, 2],
+  // The one-argument form only (seconds since the epoch); to_timestamp(text, format) has no translation.
+  to_timestamp: ['_epoch_to_timestamptz', 1, 1],
 };
 
 const COMPARISONS = new Set(['=', '<>', '!=', '<', '>', '<=', '>=']);

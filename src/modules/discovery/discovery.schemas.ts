@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { timestamp } from '../../trpc/common-schemas.ts';
 import { LLM_MODES } from '../../llm/provider.ts';
 import { suggestionEvidence } from '../mappings/mappings.schemas.ts';
+import { CLEANING_KINDS } from './cleaning-kinds.ts';
 
 const tableList = z.array(z.string().trim().min(1).max(127)).min(1).max(5000);
 
@@ -96,6 +97,16 @@ export const discoveryEvent = z.discriminatedUnion('type', [
       .array(z.enum(['name', 'type', 'pattern', 'model']))
       .describe('What produced the suggestion: name, type and value-pattern evidence, and the model'),
     evidence: suggestionEvidence,
+    cleaning: z
+      .object({
+        kind: z.enum(CLEANING_KINDS),
+        expression: z.string(),
+        description: z.string().nullable(),
+        share: z.number().describe('Share of the sampled non-blank source values the expression converts'),
+        sampled: z.number().int(),
+      })
+      .nullable()
+      .describe('The cleaning discovery proposed for this field (written as its transformation), or null'),
   }),
   z.object({
     type: z.literal('ambiguity'),
@@ -112,7 +123,7 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     target_field: z.string(),
     source_field: z.string().nullable().describe('rejected: the source a person removed'),
     decision: z
-      .enum(['confirmed', 'transformation', 'no_source', 'rejected'])
+      .enum(['confirmed', 'transformation', 'no_source', 'rejected', 'cleaning_refused'])
       .describe('The decision of a person that discovery left as it was instead of its own proposal'),
     reason: z.string(),
   }),

@@ -14,10 +14,8 @@ import { llmManager, matchTableWithProvider, type LlmMode, type MatchOutcome } f
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
 import { toAppError } from '../../trpc/errors.ts';
-import { findMapping, writeSuggestions } from '../mappings/mappings.service.ts';
 import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
 import type { KeptDecision } from '../mappings/mappings-merge.ts';
-import type { SuggestionEvidence } from '../mappings/mappings.entity.ts';
 import { systemPromptOf } from '../workspaces/workspaces-config.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import {
@@ -26,8 +24,9 @@ import {
   targetSchemaOf,
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
-import { planMapping, tableKey } from './discovery-plan.ts';
-import { evidenceOf, explainPlan } from './discovery-evidence.ts';
+import { tableKey } from './discovery-plan.ts';
+import { evidenceOf } from './discovery-evidence.ts';
+import { cleaningOf, writeTable } from './discovery-write.ts';
 import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
 import type { CompletionResult } from '../../llm/openai.ts';
 import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cache.ts';
@@ -468,6 +467,8 @@ export async function* discover(
         outcome,
         byKey,
         settings.auto_confirm_threshold,
+        // An engine with its own SQL (MySQL) cannot run the PostgreSQL share measurement: no proposals.
+        warehouse.profileTable ? null : { run, sources, rowLimit: settings.sample_size },
       );
       if (!written) continue;
       summary.target_tables++;
@@ -485,6 +486,7 @@ export async function* discover(
           matched_by: evidence.matched_by,
           signals: evidence.signals,
           evidence,
+          cleaning: cleaningOf(written.transformations[c.target_field], c.source_field),
         });
       }
       for (const a of written.ambiguities) {
@@ -549,68 +551,7 @@ function keptReason(k: KeptDecision): string {
       return `A person decided ${k.target_field} has no source`;
     case 'rejected':
       return `A person removed ${k.source_field} → ${k.target_field}`;
+    case 'cleaning_refused':
+      return `A person removed discovery's cleaning of ${k.source_field} for ${k.target_field}`;
   }
-}
-
-interface WrittenTable {
-  /** False when the run found what the mapping already says: its version stays. */
-  changed: boolean;
-  version: number;
-  kept: KeptDecision[];
-  connections: {
-    source_field: string;
-    target_field: string;
-    confidence: number;
-    status: 'suggested' | 'confirmed';
-    evidence: SuggestionEvidence | null;
-  }[];
-  ambiguities: {
-    target_field: string;
-    candidates: { source_field: string; confidence: number | null; evidence?: SuggestionEvidence | null }[];
-    reason?: string | null;
-  }[];
-}
-
-/**
- * One complete unit: the table's mapping gets the run's suggestions in one transaction. Confirmed
- * connections stay as they are (writeSuggestions keeps them); null when there was nothing to say
- * and no mapping to refresh.
- */
-async function writeTable(
-  scope: CallerScope,
-  workspace: WorkspaceEntity,
-  target: TargetTable,
-  outcome: Pick<MatchOutcome, 'match' | 'modelPicks'>,
-  sources: ReadonlyMap<string, IntrospectedTable>,
-  autoConfirm: number | null,
-): Promise<WrittenTable | null> {
-  const { match } = outcome;
-  return scope.em.transactional(async (em) => {
-    const tx = { em: em as EntityManager, deps: scope.deps };
-    const existing = await findMapping(tx.em, workspace, target.name);
-    const plan = explainPlan(planMapping(match, sources, existing?.tables ?? {}), match, outcome.modelPicks);
-    if (!existing && plan.connections.length === 0 && plan.ambiguities.length === 0) return null;
-    // Read before writing: writeSuggestions changes this same entity.
-    const confirmedBefore = new Set(
-      (existing?.connections ?? []).filter((c) => c.status === 'confirmed').map((c) => c.target_field),
-    );
-    const { mapping, changed, kept } = await writeSuggestions(tx, workspace, target.name, plan, {
-      autoConfirm,
-    });
-    return {
-      changed,
-      version: mapping.version,
-      kept,
-      connections: mapping.connections
-        .filter((c) => !confirmedBefore.has(c.target_field))
-        .map((c) => ({
-          source_field: c.source_field,
-          target_field: c.target_field,
-          confidence: c.confidence ?? 0,
-          status: c.status,
-          evidence: c.evidence ?? null,
-        })),
-      ambiguities: mapping.ambiguities,
-    };
-  });
 }

@@ -1,4 +1,5 @@
 import type { MappingTable } from '../../transform/mapping.ts';
+import type { CleaningProposal } from '../discovery/cleaning.ts';
 import type {
   Ambiguity,
   MappingDecision,
@@ -17,6 +18,8 @@ export interface DiscoveredMapping {
     evidence?: SuggestionEvidence | null;
   }[];
   ambiguities: Ambiguity[];
+  /** Cleaning proposals; absent when the caller proposes none (the mapping's transformations stay). */
+  transformations?: CleaningProposal[];
 }
 
 /** The parts of a mapping a person edits and discovery writes. */
@@ -32,7 +35,7 @@ export interface MappingState {
 export type KeptDecision = {
   target_field: string;
   source_field: string | null;
-  decision: 'confirmed' | 'transformation' | 'no_source' | 'rejected';
+  decision: 'confirmed' | 'transformation' | 'no_source' | 'rejected' | 'cleaning_refused';
 };
 
 /**
@@ -45,15 +48,20 @@ export function mergeDiscovery(
   current: MappingState,
   found: DiscoveredMapping,
   options: { autoConfirm?: number | null } = {},
-): Pick<MappingState, 'tables' | 'connections' | 'ambiguities'> & { kept: KeptDecision[] } {
+): Pick<MappingState, 'tables' | 'connections' | 'ambiguities' | 'transformations'> & {
+  kept: KeptDecision[];
+} {
   const confirmed = current.connections.filter((c) => c.status === 'confirmed');
   const owner = new Map<string, KeptDecision['decision']>();
   for (const c of confirmed) owner.set(c.target_field, 'confirmed');
+  // A proposal of an earlier discovery owns nothing: this run proposes again or drops it.
   for (const [field, t] of Object.entries(current.transformations))
-    if (!t.stale && !owner.has(field)) owner.set(field, 'transformation');
+    if (!t.stale && !t.proposed && !owner.has(field)) owner.set(field, 'transformation');
   const refused = new Set<string>();
+  const cleaningRefused = new Set<string>();
   for (const d of current.decisions ?? []) {
-    if (d.source_field === null) {
+    if (d.cleaning === 'refused') cleaningRefused.add(`${d.target_field}\u0000${d.source_field}`);
+    else if (d.source_field === null) {
       if (!owner.has(d.target_field)) owner.set(d.target_field, 'no_source');
     } else refused.add(`${d.target_field}\u0000${d.source_field}`);
   }
@@ -62,7 +70,7 @@ export function mergeDiscovery(
   const kept: KeptDecision[] = [];
   const keptFields = new Set<string>();
   const keep = (target_field: string, source_field: string | null, decision: KeptDecision['decision']) => {
-    if (decision !== 'rejected') {
+    if (decision !== 'rejected' && decision !== 'cleaning_refused') {
       if (keptFields.has(target_field)) return;
       keptFields.add(target_field);
       source_field = null;
@@ -123,7 +131,46 @@ export function mergeDiscovery(
         : c,
     ),
   ];
-  return { tables, connections, ambiguities, kept };
+  const transformations = mergeCleaning(current, found, connections, owner, cleaningRefused, keep);
+  return { tables, connections, ambiguities, transformations, kept };
+}
+
+/**
+ * A person's transformations stay as they are; discovery's own proposals are replaced by this run's.
+ * A proposal lands only on a field whose connection (confirmed, or suggested by this run) is its
+ * source, that no person answered with "no source", and whose cleaning no person removed.
+ */
+function mergeCleaning(
+  current: MappingState,
+  found: DiscoveredMapping,
+  connections: StoredConnection[],
+  owner: ReadonlyMap<string, KeptDecision['decision']>,
+  cleaningRefused: ReadonlySet<string>,
+  keep: (target: string, source: string | null, decision: KeptDecision['decision']) => void,
+): Record<string, StoredTransformation> {
+  if (!found.transformations) return current.transformations;
+  const out: Record<string, StoredTransformation> = {};
+  for (const [field, t] of Object.entries(current.transformations))
+    if (!t.proposed || t.stale) out[field] = t;
+  for (const p of found.transformations) {
+    if (out[p.target_field]) continue;
+    const decision = owner.get(p.target_field);
+    if (decision === 'no_source' || decision === 'transformation') continue;
+    const sources = connections.filter((c) => c.target_field === p.target_field);
+    const confirmed = sources.filter((c) => c.status === 'confirmed');
+    const chosen = confirmed.length ? confirmed : sources;
+    if (chosen.length !== 1 || chosen[0].source_field !== p.source_field) continue;
+    if (cleaningRefused.has(`${p.target_field}\u0000${p.source_field}`)) {
+      keep(p.target_field, p.source_field, 'cleaning_refused');
+      continue;
+    }
+    out[p.target_field] = {
+      expression: p.expression,
+      description: p.description,
+      proposed: { kind: p.kind, source_field: p.source_field, share: p.share, sampled: p.sampled },
+    };
+  }
+  return out;
 }
 
 const byKey = <T>(items: T[], key: (item: T) => string) =>

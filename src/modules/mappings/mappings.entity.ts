@@ -3,6 +3,7 @@ import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
 import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 import type { MappingTable, MappingTransformation } from '../../transform/mapping.ts';
+import type { ProposedBy } from '../discovery/cleaning-kinds.ts';
 
 /**
  * Why discovery proposed a source for a field, kept beside the proposal so a reviewer sees it.
@@ -38,6 +39,11 @@ export interface StoredConnection {
 export interface StoredTransformation extends MappingTransformation {
   description: string | null;
   stale?: string | null;
+  /**
+   * Set on a cleaning discovery proposed (and refreshes on each run); absent on one a person wrote or
+   * accepted, which discovery never touches.
+   */
+  proposed?: ProposedBy | null;
 }
 
 /**
@@ -47,6 +53,8 @@ export interface StoredTransformation extends MappingTransformation {
 export interface MappingDecision {
   target_field: string;
   source_field: string | null;
+  /** `refused`: the person removed discovery's cleaning of this source for this field (not the source). */
+  cleaning?: 'refused' | null;
 }
 
 export interface AmbiguityCandidate {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { jsonObject, timestamp } from '../../trpc/common-schemas.ts';
 import { JOIN_TYPES } from '../../transform/mapping.ts';
+import { CLEANING_KINDS } from '../discovery/cleaning-kinds.ts';
 
 const tableName = z.string().trim().min(1).max(63).describe('Table of the target schema');
 const fieldName = z.string().trim().min(1).max(63);
@@ -75,6 +76,18 @@ const transformationOutput = z.object({
   expression: z.string(),
   description: z.string().nullable(),
   stale: z.string().nullable().optional(),
+  proposed: z
+    .object({
+      kind: z.enum(CLEANING_KINDS),
+      source_field: z.string(),
+      share: z.number().describe('Share of the sampled non-blank source values the expression converts'),
+      sampled: z.number().int().describe('Non-blank source values in the sample the share was measured on'),
+    })
+    .nullable()
+    .optional()
+    .describe(
+      'Set on a cleaning discovery proposed (refreshed by each discovery); absent once a person wrote or accepted it',
+    ),
 });
 
 const ambiguityOutput = z.object({
@@ -112,9 +125,15 @@ export const mappingOutput = z.object({
   version: z.number().int().describe('0 for a table of the schema that has no mapping yet'),
   committed_version: z.number().int().nullable(),
   decisions: z
-    .array(z.object({ target_field: z.string(), source_field: z.string().nullable() }))
+    .array(
+      z.object({
+        target_field: z.string(),
+        source_field: z.string().nullable(),
+        cleaning: z.enum(['refused']).nullable().optional(),
+      }),
+    )
     .describe(
-      'What a person refused and discovery will not propose again: a removed connection, or source_field null for a field resolved to "no source"',
+      'What a person refused and discovery will not propose again: a removed connection, source_field null for a field resolved to "no source", or cleaning "refused" for a removed cleaning proposal',
     ),
   has_uncommitted_changes: z
     .boolean()

@@ -272,6 +272,12 @@ export async function addConnection(
       );
       mapping.connections = [...others, stored];
       mapping.decisions = withoutDecisions(mapping, connection.target_field, sourceField);
+      // Discovery's cleaning of another source does not apply to the one the person chose.
+      const proposal = mapping.transformations[connection.target_field]?.proposed;
+      if (proposal && connection.status === 'confirmed' && proposal.source_field !== sourceField) {
+        const { [connection.target_field]: _dropped, ...rest } = mapping.transformations;
+        mapping.transformations = rest;
+      }
       if (connection.status === 'confirmed')
         mapping.ambiguities = mapping.ambiguities.filter((a) => a.target_field !== connection.target_field);
     },
@@ -282,14 +288,21 @@ export async function addConnection(
 /** The mapping's refusals minus "no source" for the field and the refusal of this source for it. */
 function withoutDecisions(mapping: TableMappingEntity, targetField: string, sourceField: string) {
   return (mapping.decisions ?? []).filter(
-    (d) => !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
+    (d) =>
+      d.cleaning === 'refused' ||
+      !(d.target_field === targetField && (d.source_field === null || d.source_field === sourceField)),
   );
 }
 
 /** Records a person's refusal once; discovery reads it (mergeDiscovery). */
 function withDecision(mapping: TableMappingEntity, decision: MappingDecision) {
   const others = (mapping.decisions ?? []).filter(
-    (d) => !(d.target_field === decision.target_field && d.source_field === decision.source_field),
+    (d) =>
+      !(
+        d.target_field === decision.target_field &&
+        d.source_field === decision.source_field &&
+        (d.cleaning ?? null) === (decision.cleaning ?? null)
+      ),
   );
   return [...others, decision];
 }
@@ -317,6 +330,11 @@ export async function deleteConnection(
       if (kept.length === mapping.connections.length)
         throw notFound(`Connection ${input.source_field} → ${input.target_field} of ${input.table_name}`);
       mapping.connections = kept;
+      // Discovery's cleaning of the removed source goes with it.
+      if (mapping.transformations[input.target_field]?.proposed?.source_field === sourceField) {
+        const { [input.target_field]: _dropped, ...rest } = mapping.transformations;
+        mapping.transformations = rest;
+      }
       // Removing a connection by hand refuses it: a later discovery does not bring it back.
       if (input.target_field !== WILDCARD_FIELD)
         mapping.decisions = withDecision(mapping, {
@@ -384,10 +402,17 @@ export async function deleteTransformation(
     scope,
     input.table_name,
     async ({ mapping }) => {
-      if (!mapping.transformations[input.target_field])
-        throw notFound(`Transformation of ${input.table_name}.${input.target_field}`);
+      const removed = mapping.transformations[input.target_field];
+      if (!removed) throw notFound(`Transformation of ${input.table_name}.${input.target_field}`);
       const { [input.target_field]: _removed, ...rest } = mapping.transformations;
       mapping.transformations = rest;
+      // Removing discovery's cleaning refuses it: a later discovery does not propose it again.
+      if (removed.proposed)
+        mapping.decisions = withDecision(mapping, {
+          target_field: input.target_field,
+          source_field: removed.proposed.source_field,
+          cleaning: 'refused',
+        });
     },
     { create: false },
   );
@@ -470,7 +495,7 @@ export async function writeSuggestions(
     });
   const before = mapping.version === 0 ? null : canonicalMapping(mapping);
   const merged = mergeDiscovery(mapping, found, options);
-  const changed = before !== canonicalMapping({ ...merged, transformations: mapping.transformations });
+  const changed = before !== canonicalMapping(merged);
   // Unchanged, the run may still explain its proposals anew (fresh samples, evidence first kept by
   // this run): the explanation is refreshed without counting as a change of the mapping.
   const explained =
@@ -480,6 +505,7 @@ export async function writeSuggestions(
     mapping.tables = merged.tables;
     mapping.connections = merged.connections;
     mapping.ambiguities = merged.ambiguities;
+    mapping.transformations = merged.transformations;
   }
   if (changed) {
     mapping.version += 1;
