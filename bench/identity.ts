@@ -70,7 +70,7 @@ function runnerOf(client: pg.Client): CopyOutRunner {
 }
 
 /** The hand-written version: pairs out, union-find over strings, labels back in. */
-async function baseline(client: pg.Client): Promise<number> {
+export async function baseline(client: pg.Client): Promise<number> {
   const started = performance.now();
   const pairs = `
     select 'email:' || lower(btrim(email)), 'phone:' || translate(phone, translate(phone, '0123456789', ''), '') from bench.crm_contacts
