@@ -282,7 +282,11 @@ async function incrementalBuild(
        known is null and row_number() over (partition by id_type, id_value) = 1 as first_seen
      from seen`,
   );
+  // The new rows are few: with statistics on them the planner probes the graph's keys instead of
+  // scanning the graph's tables (a third of an incremental build at a million identifiers).
+  await q('analyze _id_obs');
   await q(EDGES_FROM_OBS);
+  await q('analyze _id_edge');
   // Pairs the graph has not seen (under any rule) raise degrees; their ends' clusters may merge.
   const { rows: fresh } = await q(
     `select p.node_a, p.node_b,
@@ -329,6 +333,7 @@ async function incrementalBuild(
       `insert into _id_remap select * from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[])`,
       [remap.map(([old]) => old).join(','), remap.map(([, now]) => now).join(',')],
     );
+  await q('analyze _id_remap');
   const sizes = await q(
     `select coalesce(max(size), 0) as largest from (
        select r.new, count(*) as size from (
@@ -345,6 +350,7 @@ async function incrementalBuild(
       `insert into _id_degree select * from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::int[])`,
       [gains.join(','), gains.map(newDegree).join(',')],
     );
+  await q('analyze _id_degree');
   await q(
     `insert into ${t.nodes} (node_id, id_type, id_value, cluster_id, degree, flagged)
      select o.node_id, o.id_type, o.id_value, coalesce(r.new, o.node_id), coalesce(d.degree, 0),
