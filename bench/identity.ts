@@ -11,10 +11,15 @@
  * Baseline, in the same run on the same tables: COPY the identifier pairs of every row out, union-find
  * them in this process (identifiers as strings in a Map), COPY the labels back into a table. Ours is
  * the whole build (staging, numbering, edges, degrees, components, the graph's tables with keys).
- * Then 1% new people are added and the incremental build is timed against the full one.
+ * Then 1% new people are added and the incremental build is timed against the full one; they are
+ * removed again before the baseline runs. Elapsed times and the CPU time of the server process and of
+ * this one are printed (the CPU figures move less when other work shares the machine; parallel index
+ * build workers of the server are not counted), with the peak RSS of this process during our builds.
  *
  * Last line: `identity: <seconds> s for <n> identifiers; ratio <r> of baseline`.
  */
+import { readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
@@ -66,6 +71,22 @@ function runnerOf(client: pg.Client): CopyOutRunner {
   return {
     query: (sql, params) => client.query(sql, params as unknown[]),
     copyOut: (sql) => client.query(copyTo(sql)),
+  };
+}
+
+/**
+ * CPU milliseconds used so far by the server process behind `client`, read from /proc when the
+ * server runs on this machine (else NaN: only elapsed time is compared).
+ */
+async function backendCpu(client: pg.Client): Promise<() => number> {
+  const { rows } = await client.query('select pg_backend_pid() as pid');
+  return () => {
+    try {
+      const fields = readFileSync(`/proc/${rows[0].pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+    } catch {
+      return NaN;
+    }
   };
 }
 
@@ -152,43 +173,66 @@ export async function runIdentityBench() {
     await client.query('analyze');
     const runner = runnerOf(client);
     const options = { schema: 'bench_identity', sources: SOURCES };
-    // Ours first (warm-up, then two measured builds), so that the peak memory sampled is ours and not
-    // the baseline's Map of strings; then the baseline (warm-up, two measured runs).
+    const serverCpu = await backendCpu(client);
+    const cpuOf = async <T>(work: () => Promise<T>) => {
+      const [server, own] = [serverCpu(), process.cpuUsage()];
+      const value = await work();
+      const used = process.cpuUsage(own);
+      return { value, server: serverCpu() - server, own: (used.user + used.system) / 1000 };
+    };
+    // Ours first (warm-up, then two measured builds) and the incremental build, so that the peak
+    // memory sampled is ours and not the baseline's Map of strings; then the baseline (warm-up, two
+    // measured runs) on the same rows.
     await resolveIdentities(runner, options);
     const ours: number[] = [];
     const base: number[] = [];
     peakRss = 0;
-    let result = await resolveIdentities(runner, options);
-    ours.push(result.duration_ms);
-    result = await resolveIdentities(runner, options);
+    const measured = await cpuOf(() => resolveIdentities(runner, options));
+    ours.push(measured.value.duration_ms);
+    const result = await resolveIdentities(runner, options);
     ours.push(result.duration_ms);
     const peak = peakRss;
-    const incrementalOptions = options;
-    await baseline(client);
-    base.push(await baseline(client));
-    base.push(await baseline(client));
     const oursMs = Math.min(...ours);
-    const baseMs = Math.min(...base);
     const ok = result.clusters === persons && result.largest_cluster === 4;
+
+    const added = Math.ceil(persons / 100);
+    for (const statement of people(persons, persons + added)) await client.query(statement);
+    peakRss = 0;
+    const incremental = await updateIdentities(runner, options);
+    const incrementalPeak = peakRss;
+    const incrementalOk = incremental.clusters === persons + added && incremental.largest_cluster === 4;
+    for (const table of ['crm_contacts', 'shop_customers', 'support_users'])
+      await client.query(`delete from bench.${table} where id >= $1`, [persons]);
+    await client.query('vacuum analyze');
+
+    await baseline(client);
+    const baseCpu = await cpuOf(() => baseline(client));
+    base.push(baseCpu.value);
+    base.push(await baseline(client));
+    const baseMs = Math.min(...base);
     console.log(
       `full build: ${result.identifiers} identifiers, ${result.edges} edges -> ${result.clusters} clusters ` +
         `(largest ${result.largest_cluster}) in ${oursMs.toFixed(0)} ms; baseline ${baseMs.toFixed(0)} ms ` +
         `${ok ? 'OK' : `UNEXPECTED (expected ${persons} clusters of 4)`}`,
     );
-
-    const added = Math.ceil(persons / 100);
-    for (const statement of people(persons, persons + added)) await client.query(statement);
-    peakRss = 0;
-    const incremental = await updateIdentities(runner, incrementalOptions);
-    const incrementalOk = incremental.clusters === persons + added && incremental.largest_cluster === 4;
     console.log(
       `incremental build after 1% new people: ${incremental.duration_ms} ms ` +
         `(${(incremental.duration_ms / oursMs).toFixed(3)} of a full build; target <= 0.1) ` +
         `${incrementalOk ? 'OK' : `UNEXPECTED: ${incremental.clusters} clusters`}`,
     );
+    const cpu = (c: { server: number; own: number }) =>
+      `${(c.server / 1000).toFixed(1)} s server + ${(c.own / 1000).toFixed(1)} s this process`;
+    // CPU time moves less than elapsed time when other work shares the machine.
+    console.log(
+      `CPU time: full build ${cpu(measured)}; baseline ${cpu(baseCpu)}; ratio ` +
+        `${((measured.server + measured.own) / (baseCpu.server + baseCpu.own)).toFixed(2)} ` +
+        `(load average ${loadavg()
+          .map((l) => l.toFixed(1))
+          .join(' ')})`,
+    );
     console.log(
       `peak RSS of the resolving process: full build ${(peak / 1024 / 1024).toFixed(0)} MB, ` +
-        `incremental ${(peakRss / 1024 / 1024).toFixed(0)} MB (target < 300 MB)`,
+        `incremental ${(incrementalPeak / 1024 / 1024).toFixed(0)} MB (target < 300 MB)`,
     );
     const ratio = oursMs / baseMs;
     console.log(

@@ -227,8 +227,8 @@ function defaultNormalizer(type: string): Normalizer {
   return type === 'email' ? 'email' : type === 'phone' ? 'phone' : 'trim';
 }
 
-/** One INSERT per source: a single scan that unpivots the identifier columns of each row. */
-export function stageSourceSql(
+/** One SELECT per source: a single scan that unpivots the identifier columns of each row. */
+export function stageSelectSql(
   source: IdentitySource,
   index: number,
   only?: { newSince: string; sourceTable: string },
@@ -241,8 +241,7 @@ export function stageSourceSql(
   const key = source.keyColumn ? `${quoteIdent(source.keyColumn)}::text` : 'null::text';
   const values = source.identifiers.map((id, i) => `(${quoteLiteral(id.type)}, r.v${i})`).join(', ');
   return (
-    `insert into _id_stage (src, rid, record_key, id_type, id_value)\n` +
-    `select ${index + 1}, r.rid, r.k, v.id_type, v.id_value\n` +
+    `select ${index + 1} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
     `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
     (only
       ? `  where not exists (select 1 from ${only.newSince} x where x.source_table = ${quoteLiteral(only.sourceTable)}\n` +
@@ -252,6 +251,15 @@ export function stageSourceSql(
     `cross join lateral (values ${values}) as v(id_type, id_value)\n` +
     `where v.id_value is not null`
   );
+}
+
+/** The same rows into the temporary `_id_stage`. */
+export function stageSourceSql(
+  source: IdentitySource,
+  index: number,
+  only?: { newSince: string; sourceTable: string },
+): string {
+  return `insert into _id_stage (src, rid, record_key, id_type, id_value)\n${stageSelectSql(source, index, only)}`;
 }
 
 export interface IdentityRunSummary {
