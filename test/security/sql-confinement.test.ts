@@ -178,12 +178,13 @@ describe('results are bounded in bytes', () => {
     );
     expect(huge.status, JSON.stringify(huge.body).slice(0, 300)).toBe(413);
     expect(huge.body).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', reason: 'RESULT_TOO_LARGE' });
-    // Many small rows are capped the same way, before the row cap: 5,000 rows of 8 KB are 40 MB.
+    // Many small rows are capped the same way, before the row cap (query_row_limit, 1,000 by
+    // default): 1,000 rows of 20 KB are 20 MB, past the 16 MiB cap at about the 840th row.
     const wide = await run(
       '/api/sources/execute-query',
-      `select repeat('y', 8000) as r from generate_series(1, 5000)`,
+      `select repeat('y', 20000) as r from generate_series(1, 1000)`,
     );
-    expect(wide.status).toBe(413);
+    expect(wide.status, JSON.stringify(wide.body).slice(0, 300)).toBe(413);
     const next = await run('/api/analytics/execute', 'select count(*)::int as n from app.t');
     expect(next.body.rows).toEqual([{ n: 20 }]);
   });
