@@ -110,7 +110,11 @@ describe('identity_resolution settings, changed and observed through the API', (
       { profile_fields: [{ name: 'country', rule: 'newest' }] },
       { profile_fields: [{ name: 'country', columns: [] }] },
       { sources: [{ table: 'shop.customers', identifiers: [] }] },
-      { sources: [{ table: 'shop.customers', identifiers: [{ column: 'email', type: 'email', normalize: 'x' }] }] },
+      {
+        sources: [
+          { table: 'shop.customers', identifiers: [{ column: 'email', type: 'email', normalize: 'x' }] },
+        ],
+      },
       { max_degre: 5 },
     ];
     for (const value of invalid) {
@@ -213,8 +217,8 @@ describe('identity_resolution settings, changed and observed through the API', (
     const email = `${unique('new')}@example.org`;
     await withClient(warehouse.url, async (client) => {
       await client.query(
-        `insert into shop.customers (customer_id, email, phone, country, created_at, updated_at)
-         values (900001, $1, '+1 555 010 9999', 'US', now(), now())`,
+        `insert into shop.customers (customer_id, email, phone, country, signup_date, created_at, updated_at)
+         values (900001, $1, '+1 555 010 9999', 'US', current_date, now(), now())`,
         [email.toUpperCase()],
       );
       await client.query(
@@ -239,5 +243,21 @@ describe('identity_resolution settings, changed and observed through the API', (
     const off = await buildWith({ max_degree: 50 });
     expect(off.last_build.result.mode).toBe('full');
     expect(off.clusters).toBe(added.clusters);
+
+    // Other sources than the last build's: rebuilt, then incremental again over the new sources.
+    const customersOnly = {
+      incremental: true,
+      max_degree: 50,
+      sources: [
+        { table: 'shop.customers', identifiers: [{ column: 'email', type: 'email', normalize: 'email' }] },
+      ],
+    };
+    const narrowed = await buildWith(customersOnly);
+    expect(narrowed.last_build.result.sources_origin).toBe('confirmed');
+    expect(narrowed.last_build.result.mode).toBe('full');
+    expect(Object.keys(narrowed.identifiers_by_type)).toEqual(['email']);
+    const again = await buildWith(customersOnly);
+    expect(again.last_build.result.mode).toBe('incremental');
+    expect(again.identifiers).toBe(narrowed.identifiers);
   });
 });
