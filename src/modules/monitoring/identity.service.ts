@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
@@ -430,9 +431,10 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
   };
   // Append-only sources (the `incremental` setting) read only the records added since the last
   // build, when that build read the same sources the same way; otherwise the graph is rebuilt.
+  // Compared by value: the recorded result comes back from jsonb with its keys reordered.
   const sameSources =
     identityConfig(workspace).incremental === true &&
-    JSON.stringify(graph.lastResult?.sources ?? null) === JSON.stringify(used);
+    isDeepStrictEqual(graph.lastResult?.sources ?? null, used);
   const { result, profiles } = await warehouse.transaction(async (tx) => {
     const runner = transactionRunner(tx);
     const built = sameSources
