@@ -1,4 +1,5 @@
 import { rm } from 'node:fs/promises';
+import { isDeepStrictEqual } from 'node:util';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
@@ -275,7 +276,12 @@ export async function updateAudience(
         input.attribute_columns ?? (input.target_table !== undefined ? undefined : audience.attributeColumns),
     });
     const changed = (Object.keys(next) as (keyof typeof next)[]).some(
-      (key) => JSON.stringify(next[key] ?? null) !== JSON.stringify(audience[key] ?? null),
+      // Compared as JSON values: stored definitions come back from jsonb with their keys reordered.
+      (key) =>
+        !isDeepStrictEqual(
+          JSON.parse(JSON.stringify(next[key] ?? null)),
+          JSON.parse(JSON.stringify(audience[key] ?? null)),
+        ),
     );
     if (changed) {
       Object.assign(audience, next);

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import { AppError } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { libraryTemplates } from '../schemas/schema-library.ts';
@@ -107,7 +108,11 @@ export async function saveConfig(
   if (input.workflow_state !== undefined) workspace.workflowState = input.workflow_state;
   let stale: StaleConnection[] = [];
   if (input.target_schema !== undefined) {
-    const unchanged = JSON.stringify(input.target_schema) === JSON.stringify(workspace.targetSchema);
+    // Compared as JSON values: the stored schema comes back from jsonb with its keys reordered.
+    const unchanged = isDeepStrictEqual(
+      JSON.parse(JSON.stringify(input.target_schema ?? null)),
+      JSON.parse(JSON.stringify(workspace.targetSchema ?? null)),
+    );
     if (!unchanged)
       stale = await replaceTargetSchema(scope, workspace, input.target_schema, {
         template:
