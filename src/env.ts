@@ -5,6 +5,17 @@ import { DEFAULT_BLOCKED_NETWORKS, parseNetworkList } from './warehouse/network-
 
 const booleanFlag = z.stringbool().default(true);
 
+const networkList = z
+  .string()
+  .default(DEFAULT_BLOCKED_NETWORKS.join(','))
+  .superRefine((text, ctx) => {
+    try {
+      parseNetworkList(text);
+    } catch (error) {
+      ctx.addIssue({ code: 'custom', message: (error as Error).message });
+    }
+  });
+
 export const envSchema = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
   HOST: z.string().default('127.0.0.1'),
@@ -45,16 +56,9 @@ export const envSchema = z.object({
     .min(1024)
     .default(16 * 1024 * 1024),
   // Networks no warehouse connection may reach (CIDR list; empty: none). Checked on every resolved address.
-  WAREHOUSE_BLOCKED_NETWORKS: z
-    .string()
-    .default(DEFAULT_BLOCKED_NETWORKS.join(','))
-    .superRefine((text, ctx) => {
-      try {
-        parseNetworkList(text);
-      } catch (error) {
-        ctx.addIssue({ code: 'custom', message: (error as Error).message });
-      }
-    }),
+  WAREHOUSE_BLOCKED_NETWORKS: networkList,
+  // Networks no HTTP request to a tenant-chosen address (webhooks, git remotes, LLM endpoint) may reach.
+  OUTBOUND_BLOCKED_NETWORKS: networkList,
   WAREHOUSE_ALLOW_SOCKET_PATHS: z.stringbool().default(false),
   WAREHOUSE_REFUSE_SUPERUSER: z.stringbool().default(false),
   DEMO_WAREHOUSE_PORT: z.coerce.number().int().min(0).max(65535).optional(),

@@ -12,6 +12,7 @@ import { createApp } from './app.ts';
 import { closeWarehouses, readControlPlaneIdentity } from './warehouse/postgres.ts';
 import { createJobQueue, type JobQueueConnection } from './jobs/queue.ts';
 import { llmManager } from './llm/provider.ts';
+import { outboundHttp } from './outbound-http.ts';
 import { registerAnalyticsJobs } from './modules/analytics/analytics.jobs.ts';
 import { registerAudienceJobs } from './modules/audiences/audiences.jobs.ts';
 import { registerMappingJobs } from './modules/mappings/mappings.jobs.ts';
@@ -46,6 +47,7 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
   await migrate(db.orm);
   // The process-level LLM mode starts from the environment; set-llm-mode changes it later.
   llmManager.setMode(env.LLM_MODE);
+  llmManager.useOutbound(outboundHttp(env));
   const deps: AppDeps = {
     env,
     orm: db.orm,

@@ -665,6 +665,44 @@ describe('audience end to end', () => {
     }
   });
 
+  it('refuses a webhook in a blocked network when saved, and fails a run whose webhook redirects into one, without retrying', async () => {
+    for (const url of [
+      'http://169.254.169.254/latest/meta-data/',
+      'http://[::ffff:a9fe:a9fe]/',
+      'http://2852039166/',
+    ]) {
+      const res = await api('POST', '/exports', {
+        body: { audience_id: audienceId, destination: { type: 'webhook', url } },
+      });
+      expect(res.status, `${url} ${JSON.stringify(res.body)}`).toBe(422);
+      expect(res.body.reason).toBe('BLOCKED_NETWORK');
+    }
+    // An allowed host that answers with a redirect to the metadata address: checked per connection.
+    let requests = 0;
+    const hook: Server = createServer((_req, res) => {
+      requests++;
+      res.writeHead(307, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
+    });
+    hook.listen(0, '127.0.0.1');
+    await new Promise((resolve) => hook.once('listening', resolve));
+    try {
+      const res = await api('POST', '/exports', {
+        body: {
+          audience_id: audienceId,
+          destination: { type: 'webhook', url: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/` },
+          field_mapping: [{ source: 'customer_id', destination: 'id' }],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const finished = await exportFinished(audienceId, res.body.export.id, res.body.run.run_id);
+      expect(finished.last_run.status).toBe('failed');
+      expect(finished.last_run.error).toContain('OUTBOUND_BLOCKED_NETWORKS');
+      expect(requests).toBe(1);
+    } finally {
+      hook.close();
+    }
+  });
+
   it('deletes an audience and drops its materialized table and view', async () => {
     const audience = (await api('GET', `/${audienceId}`)).body;
     const res = await api('DELETE', `/${audienceId}`);

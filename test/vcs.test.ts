@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
@@ -30,6 +31,15 @@ afterAll(async () => {
   await server?.close();
   await gitServer?.close();
 });
+
+/** A port nothing listens on: taken from the system, then released. */
+async function closedPort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
 
 const config = (extra: Record<string, unknown> = {}) => ({
   url: repoUrl,
@@ -183,10 +193,17 @@ describe('vcs-test', () => {
     expect(res.body.message).toMatch(/404/);
     res = await call(server, 'POST', '/api/admin/vcs-test', {
       token: a.admin.token,
-      body: config({ url: 'http://127.0.0.1:1/repo.git' }),
+      body: config({ url: `http://127.0.0.1:${await closedPort()}/repo.git` }),
     });
     expect(res.status).toBe(422);
     expect(res.body.message).toMatch(/cannot reach/);
+    // A port the fetch standard blocks is refused before connecting, and said so.
+    res = await call(server, 'POST', '/api/admin/vcs-test', {
+      token: a.admin.token,
+      body: config({ url: 'http://127.0.0.1:1/repo.git' }),
+    });
+    expect(res.status).toBe(422);
+    expect(res.body.message).toMatch(/port that HTTP clients refuse/);
   });
 
   it('does not lend the stored token to another organization', async () => {

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import OpenAI from 'openai';
 import { AppError } from '../app-error.ts';
+import { outboundHttp, type OutboundHttp } from '../outbound-http.ts';
+import { DEFAULT_BLOCKED_NETWORKS } from '../warehouse/network-guard.ts';
 import { BUDGET_EXCEEDED, type Meter } from './budget.ts';
 import {
   matchTable,
@@ -32,9 +34,20 @@ export class LlmManager {
   #mode: LlmMode;
   #clients = new Map<string, OpenAI>();
   #generation = 0;
+  #outbound: OutboundHttp;
 
-  constructor(mode: LlmMode = 'offline') {
+  constructor(
+    mode: LlmMode = 'offline',
+    outbound = outboundHttp({ OUTBOUND_BLOCKED_NETWORKS: DEFAULT_BLOCKED_NETWORKS.join(',') }),
+  ) {
     this.#mode = mode;
+    this.#outbound = outbound;
+  }
+
+  /** The server's outbound guard: the organization's endpoint is a tenant-chosen address. */
+  useOutbound(outbound: OutboundHttp): void {
+    this.#outbound = outbound;
+    this.reset();
   }
 
   get mode(): LlmMode {
@@ -67,6 +80,7 @@ export class LlmManager {
         timeout: params.timeout_seconds * 1000,
         // A failed call falls back to the offline result at once rather than retrying the budget away.
         maxRetries: 0,
+        fetch: this.#outbound.fetch as unknown as typeof fetch,
       });
       this.#clients.set(key, client);
     }

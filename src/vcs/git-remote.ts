@@ -3,9 +3,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import git from 'isomorphic-git';
-import nodeHttp from 'isomorphic-git/http/node';
-import type { HttpClient } from 'isomorphic-git/http/node';
+import type { HttpClient } from 'isomorphic-git';
 import { AppError } from '../app-error.ts';
+import type { OutboundHttp } from '../outbound-http.ts';
 
 /** A remote repository over HTTP(S) and the credentials to use with it. */
 export interface GitRemote {
@@ -13,6 +13,7 @@ export interface GitRemote {
   /** Basic-auth user name sent with the token (GitHub: any, e.g. x-access-token; GitLab: oauth2). */
   username: string;
   token: string | null;
+  outbound: OutboundHttp;
 }
 
 export interface GitAuthor {
@@ -27,10 +28,33 @@ export interface GitFile {
 
 const REQUEST_TIMEOUT_MS = 30_000;
 
-/** isomorphic-git's node client with a deadline on every request: a silent remote must not hang a request. */
-const http: HttpClient = {
-  request: (request) => nodeHttp.request({ ...request, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }),
-};
+/**
+ * isomorphic-git's HTTP client over the outbound guard (every connection, redirects included, goes
+ * only where OUTBOUND_BLOCKED_NETWORKS allows), with a deadline on every request: a silent remote
+ * must not hang a request.
+ */
+function httpClient(remote: GitRemote): HttpClient {
+  return {
+    request: async ({ url, method = 'GET', headers = {}, body }) => {
+      const chunks: Uint8Array[] = [];
+      if (body) for await (const chunk of body) chunks.push(chunk);
+      const res = await remote.outbound.fetch(url, {
+        method,
+        headers,
+        body: chunks.length ? Buffer.concat(chunks) : undefined,
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      });
+      return {
+        url: res.url,
+        method,
+        statusCode: res.status,
+        statusMessage: res.statusText,
+        headers: Object.fromEntries(res.headers),
+        body: res.body?.[Symbol.asyncIterator]() as AsyncIterableIterator<Uint8Array> | undefined,
+      };
+    },
+  };
+}
 
 /**
  * The token goes in every request up front: hosts that allow anonymous reads would never ask for it.
@@ -44,6 +68,9 @@ function authHeaders(remote: GitRemote): Record<string, string> {
 
 /** Everything that can go wrong talking to a remote becomes a 422 that says what to fix. */
 export function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
+  // fetch reports a failed connection as "fetch failed" with the reason as its cause.
+  const cause = (error as { cause?: unknown }).cause;
+  if (error instanceof TypeError && cause instanceof Error) error = cause;
   if (error instanceof AppError) return error;
   const e = error as { code?: string; name?: string; message?: string; data?: Record<string, unknown> };
   const host = (() => {
@@ -81,6 +108,9 @@ export function remoteError(error: unknown, remote: GitRemote, action: string): 
     /^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|EHOSTUNREACH|ENETUNREACH)$/.test(e.code)
   )
     return fail(`cannot reach ${host} (${e.code})`, 'VCS_UNREACHABLE');
+  // fetch refuses the ports its standard blocks (1, 7, 9, 6000, 6665–6669, …) before connecting.
+  if (e.message === 'bad port')
+    return fail(`${host} uses a port that HTTP clients refuse to connect to`, 'VCS_UNREACHABLE');
   if (e.code && /^(CERT_|DEPTH_ZERO|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS)/.test(e.code))
     return fail(`the TLS certificate of ${host} is not trusted (${e.code})`, 'VCS_TLS');
   return fail(e.message ?? 'unknown error', 'VCS_ERROR');
@@ -104,7 +134,7 @@ export interface RemoteCheck {
 export async function checkRemote(remote: GitRemote, branch: string): Promise<RemoteCheck> {
   try {
     const refs = await git.listServerRefs({
-      http,
+      http: httpClient(remote),
       url: remote.url,
       headers: authHeaders(remote),
       symrefs: true,
@@ -112,7 +142,7 @@ export async function checkRemote(remote: GitRemote, branch: string): Promise<Re
     const head = refs.find((r) => r.ref === 'HEAD');
     // Protocol v2 has no push: ask in v1, as git itself does.
     await git.getRemoteInfo2({
-      http,
+      http: httpClient(remote),
       url: remote.url,
       headers: authHeaders(remote),
       forPush: true,
@@ -237,7 +267,7 @@ export async function pushFiles(
     for (let attempt = 1; ; attempt++) {
       try {
         const refs = await git.listServerRefs({
-          http,
+          http: httpClient(remote),
           url: remote.url,
           headers: authHeaders(remote),
           prefix: ref,
@@ -247,7 +277,7 @@ export async function pushFiles(
         if (tip) {
           await git.fetch({
             fs,
-            http,
+            http: httpClient(remote),
             gitdir,
             remote: 'origin',
             headers: authHeaders(remote),
@@ -280,7 +310,7 @@ export async function pushFiles(
         await git.writeRef({ fs, gitdir, ref, value: commit, force: true });
         await git.push({
           fs,
-          http,
+          http: httpClient(remote),
           gitdir,
           url: remote.url,
           headers: authHeaders(remote),

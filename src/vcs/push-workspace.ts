@@ -2,6 +2,7 @@ import { AppError } from '../app-error.ts';
 import type { CallerScope } from '../deps.ts';
 import { organizationOf } from '../auth/tenancy.ts';
 import { isFeatureEnabled } from '../features.ts';
+import { outboundHttp } from '../outbound-http.ts';
 import { VcsConfig, type VcsConfigEntity } from '../modules/admin/admin.entity.ts';
 import { normalizeRepoPath, pushFiles, type GitFile, type GitRemote } from './git-remote.ts';
 
@@ -19,6 +20,7 @@ export function remoteOf(scope: CallerScope, config: VcsConfigEntity): GitRemote
     url: config.url,
     username: config.username,
     token: config.tokenEncrypted ? scope.deps.secrets.decrypt(config.tokenEncrypted) : null,
+    outbound: outboundHttp(scope.deps.env),
   };
 }
 

@@ -21,6 +21,7 @@ import {
   type FeatureName,
   type FeatureState,
 } from '../../features.ts';
+import { outboundHttp } from '../../outbound-http.ts';
 import { checkRemote, normalizeRepoPath } from '../../vcs/git-remote.ts';
 import { remoteOf } from '../../vcs/push-workspace.ts';
 import { User } from '../users/users.entity.ts';
@@ -303,6 +304,7 @@ export async function getVcsConfig(scope: CallerScope) {
 export async function saveVcsConfig(scope: CallerScope, input: VcsConfigInput) {
   const organization = organizationOf(scope.principal);
   const url = checkRemoteUrl(input.url);
+  await outboundHttp(scope.deps.env).checkDestination(url, 'The repository URL');
   const pathPrefix = normalizeRepoPath(input.path_prefix, 'path_prefix').join('/');
   let config = await scope.em.findOne(VcsConfig, { organization });
   // A token kept for one host must not follow the configuration to another.
@@ -355,7 +357,10 @@ export async function testVcsConnection(scope: CallerScope, input: VcsConfigInpu
       tokenUsed = 'stored';
     }
   }
-  const check = await checkRemote({ url, username: input.username, token }, input.branch);
+  const check = await checkRemote(
+    { url, username: input.username, token, outbound: outboundHttp(scope.deps.env) },
+    input.branch,
+  );
   return {
     success: true as const,
     message: check.branch_exists

@@ -6,6 +6,7 @@ import { organizationOf } from '../../auth/tenancy.ts';
 import { budgetStatus, createBudgetMeter, type Meter } from '../../llm/budget.ts';
 import { DEFAULT_LLM_PARAMETERS, llmParametersSchema, type LlmParameters } from '../../llm/parameters.ts';
 import { LLM_MODES, llmManager, type LlmManager, type LlmMode } from '../../llm/provider.ts';
+import { outboundHttp } from '../../outbound-http.ts';
 import { LlmSettings, type LlmSettingsEntity } from './llm-settings.entity.ts';
 
 const PARAMETER_KEYS = Object.keys(llmParametersSchema.shape) as (keyof typeof llmParametersSchema.shape)[];
@@ -92,6 +93,7 @@ export async function saveLlmParameters(scope: CallerScope, input: LlmParameters
     throw new AppError('BAD_REQUEST', 'Invalid LLM parameters', {
       issues: parsed.error.issues.map((i) => ({ path: i.path as (string | number)[], message: i.message })),
     });
+  await outboundHttp(scope.deps.env).checkDestination(parsed.data.base_url, 'The LLM base_url');
   row ??= scope.em.create(LlmSettings, {
     organization,
     parameters: {},

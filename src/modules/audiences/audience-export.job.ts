@@ -4,8 +4,10 @@ import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
+import { PermanentJobError } from '../../jobs/job-types.ts';
 import type { JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
+import { outboundFailure, outboundHttp, type OutboundHttp } from '../../outbound-http.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { portableFamily } from '../../warehouse/types.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
@@ -141,6 +143,7 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
 const RETRYABLE = (status: number) => status === 408 || status === 425 || status === 429 || status >= 500;
 
 async function postBatch(
+  outbound: OutboundHttp,
   url: string,
   headers: Record<string, string>,
   body: string,
@@ -150,7 +153,7 @@ async function postBatch(
     let reason: string;
     let retryAfterMs = 0;
     try {
-      const res = await fetch(url, {
+      const res = await outbound.fetch(url, {
         method: 'POST',
         headers,
         body,
@@ -164,7 +167,10 @@ async function postBatch(
     } catch (error) {
       if (options.signal.aborted) throw error;
       if (error instanceof Error && error.message.startsWith('the webhook answered')) throw error;
-      reason = `the webhook could not be reached: ${(error as Error).message}`;
+      const failure = outboundFailure(error);
+      // A refused address stays refused: retrying would only repeat the refusal.
+      if (failure.blocked) throw new PermanentJobError(failure.message);
+      reason = `the webhook could not be reached: ${failure.message}`;
     }
     if (attempt >= options.maxRetries) throw new Error(`${reason} (after ${attempt + 1} attempts)`);
     await new Promise((resolve) =>
@@ -201,6 +207,7 @@ async function sendWebhook(
     }
     const key = `${context.runId}:${batchIndex}`;
     await postBatch(
+      outboundHttp(deps.env),
       c.url,
       {
         ...headers,

@@ -4,6 +4,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
+import { outboundHttp } from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { EXPORT_KIND } from './audience-export.job.ts';
 import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
@@ -167,6 +168,7 @@ async function storedDestination(
     return sealed ? { ...rest, password: sealed } : rest;
   }
   if (input.type === 'webhook') {
+    await outboundHttp(scope.deps.env).checkDestination(input.url, 'The webhook URL');
     const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(input.headers ?? {}))
