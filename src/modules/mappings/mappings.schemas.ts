@@ -415,7 +415,6 @@ export const commitOutput = z.object({
   }),
 });
 
-export const materializeInput = tableNameParam;
 export const materializeOutput = z.object({
   run_id: z.string(),
   status: z.enum(['queued', 'running', 'succeeded', 'failed', 'cancelled']),

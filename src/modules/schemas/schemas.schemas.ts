@@ -147,6 +147,4 @@ export const addColumnInput = z.object({
   column: targetColumnSchema,
 });
 
-export const assignOutput = workspaceSchemaOutput;
-
 export { identifierName, jsonObject };
