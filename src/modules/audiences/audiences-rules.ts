@@ -24,7 +24,6 @@ export const RULE_OPS = [
   'is not null',
   'within last days',
 ] as const;
-export type RuleOp = (typeof RULE_OPS)[number];
 
 export interface RuleCondition {
   field: string;

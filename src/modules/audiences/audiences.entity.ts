@@ -4,16 +4,13 @@ import { Organization, User } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 
 export const MATERIALIZATION_STATUSES = ['never', 'queued', 'running', 'succeeded', 'failed'] as const;
-export type MaterializationStatus = (typeof MATERIALIZATION_STATUSES)[number];
 
 export const DESTINATION_TYPES = ['csv', 'postgres', 'webhook'] as const;
-export type DestinationType = (typeof DESTINATION_TYPES)[number];
 
 export const EXPORT_SCHEDULES = ['manual', 'hourly', 'daily', 'weekly'] as const;
 export type ExportSchedule = (typeof EXPORT_SCHEDULES)[number];
 
 export const EXPORT_STATUSES = ['active', 'paused'] as const;
-export type ExportStatus = (typeof EXPORT_STATUSES)[number];
 
 export interface MaterializedColumn {
   name: string;

@@ -19,7 +19,7 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { compileRules } from './audiences-rules.ts';
-import { MATERIALIZED_SCHEMA, qualifiedName, schemaTable } from './audiences-sql.ts';
+import { qualifiedName, schemaTable } from './audiences-sql.ts';
 import { Audience, AudienceExport, type AudienceEntity } from './audiences.entity.ts';
 
 // ---- shared look-ups ----
@@ -483,5 +483,3 @@ export async function dashboard(scope: CallerScope) {
       })),
   };
 }
-
-export { MATERIALIZED_SCHEMA };

@@ -123,6 +123,4 @@ export const MappingCommit = defineEntity({
   uniques: [{ properties: ['workspace', 'tableName', 'version'] }],
 });
 
-export type MappingCommitEntity = InferEntity<typeof MappingCommit>;
-
 export const mappingEntities = [TableMapping, MappingCommit];

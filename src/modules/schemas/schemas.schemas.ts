@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { identifierName, jsonObject, timestamp } from '../../trpc/common-schemas.ts';
+import { timestamp } from '../../trpc/common-schemas.ts';
 import { columnTestConfigSchema } from '../../quality/rules.ts';
 import { PORTABLE_TYPES } from '../../warehouse/types.ts';
 
@@ -146,5 +146,3 @@ export const addColumnInput = z.object({
   table_name: z.string().min(1).max(63),
   column: targetColumnSchema,
 });
-
-export { identifierName, jsonObject };

@@ -74,10 +74,6 @@ export function registerWorkspaceExtension(extension: WorkspaceExtension): void 
   extensions.set(extension.name, extension);
 }
 
-export function workspaceExtensions(): WorkspaceExtension[] {
-  return [...extensions.values()];
-}
-
 const SYNC_RANK = { not_synced: 0, in_sync: 1, out_of_sync: 2 } as const;
 
 export async function collectFacts(scope: Scope, workspace: WorkspaceEntity): Promise<WorkspaceFacts> {
