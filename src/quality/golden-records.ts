@@ -47,7 +47,7 @@ export interface RelationNames {
   source(table: TableRef): string;
 }
 
-export const qualifiedRelations = (schema: string): RelationNames => ({
+const qualifiedRelations = (schema: string): RelationNames => ({
   graph: (table) => `${quoteIdent(schema)}.${table}`,
   source: (table) => qualified(table),
 });

@@ -16,7 +16,7 @@ export function sourceTableSql(table: Pick<SourceTable, 'schema' | 'name'>): str
   return table.schema ? `${quoteIdent(table.schema)}.${quoteIdent(table.name)}` : quoteIdent(table.name);
 }
 
-export function tableRefSql(table: TableRef): string {
+function tableRefSql(table: TableRef): string {
   return `${quoteIdent(table.schema)}.${quoteIdent(table.name)}`;
 }
 

@@ -43,7 +43,7 @@ function authHeaders(remote: GitRemote): Record<string, string> {
 }
 
 /** Everything that can go wrong talking to a remote becomes a 422 that says what to fix. */
-export function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
+function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
   if (error instanceof AppError) return error;
   const e = error as { code?: string; name?: string; message?: string; data?: Record<string, unknown> };
   const host = (() => {

@@ -68,7 +68,7 @@ export function networkGuardSettings(
 }
 
 /** The canonical form of an IP address; an IPv4-mapped IPv6 address (`::FFFF:7f00:1`) becomes its IPv4 address. */
-export function normalizeAddress(address: string): { address: string; family: 'ipv4' | 'ipv6' } {
+function normalizeAddress(address: string): { address: string; family: 'ipv4' | 'ipv6' } {
   const family = isIP(address) === 6 ? 'ipv6' : 'ipv4';
   const canonical = new SocketAddress({ address, family }).address.toLowerCase();
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(canonical);

@@ -98,7 +98,7 @@ export const AudienceExport = defineEntity({
 export type AudienceExportEntity = InferEntity<typeof AudienceExport>;
 
 /** One ad platform's daily figures for an audience and campaign; written by idempotent upsert. */
-export const AudiencePerformanceMetric = defineEntity({
+const AudiencePerformanceMetric = defineEntity({
   name: 'AudiencePerformanceMetric',
   tableName: 'audience_performance_metrics',
   properties: {
@@ -121,7 +121,7 @@ export const AudiencePerformanceMetric = defineEntity({
 });
 
 /** A conversion of a member, deduplicated on its external id within the organization. */
-export const AudienceConversion = defineEntity({
+const AudienceConversion = defineEntity({
   name: 'AudienceConversion',
   tableName: 'audience_conversions',
   properties: {

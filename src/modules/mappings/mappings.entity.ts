@@ -57,7 +57,7 @@ export interface MappingDecision {
   cleaning?: 'refused' | null;
 }
 
-export interface AmbiguityCandidate {
+interface AmbiguityCandidate {
   source_field: string;
   confidence: number | null;
   evidence?: SuggestionEvidence | null;

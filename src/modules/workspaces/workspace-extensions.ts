@@ -22,7 +22,7 @@ export interface WorkspaceFacts {
   schema_sync_status: 'not_synced' | 'in_sync' | 'out_of_sync';
 }
 
-export const NO_FACTS: WorkspaceFacts = {
+const NO_FACTS: WorkspaceFacts = {
   mapped_tables: 0,
   mapped_fields: 0,
   confirmed_connections: 0,
