@@ -25,7 +25,7 @@ const require = createRequire(import.meta.url);
 const createCaller = createCallerFactory(appRouter);
 
 /** Anything thrown outside the tRPC adapters (plain routes, parsers) answers with the same error body. */
-export function sendError(res: Response, error: unknown, logger?: AppDeps['logger']): void {
+function sendError(res: Response, error: unknown, logger?: AppDeps['logger']): void {
   const { status, body, internal, cause } = errorAnswer(error);
   if (internal) logger?.error({ err: cause }, 'internal error');
   if (!res.headersSent) res.status(status).json(body);

@@ -94,7 +94,7 @@ export function applyCacheSettings(organizationId: string, settings: CacheSettin
 }
 
 /** The organization's settings, from this process's copy when it is fresh enough. */
-export async function cacheSettingsOf(em: EntityManager, organizationId: string): Promise<CacheSettingsMap> {
+async function cacheSettingsOf(em: EntityManager, organizationId: string): Promise<CacheSettingsMap> {
   const entry = known.get(organizationId);
   if (entry && Date.now() - entry.loadedAt < SETTINGS_REFRESH_MS) return entry.settings;
   const [row] = await em.execute('select caches from cache_settings where organization_id = ?', [

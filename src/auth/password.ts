@@ -4,7 +4,7 @@ import type { AppErrorIssue } from '../app-error.ts';
 // argon2id (the library's default algorithm) with OWASP's recommended memory and time costs.
 const ARGON2_OPTIONS = { memoryCost: 19456, timeCost: 2, parallelism: 1 } as const;
 
-export const MIN_PASSWORD_LENGTH = 12;
+const MIN_PASSWORD_LENGTH = 12;
 
 export function hashPassword(password: string): Promise<string> {
   return hash(password, ARGON2_OPTIONS);

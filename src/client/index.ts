@@ -14,6 +14,7 @@ import {
 import superjson from 'superjson';
 import type { AppRouter } from '../trpc/router.ts';
 
+/** @public The router's type, for a consumer's own typed tRPC client. */
 export type { AppRouter };
 export { TRPCClientError };
 

@@ -30,7 +30,7 @@ import { monitoringEntities } from '../modules/monitoring/monitoring.entity.ts';
 import { alertEntities } from '../modules/alerts/alerts.entity.ts';
 
 // Annotated: the inferred tuple of every entity is too long for declaration emit (npm run build:types).
-export const entities: NonNullable<Options['entities']> = [
+const entities: NonNullable<Options['entities']> = [
   Organization,
   User,
   Session,
@@ -62,7 +62,7 @@ const migrationsPath = join(dirname(fileURLToPath(import.meta.url)), 'migrations
 
 export type DatabaseKind = 'embedded' | 'server';
 
-export function ormConfig(connection: { clientUrl: string } | { driverOptions: unknown }): Options {
+function ormConfig(connection: { clientUrl: string } | { driverOptions: unknown }): Options {
   const server =
     'clientUrl' in connection
       ? {

@@ -59,13 +59,13 @@ export interface JobRunView {
   duration_ms: number | null;
 }
 
-export interface EnqueueResult {
+interface EnqueueResult {
   run: JobRunView;
   /** false when an active run with the same singleton key was returned instead. */
   created: boolean;
 }
 
-export interface ListRunsOptions {
+interface ListRunsOptions {
   workspaceId?: string;
   kind?: string;
   status?: JobRunStatus;
@@ -73,7 +73,7 @@ export interface ListRunsOptions {
   offset?: number;
 }
 
-export interface ScheduleOptions {
+interface ScheduleOptions {
   /** A tick running longer is failed by pg-boss (the next tick starts afresh). */
   timeoutSeconds?: number;
 }

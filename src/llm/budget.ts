@@ -15,7 +15,7 @@ export interface BudgetStatus {
   total_tokens: number;
 }
 
-export interface UsageRecord {
+interface UsageRecord {
   model: string;
   outcome: 'ok' | 'invalid_answer' | 'error';
   promptTokens: number;
@@ -37,7 +37,7 @@ export const BUDGET_EXCEEDED = 'LLM_BUDGET_EXCEEDED';
 
 const round6 = (v: number) => Math.round(v * 1e6) / 1e6;
 
-export function monthOf(now: Date): { start: Date; end: Date } {
+function monthOf(now: Date): { start: Date; end: Date } {
   return {
     start: new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)),
     end: new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1)),
@@ -71,7 +71,7 @@ export async function budgetStatus(
   };
 }
 
-export function budgetExceededError(status: BudgetStatus, worstCaseUsd = 0): AppError {
+function budgetExceededError(status: BudgetStatus, worstCaseUsd = 0): AppError {
   const month = status.period_start.toISOString().slice(0, 7);
   const spent = `$${status.spent_usd.toFixed(2)} of $${status.monthly_budget_usd.toFixed(2)}`;
   return new AppError(

@@ -1,4 +1,4 @@
-import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { defineEntity, p } from '@mikro-orm/core';
 import { Organization } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 
@@ -23,5 +23,3 @@ export const LlmUsage = defineEntity({
   },
   indexes: [{ properties: ['organization', 'createdAt'] }],
 });
-
-export type LlmUsageEntity = InferEntity<typeof LlmUsage>;

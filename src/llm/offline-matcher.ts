@@ -22,7 +22,7 @@ export { conceptsOf } from './matcher-names.ts';
  * greedily, best pair first, so that one source column feeds at most one target field.
  */
 
-export interface TargetField {
+interface TargetField {
   name: string;
   type: string;
   /** Read for synonyms the name lacks ("Identifier ... in a CRM or loyalty program"). */
@@ -35,7 +35,7 @@ export interface TargetTable {
   columns: TargetField[];
 }
 
-export interface SourceColumn {
+interface SourceColumn {
   name: string;
   /** The source database's type name. */
   type: string;
@@ -54,7 +54,7 @@ export interface SourceTable {
   columns: SourceColumn[];
 }
 
-export interface Evidence {
+interface Evidence {
   /** How much the names mean the same, in [0, 1]. */
   name: number;
   /** How well the source type can feed the target type, values considered, in [0, 1]. */
@@ -78,7 +78,7 @@ export interface Ambiguity {
   reason: string;
 }
 
-export interface FieldMatch {
+interface FieldMatch {
   target_field: string;
   /** Best first, at most `maxCandidates`. */
   candidates: Candidate[];

@@ -12,7 +12,7 @@ import type { LlmParameters } from './parameters.ts';
 import { isPersonalColumn } from './pii.ts';
 
 /** The answer the model must give: one entry per target field it has an opinion on. */
-export const llmMatchAnswerSchema = z.object({
+const llmMatchAnswerSchema = z.object({
   primary_table: z.string().nullable().optional(),
   mappings: z
     .array(

@@ -26,7 +26,7 @@ export function isPersonalColumn(column: ColumnFacts, markedPii = false): boolea
 }
 
 /** What a masked value looks like: its shape (letters → a/A, digits → 9) with the length kept. */
-export function maskValue(value: string): string {
+function maskValue(value: string): string {
   return value
     .replace(/\p{Lu}/gu, 'A')
     .replace(/\p{Ll}/gu, 'a')

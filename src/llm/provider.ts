@@ -116,7 +116,7 @@ export interface MatchContext {
   };
 }
 
-export type FallbackReason = 'budget_exceeded' | 'llm_error' | 'invalid_answer';
+type FallbackReason = 'budget_exceeded' | 'llm_error' | 'invalid_answer';
 
 export interface MatchOutcome {
   match: TableMatch;

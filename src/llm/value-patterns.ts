@@ -3,25 +3,22 @@
  * (TELF1, CMZIP, attr_7); what the values look like is the second opinion the matcher leans on.
  */
 
-export const VALUE_PATTERNS = [
-  'email',
-  'phone',
-  'url',
-  'date',
-  'timestamp',
-  'currency',
-  'currency_code',
-  'country_code',
-  'state_code',
-  'language_code',
-  'uuid',
-  'boolean',
-  'gender',
-  'integer',
-  'decimal',
-] as const;
-
-export type ValuePattern = (typeof VALUE_PATTERNS)[number];
+export type ValuePattern =
+  | 'email'
+  | 'phone'
+  | 'url'
+  | 'date'
+  | 'timestamp'
+  | 'currency'
+  | 'currency_code'
+  | 'country_code'
+  | 'state_code'
+  | 'language_code'
+  | 'uuid'
+  | 'boolean'
+  | 'gender'
+  | 'integer'
+  | 'decimal';
 
 export interface PatternShare {
   pattern: ValuePattern;

@@ -15,13 +15,7 @@ import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type Tab
  * guards (high degree, oversized component) do not place a record anywhere.
  */
 
-export const SURVIVORSHIP_RULES = [
-  'most_frequent',
-  'most_recent',
-  'source_priority',
-  'first_non_null',
-] as const;
-export type SurvivorshipRule = (typeof SURVIVORSHIP_RULES)[number];
+export type SurvivorshipRule = 'most_frequent' | 'most_recent' | 'source_priority' | 'first_non_null';
 export const DEFAULT_SURVIVORSHIP_RULE: SurvivorshipRule = 'most_frequent';
 
 export const PROFILE_TABLE = 'unified_profiles';
@@ -53,7 +47,7 @@ export interface RelationNames {
   source(table: TableRef): string;
 }
 
-export const qualifiedRelations = (schema: string): RelationNames => ({
+const qualifiedRelations = (schema: string): RelationNames => ({
   graph: (table) => `${quoteIdent(schema)}.${table}`,
   source: (table) => qualified(table),
 });

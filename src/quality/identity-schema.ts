@@ -79,7 +79,7 @@ export function names(schema: string) {
 }
 
 /** Idempotent DDL: safe to run on every create-schema call and before every build. */
-export function identitySchemaStatements(schema: string): string[] {
+function identitySchemaStatements(schema: string): string[] {
   const t = names(schema);
   const prefix = schema.replace(/[^a-zA-Z0-9_]/g, '_').slice(0, 30);
   return [
@@ -262,6 +262,7 @@ export function stageSourceSql(
   return `insert into _id_stage (src, rid, record_key, id_type, id_value)\n${stageSelectSql(source, index, only)}`;
 }
 
+/** @public The declarations of `dimas/client` (npm run build:types) name it in a procedure's output. */
 export interface IdentityRunSummary {
   run_id: number;
   started_at: Date;

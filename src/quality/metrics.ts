@@ -30,8 +30,9 @@ export interface MetricsOptions {
   sampleRows?: number;
 }
 
-export type DistinctMethod = 'exact' | 'pg_stats' | 'sample';
+type DistinctMethod = 'exact' | 'pg_stats' | 'sample';
 
+/** @public The declarations of `dimas/client` (npm run build:types) name it in a procedure's output. */
 export interface ColumnMetrics {
   name: string;
   type: string;
@@ -240,11 +241,7 @@ function estimateDistinct(raw: number[] | null, rowCount: number, nonNull: numbe
 }
 
 /** Turns the statement's single row into the structured result. */
-export function parseMetricsRow(
-  query: MetricsQuery,
-  row: Record<string, unknown>,
-  durationMs = 0,
-): TableMetrics {
+function parseMetricsRow(query: MetricsQuery, row: Record<string, unknown>, durationMs = 0): TableMetrics {
   const rowCount = toNumber(row.row_count) ?? 0;
   const columns = query.plan.map((p, i): ColumnMetrics => {
     const nonNull = toNumber(row[`c${i}_nn`]) ?? 0;

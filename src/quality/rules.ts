@@ -113,14 +113,14 @@ interface TestPlanItem {
   severity: Severity;
 }
 
-export interface ColumnTestsQuery {
+interface ColumnTestsQuery {
   sql: string;
   params: unknown[];
   table: TableRef;
   plan: TestPlanItem[];
 }
 
-export function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTestsQuery | null {
+function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTestsQuery | null {
   const params: unknown[] = [];
   const param = (value: unknown) => {
     params.push(value);
@@ -181,7 +181,7 @@ export function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): Co
   return { sql: `select ${select.join(',\n  ')}\nfrom ${qualified(table)}`, params, table, plan };
 }
 
-export function parseColumnTestsRow(query: ColumnTestsQuery, row: Record<string, unknown>): CheckResult[] {
+function parseColumnTestsRow(query: ColumnTestsQuery, row: Record<string, unknown>): CheckResult[] {
   const table = tableLabel(query.table);
   return query.plan.map((item, i) => {
     const failing = toNumber(row[`t${i}`]) ?? 0;

@@ -26,16 +26,16 @@ export interface ChiSquareInput {
   maxCells?: number;
 }
 
-export const DEFAULT_MAX_CELLS = 10_000;
+const DEFAULT_MAX_CELLS = 10_000;
 
-export interface ContingencyCell {
+interface ContingencyCell {
   g: string;
   c: string;
   n: number;
 }
 
 /** The non-empty cells of the contingency table, counted by GROUP BY in the warehouse. */
-export function buildChiSquareSql(input: ChiSquareInput) {
+function buildChiSquareSql(input: ChiSquareInput) {
   const params: unknown[] = [];
   const rows = groupedRowsSql(input.source, input.segment, { c: wrap(input.metric.sql) }, params);
   params.push((input.maxCells ?? DEFAULT_MAX_CELLS) + 1);
@@ -45,10 +45,7 @@ export function buildChiSquareSql(input: ChiSquareInput) {
   return { sql, params };
 }
 
-export function chiSquareFromCells(
-  cells: ContingencyCell[],
-  options: { yates?: boolean; maxCells?: number } = {},
-) {
+function chiSquareFromCells(cells: ContingencyCell[], options: { yates?: boolean; maxCells?: number } = {}) {
   if (cells.length > (options.maxCells ?? DEFAULT_MAX_CELLS)) {
     throw new AppError('BAD_REQUEST', 'the metric has too many distinct values for a chi-square test');
   }

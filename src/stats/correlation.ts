@@ -31,7 +31,7 @@ function pairsSql(input: CorrelationInput): string {
  * corr() rather than Σx, Σy, Σx², Σy², Σxy: PostgreSQL accumulates it with the Youngs–Cramer update,
  * which does not lose r to cancellation when the values are large and close together.
  */
-export function buildPearsonSql(input: CorrelationInput) {
+function buildPearsonSql(input: CorrelationInput) {
   const sql =
     `SELECT count(*)::float8 AS n, corr(s.y, s.x) AS r, avg(s.x) AS mean_x, avg(s.y) AS mean_y, ` +
     `stddev_samp(s.x) AS sd_x, stddev_samp(s.y) AS sd_y FROM ${pairsSql(input)}`;
@@ -42,7 +42,7 @@ export function buildPearsonSql(input: CorrelationInput) {
  * Average ranks of x and of y (rank() and count(*) over the same ORDER BY window are the two ends of a
  * tie block), then Pearson's r of the ranks: Spearman's ρ with the standard tie handling.
  */
-export function buildSpearmanSql(input: CorrelationInput) {
+function buildSpearmanSql(input: CorrelationInput) {
   const sql =
     `WITH r AS (SELECT (rank() OVER wx + count(*) OVER wx)::float8 / 2 AS rx, ` +
     `(rank() OVER wy + count(*) OVER wy)::float8 / 2 AS ry FROM ${pairsSql(input)} ` +
@@ -55,7 +55,7 @@ export function buildSpearmanSql(input: CorrelationInput) {
  * t = r·√((n−2)/(1−r²)) on n−2 df for both coefficients (for Spearman the usual large-sample
  * approximation, as SciPy's spearmanr). The interval of r comes from Fisher's z (SE 1/√(n−3)).
  */
-export function correlationFromR(
+function correlationFromR(
   test: 'pearson' | 'spearman',
   n: number,
   r: number,

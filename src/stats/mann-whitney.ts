@@ -21,7 +21,7 @@ export interface MannWhitneyInput extends TwoGroupInput {
   continuity?: boolean;
 }
 
-export interface GroupRanks {
+interface GroupRanks {
   g: string;
   n: number;
   rank_sum: number;
@@ -35,7 +35,7 @@ export interface GroupRanks {
  * highest, so their mean is the average rank and count − rank + 1 the block size t. Rank sums and the
  * tie term are summed in numeric, exact for any table size.
  */
-export function buildMannWhitneySql(input: TwoGroupInput) {
+function buildMannWhitneySql(input: TwoGroupInput) {
   const params: unknown[] = [];
   const rows = groupedRowsSql(input.source, input.segment, { m: numericMetricSql(input.metric) }, params);
   const sql =
@@ -46,7 +46,7 @@ export function buildMannWhitneySql(input: TwoGroupInput) {
   return { sql, params };
 }
 
-export function mannWhitneyFromRanks(groups: [GroupRanks, GroupRanks], continuity = true): StatTestResult {
+function mannWhitneyFromRanks(groups: [GroupRanks, GroupRanks], continuity = true): StatTestResult {
   const [a, b] = groups;
   if (a.n < 1 || b.n < 1) throw new AppError('BAD_REQUEST', 'each group needs at least one value');
   const n = a.n + b.n;

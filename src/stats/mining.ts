@@ -27,7 +27,7 @@ export interface MiningInput {
   limit?: number;
 }
 
-export interface MinedSegment {
+interface MinedSegment {
   /** The segment's defining values, column → value (as text; null when the value is NULL). */
   segment: Record<string, string | null>;
   n: number;
@@ -41,7 +41,7 @@ export interface MiningResult {
   segments: MinedSegment[];
 }
 
-export const MAX_MINING_COLUMNS = 12;
+const MAX_MINING_COLUMNS = 12;
 
 function groupingSets(count: number, depth: 1 | 2): number[][] {
   const sets: number[][] = [[]];
@@ -56,7 +56,7 @@ function groupingSets(count: number, depth: 1 | 2): number[][] {
  * which tells a segment "c = NULL" apart from "c not part of this segment". Support filtering, lift and
  * ranking stay in SQL so only the reported segments leave the warehouse.
  */
-export function buildMiningSql(input: MiningInput) {
+function buildMiningSql(input: MiningInput) {
   const { columns } = input;
   const k = columns.length;
   const aliases = columns.map((_, i) => `c${i}`);
@@ -81,7 +81,7 @@ export function buildMiningSql(input: MiningInput) {
   return { sql, params };
 }
 
-export function shapeMiningRows(input: MiningInput, rows: Record<string, unknown>[]): MinedSegment[] {
+function shapeMiningRows(input: MiningInput, rows: Record<string, unknown>[]): MinedSegment[] {
   const k = input.columns.length;
   return rows.map((row) => {
     const gid = num(row.gid);

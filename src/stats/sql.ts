@@ -104,7 +104,7 @@ export function numericMetricSql(metric: MetricSpec): string {
  * The raw group key. It stays in its own type inside the query (grouping on a boolean or an integer is
  * cheaper than on text, and orders naturally); it is turned into a text label only in the output.
  */
-export function segmentKeySql(segment: SegmentSpec): string {
+function segmentKeySql(segment: SegmentSpec): string {
   return 'condition' in segment ? `${wrap(segment.condition)}::boolean` : quoteIdent(segment.column);
 }
 

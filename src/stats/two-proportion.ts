@@ -14,14 +14,14 @@ import {
 import type { StatsQuery } from './sql.ts';
 import type { TwoGroupInput } from './welch.ts';
 
-export interface GroupCounts {
+interface GroupCounts {
   g: string;
   n: number;
   successes: number;
 }
 
 /** n and successes per group; the metric is read as a boolean (true = success). */
-export function buildTwoProportionSql(input: TwoGroupInput) {
+function buildTwoProportionSql(input: TwoGroupInput) {
   const params: unknown[] = [];
   const rows = groupedRowsSql(
     input.source,
@@ -40,10 +40,7 @@ export function buildTwoProportionSql(input: TwoGroupInput) {
  * z uses the pooled proportion (the null hypothesis says both are equal); the interval of the
  * difference uses the unpooled (Wald) standard error, since it describes the difference as observed.
  */
-export function twoProportionFromCounts(
-  groups: [GroupCounts, GroupCounts],
-  alpha = DEFAULT_ALPHA,
-): StatTestResult {
+function twoProportionFromCounts(groups: [GroupCounts, GroupCounts], alpha = DEFAULT_ALPHA): StatTestResult {
   const [a, b] = groups;
   if (a.n < 1 || b.n < 1) throw new AppError('BAD_REQUEST', 'each group needs at least one value');
   const pa = a.successes / a.n;

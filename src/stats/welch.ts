@@ -23,7 +23,7 @@ export interface TwoGroupInput {
   alpha?: number;
 }
 
-export interface GroupMoments {
+interface GroupMoments {
   g: string;
   n: number;
   mean: number;
@@ -34,7 +34,7 @@ export interface GroupMoments {
  * n, mean and sample variance per group in one pass. PostgreSQL's float8 avg/var_samp use the
  * Youngs–Cramer update, so no Σx² cancellation. They skip NULL values, so the scan needs no filter.
  */
-export function buildWelchSql(input: TwoGroupInput) {
+function buildWelchSql(input: TwoGroupInput) {
   const params: unknown[] = [];
   const rows = groupedRowsSql(
     input.source,
@@ -50,10 +50,7 @@ export function buildWelchSql(input: TwoGroupInput) {
   return { sql, params };
 }
 
-export function welchFromMoments(
-  groups: [GroupMoments, GroupMoments],
-  alpha = DEFAULT_ALPHA,
-): StatTestResult {
+function welchFromMoments(groups: [GroupMoments, GroupMoments], alpha = DEFAULT_ALPHA): StatTestResult {
   const [a, b] = groups;
   if (a.n < 2 || b.n < 2) {
     throw new AppError('BAD_REQUEST', 'Welch t-test needs at least 2 values in each group');

@@ -22,7 +22,7 @@ import { PROFILE_TABLE, goldenRecordSelect, type GoldenRecordOptions } from '../
  * unique + not_null and NOT NULL columns get not_null, because the database enforces them too.
  */
 
-export interface ColumnTestConfig {
+interface ColumnTestConfig {
   not_null?: boolean;
   unique?: boolean;
   accepted_values?: unknown[] | { values: unknown[]; quote?: boolean };

@@ -28,7 +28,7 @@ export interface MappingTable {
   accept_fan_out?: boolean | null;
 }
 
-export interface MappingConnection {
+interface MappingConnection {
   source_field: string;
   target_field: string;
   status?: 'suggested' | 'confirmed';
@@ -48,6 +48,7 @@ export interface Mapping {
   [key: string]: unknown;
 }
 
+/** @public The declarations of `dimas/client` (npm run build:types) name it in a procedure's output. */
 export interface TargetColumn {
   name: string;
   type: string;
@@ -70,14 +71,14 @@ export interface SourceTable {
   name: string;
 }
 
-export interface PlannedJoin extends SourceTable {
+interface PlannedJoin extends SourceTable {
   joinType: JoinType;
   joinOn: string;
   /** libpg-query node of the ON expression. */
   joinOnAst: ExpressionNode;
 }
 
-export type ColumnSource =
+type ColumnSource =
   | { kind: 'expression'; expression: string; ast: ExpressionNode; description: string | null }
   | { kind: 'column'; table: string; column: string }
   | { kind: 'null' };

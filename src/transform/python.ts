@@ -345,7 +345,7 @@ function indent(text: string, spaces: number): string {
 }
 
 /** The script of a planned mapping; deterministic (no timestamps), so diffs show real changes. */
-export function pythonFromPlan(plan: MappingPlan, options: PythonOptions = {}): string {
+function pythonFromPlan(plan: MappingPlan, options: PythonOptions = {}): string {
   const tables = [plan.primary, ...plan.joins];
   const byName = new Map<string, SourceTable>();
   for (const t of tables) {

@@ -16,7 +16,7 @@ export function sourceTableSql(table: Pick<SourceTable, 'schema' | 'name'>): str
   return table.schema ? `${quoteIdent(table.schema)}.${quoteIdent(table.name)}` : quoteIdent(table.name);
 }
 
-export function tableRefSql(table: TableRef): string {
+function tableRefSql(table: TableRef): string {
   return `${quoteIdent(table.schema)}.${quoteIdent(table.name)}`;
 }
 
@@ -109,8 +109,9 @@ export interface MaterializeOptions {
  *     while readers still read the old table undisturbed;
  *  3. `swap` (one transaction, a short exclusive lock): rename target → old, staging → target, drop old.
  * On any failure run `cleanup`: the target was never touched. If other objects depend on the target
- * (views, foreign keys of other tables), `DROP` in the swap fails and rolls the whole swap back; use
- * `replaceSql` for such tables. Grants on the target are not copied to the staging table either.
+ * (views, foreign keys of other tables), `DROP` in the swap fails and rolls the whole swap back; the
+ * materialize job then replaces the rows in place from the staging table. Grants on the target are not
+ * copied to the staging table either.
  */
 export interface MaterializePlan {
   staging: TableRef;
@@ -140,17 +141,4 @@ export function materializeSql(options: MaterializeOptions): MaterializePlan {
     ],
     cleanup: [`DROP TABLE IF EXISTS ${tableRefSql(staging)}`],
   };
-}
-
-/**
- * The in-place alternative for a target that other objects depend on: one transaction that deletes
- * and reinserts. Readers keep seeing the old rows until it commits (DELETE is MVCC-safe, unlike
- * TRUNCATE); the price is dead tuples for VACUUM.
- */
-export function replaceSql(options: Omit<MaterializeOptions, 'runId'>): string[] {
-  const columnList = options.columns.map(quoteIdent).join(', ');
-  return [
-    `DELETE FROM ${tableRefSql(options.target)}`,
-    `INSERT INTO ${tableRefSql(options.target)} (${columnList})\n${options.selectSql}`,
-  ];
 }

@@ -22,9 +22,3 @@ export const uuidParam = (what: string) => z.string().min(1).max(64).describe(`$
 export const jsonObject = z.record(z.string(), z.unknown());
 
 export const timestamp = z.date().describe('ISO-8601 UTC timestamp');
-
-export const identifierName = z
-  .string()
-  .min(1)
-  .max(63)
-  .regex(/^[a-zA-Z][a-zA-Z0-9_-]*$/, 'must start with a letter and use only letters, digits, _ and -');

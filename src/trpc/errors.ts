@@ -24,7 +24,7 @@ export const HTTP_STATUS: Record<AppErrorCode, number> = {
   INTERNAL_SERVER_ERROR: 500,
 };
 
-export const GENERIC_INTERNAL_MESSAGE = 'Internal server error';
+const GENERIC_INTERNAL_MESSAGE = 'Internal server error';
 
 const CONNECTION_ERROR_CODES = new Set([
   'ECONNREFUSED',
@@ -86,7 +86,7 @@ function schemaIssuesOf(cause: unknown): unknown[] | undefined {
 }
 
 /** The error body of DESIGN §4: `{ message, code, issues?, reason?, retry_after? }`. */
-export interface ErrorBody {
+interface ErrorBody {
   message: string;
   code: string;
   issues?: unknown[];

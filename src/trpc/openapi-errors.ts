@@ -78,7 +78,7 @@ const PROTECTED = [401, 403];
  * workspace) and every read that acts on the current workspace. Reads of the account and organization
  * administration (/api/auth, /api/admin) never touch a workspace.
  */
-export function canConflict(method: string, path: string): boolean {
+function canConflict(method: string, path: string): boolean {
   if (method !== 'get') return true;
   return !/^\/api\/(auth|admin)\//.test(path) && path !== '/api/workspaces';
 }

@@ -67,7 +67,7 @@ function authHeaders(remote: GitRemote): Record<string, string> {
 }
 
 /** Everything that can go wrong talking to a remote becomes a 422 that says what to fix. */
-export function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
+function remoteError(error: unknown, remote: GitRemote, action: string): AppError {
   // fetch reports a failed connection as "fetch failed" with the reason as its cause.
   const cause = (error as { cause?: unknown }).cause;
   if (error instanceof TypeError && cause instanceof Error) error = cause;

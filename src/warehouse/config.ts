@@ -78,7 +78,7 @@ export const connectionWarningsSchema = z
     "What the last connection's identity check saw of the role: a superuser or a role that bypasses row-level security",
   );
 
-export const DEFAULT_PORTS = { postgres: 5432, mysql: 3306 } as const;
+const DEFAULT_PORTS = { postgres: 5432, mysql: 3306 } as const;
 
 /** The port a config connects to (stored configs may leave it to the engine's default). */
 export const portOf = (config: Pick<ConnectionConfig, 'type' | 'port'>): number =>

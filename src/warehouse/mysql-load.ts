@@ -19,7 +19,7 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './wareh
 
 export type LoadMode = 'full' | 'incremental';
 
-export interface LoadProgress {
+interface LoadProgress {
   table: string;
   tables_done: number;
   tables_total: number;
@@ -32,7 +32,7 @@ export interface LoadOptions {
   onProgress?: (progress: LoadProgress) => Promise<void>;
 }
 
-export interface TableLoad {
+interface TableLoad {
   table: string;
   mode: LoadMode;
   /** Why an incremental request loaded this table in full. */
@@ -60,7 +60,7 @@ export function rawSchemaOf(config: Pick<ConnectionConfig, 'raw_schema' | 'datab
  * The column whose growth marks new and changed rows: the config's choice, else an updated_at-like
  * date column, else the auto-increment key (new rows only). Null: the table reloads in full each time.
  */
-export function proposeCursor(columns: MysqlColumn[], configured?: string): string | null {
+function proposeCursor(columns: MysqlColumn[], configured?: string): string | null {
   if (configured) return columns.some((c) => c.name === configured) ? configured : null;
   const dated = columns.find(
     (c) => UPDATED_NAMES.includes(c.name.toLowerCase()) && /^(datetime|timestamp)/i.test(c.columnType),

@@ -112,7 +112,7 @@ export function mapMysqlType(columnType: string, json = false): MappedType {
 }
 
 /** COPY text format: backslash, newline, carriage return and tab escaped; NUL dropped. */
-export function copyEscape(text: string): string {
+function copyEscape(text: string): string {
   return text.replace(/[\\\n\r\t\0]/g, (c) =>
     c === '\\' ? '\\\\' : c === '\n' ? '\\n' : c === '\r' ? '\\r' : c === '\t' ? '\\t' : '',
   );
@@ -132,7 +132,7 @@ const NULL = '\\N';
  * The COPY field for one value of a column of that kind. Extraction reads with mysql2's
  * `typeCast: false`, so values arrive as the server's bytes (text in utf8mb4); strings are accepted too.
  */
-export function encodeValue(kind: ValueKind, value: string | Buffer | null): string {
+function encodeValue(kind: ValueKind, value: string | Buffer | null): string {
   if (value === null) return NULL;
   switch (kind) {
     case 'bool':

@@ -24,12 +24,7 @@ import { type PoolEntry, PostgresWarehouse } from './postgres-warehouse.ts';
 import type { Warehouse } from './warehouse.ts';
 
 export { qualified, quoteIdent, SAMPLE_LIMIT_DEFAULT, SAMPLE_LIMIT_MAX } from './postgres-sql.ts';
-export {
-  readControlPlaneIdentity,
-  type RoleFacts,
-  roleWarnings,
-  type ServerIdentity,
-} from './postgres-identity.ts';
+export { readControlPlaneIdentity, type RoleFacts, type ServerIdentity } from './postgres-identity.ts';
 
 export interface WarehouseSettings {
   statementTimeoutMs: number;

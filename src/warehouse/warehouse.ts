@@ -5,7 +5,7 @@ import type { ColumnProfile } from '../llm/profile.ts';
 /** A relation of a warehouse as introspection reports it. */
 export type RelationKind = 'table' | 'view' | 'materialized_view' | 'foreign_table' | 'partitioned_table';
 
-export interface IntrospectedColumn {
+interface IntrospectedColumn {
   name: string;
   /** PostgreSQL spelling, e.g. `character varying(255)`, `timestamp with time zone`. */
   type: string;
@@ -15,7 +15,7 @@ export interface IntrospectedColumn {
   position: number;
 }
 
-export interface IntrospectedForeignKey {
+interface IntrospectedForeignKey {
   name: string;
   columns: string[];
   references: { schema: string; table: string; columns: string[] };
@@ -47,6 +47,7 @@ export interface IntrospectOptions {
   tables?: string[];
 }
 
+/** @public The declarations of `dimas/client` (npm run build:types) name it in a procedure's output. */
 export interface ResultColumn {
   name: string;
   type: string;

@@ -4,7 +4,7 @@ import { build } from 'esbuild';
 import { chromium, type Browser } from 'playwright-core';
 
 /** Debian's chromium, which `.ci/run` installs when missing. */
-export const CHROMIUM_PATH = '/usr/bin/chromium';
+const CHROMIUM_PATH = '/usr/bin/chromium';
 
 /** Why browser tests cannot run here, or null when they can. */
 export const browserMissing: string | null = existsSync(CHROMIUM_PATH)

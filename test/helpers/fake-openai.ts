@@ -10,7 +10,7 @@ export interface CannedAnswer {
   delayMs?: number;
 }
 
-export interface RecordedRequest {
+interface RecordedRequest {
   headers: IncomingMessage['headers'];
   body: any;
   url: string;

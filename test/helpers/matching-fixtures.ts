@@ -44,7 +44,7 @@ export function loadTargetTable(name: string): TargetTable {
 }
 
 /** The fixture's tables as discovery sees them: types, keys and the patterns of the sampled values. */
-export function sourceTablesOf(fixture: MatchingFixture): SourceTable[] {
+function sourceTablesOf(fixture: MatchingFixture): SourceTable[] {
   return fixture.tables.map((t) => ({
     name: t.name,
     columns: t.columns.map((c) => ({

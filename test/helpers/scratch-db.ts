@@ -8,7 +8,7 @@ import { unique } from './api.ts';
 export const ADMIN_URL = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 
 /** The URL of database `name` on the ADMIN_URL server. */
-export function databaseUrl(name: string): string {
+function databaseUrl(name: string): string {
   const url = new URL(ADMIN_URL);
   url.pathname = `/${name}`;
   return url.toString();

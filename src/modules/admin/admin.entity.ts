@@ -68,7 +68,4 @@ export const VcsConfig = defineEntity({
   uniques: [{ properties: ['organization'] }],
 });
 
-export type CacheSettingsEntity = InferEntity<typeof CacheSettings>;
-export type FeatureSettingsEntity = InferEntity<typeof FeatureSettings>;
-export type UserFeatureOverrideEntity = InferEntity<typeof UserFeatureOverride>;
 export type VcsConfigEntity = InferEntity<typeof VcsConfig>;

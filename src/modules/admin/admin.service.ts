@@ -7,7 +7,7 @@ import { organizationOf } from '../../auth/tenancy.ts';
 import { createUser, deleteUserOf, setPassword, updateUserOf } from '../users/users.service.ts';
 import { Role, type RoleEntity } from '../users/users.entity.ts';
 
-export function roleView(role: RoleEntity, userCount?: number) {
+function roleView(role: RoleEntity, userCount?: number) {
   return {
     id: role.id,
     name: role.name,

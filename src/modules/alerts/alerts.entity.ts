@@ -3,8 +3,7 @@ import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
 import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 
-export const ALERT_STATUSES = ['active', 'dismissed', 'resolved'] as const;
-export type AlertStatus = (typeof ALERT_STATUSES)[number];
+const ALERT_STATUSES = ['active', 'dismissed', 'resolved'] as const;
 
 /**
  * A failing data-quality check. `check_key` is the dedup key: the migration's partial unique index

@@ -23,6 +23,6 @@ export const alertsRouter = router({
       ),
     )
     .input(s.dismissInput)
-    .output(s.dismissOutput)
+    .output(s.alertView)
     .mutation(({ ctx, input }) => alerts.dismissAlert(ctx, input)),
 });

@@ -62,5 +62,3 @@ export const dismissInput = z.object({
       'Snooze period: the alert comes back after it if the check still fails; without it, only when the failure changes',
     ),
 });
-
-export const dismissOutput = alertView;

@@ -20,7 +20,7 @@ function effectiveStatus(alert: AlertEntity, now: number): AlertEntity['status']
   return alert.status;
 }
 
-export function alertView(alert: AlertEntity, now = Date.now()) {
+function alertView(alert: AlertEntity, now = Date.now()) {
   const status = effectiveStatus(alert, now);
   return {
     id: alert.id,

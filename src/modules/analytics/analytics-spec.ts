@@ -18,7 +18,7 @@ export interface HypothesisShape {
   alpha: number | string;
 }
 
-export const sourceOf = (h: HypothesisShape): StatsSource => ({
+const sourceOf = (h: HypothesisShape): StatsSource => ({
   schema: h.targetSchema,
   table: h.targetTable,
   ...(h.filter ? { filter: h.filter } : {}),

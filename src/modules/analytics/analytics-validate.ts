@@ -13,7 +13,7 @@ import type { HypothesisShape } from './analytics-spec.ts';
  * engine's rule), and a LIMIT 0 query must plan, which also tells the metric's type.
  */
 
-export const NUMERIC_TYPE = /^(smallint|integer|bigint|numeric|decimal|real|double precision)\b/;
+const NUMERIC_TYPE = /^(smallint|integer|bigint|numeric|decimal|real|double precision)\b/;
 /** Types whose few distinct values can split a population; floats and free text rarely do. */
 const SEGMENT_TYPE = /^(text|character varying|character|boolean|smallint|integer|bigint|date)\b/;
 
@@ -45,11 +45,7 @@ export async function resolveTargetTable(
 }
 
 /** The columns an expression reads, each of which must be a column of `table`. */
-export async function columnsOf(
-  expression: string,
-  table: IntrospectedTable,
-  what: string,
-): Promise<string[]> {
+async function columnsOf(expression: string, table: IntrospectedTable, what: string): Promise<string[]> {
   await assertExpression(expression, what);
   const { columns } = await parseSqlExpression(expression);
   const known = new Set(table.columns.map((c) => c.name));
@@ -156,7 +152,7 @@ export interface ColumnProfile {
 }
 
 export const PROFILE_SAMPLE_ROWS = 10_000;
-export const MAX_SEGMENT_VALUES = 20;
+const MAX_SEGMENT_VALUES = 20;
 
 /** Columns that can split a population: the segment-friendly types, minus keys and identifiers. */
 export function segmentCandidates(table: IntrospectedTable): { name: string; type: string }[] {

@@ -15,7 +15,6 @@ export const STAT_TESTS = [
 
 /** draft → queued → running → tested | failed; a new test run starts the cycle again. */
 export const HYPOTHESIS_STATUSES = ['draft', 'queued', 'running', 'tested', 'failed'] as const;
-export type HypothesisStatus = (typeof HYPOTHESIS_STATUSES)[number];
 
 export interface StoredMetric {
   expression: string;

@@ -18,7 +18,7 @@ export const HYPOTHESIS_TEST_KIND = 'hypothesis-test';
  */
 export const handlerReturned = new EventEmitter<Record<string, []>>().setMaxListeners(0);
 
-export interface HypothesisTestPayload extends Record<string, unknown> {
+interface HypothesisTestPayload extends Record<string, unknown> {
   hypothesis_id: string;
 }
 
@@ -48,7 +48,7 @@ async function record(em: EntityManager, context: JobContext, id: string, set: s
  * Runs the hypothesis' test on its workspace's target warehouse: the engine pushes the sufficient
  * statistics down as one read-only query; only their few rows come back.
  */
-export async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, context: JobContext) {
+async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, context: JobContext) {
   const em = deps.orm.em.fork() as EntityManager;
   const hypothesis = await em.findOne(
     Hypothesis,

@@ -14,7 +14,7 @@ const testName = z
 const alpha = z.number().gt(0).lt(1).describe('Significance level, e.g. 0.05');
 const columnName = z.string().min(1).max(63);
 
-export const metricInput = z.object({
+const metricInput = z.object({
   expression: expression.describe(
     'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"',
   ),
@@ -24,7 +24,7 @@ export const metricInput = z.object({
     .describe("Read from the expression's type when omitted (boolean expressions count as 1/0)"),
 });
 
-export const segmentInput = z
+const segmentInput = z
   .object({
     column: columnName.optional().describe('A column whose values are the groups'),
     condition: expression.optional().describe('A boolean rule: groups "true" and "false"'),
@@ -124,7 +124,7 @@ export const generateInput = z.object({
   save: z.boolean().default(true).describe('Store the proposals as draft hypotheses'),
 });
 
-export const proposalOutput = z.object({
+const proposalOutput = z.object({
   hypothesis_id: z.string().nullable().describe('Set when saved'),
   statement: z.string(),
   table: z.string(),
@@ -178,7 +178,7 @@ export const runOutput = z.object({
 });
 
 /** Long enough to cover most tests, short enough for proxies that close idle requests. */
-export const MAX_STATUS_WAIT_MS = 25_000;
+const MAX_STATUS_WAIT_MS = 25_000;
 
 export const statusInput = hypothesisIdInput.extend({
   wait_ms: z.coerce
@@ -248,7 +248,7 @@ export const createInsightInput = z.object({
   description: z.string().max(10_000).default(''),
 });
 
-export const insightIdInput = z.object({ insight_id: z.string().min(1).max(64) });
+const insightIdInput = z.object({ insight_id: z.string().min(1).max(64) });
 
 export const performanceInput = insightIdInput.extend({
   metrics: jsonObject.describe('Audience results, e.g. { "ctr": 0.031, "roas": 2.4, "audience_id": "…" }'),

@@ -29,7 +29,7 @@ export const execute = (scope: CallerScope, input: { sql: string; limit?: number
 
 // ---- hypotheses ----
 
-export function hypothesisView(h: HypothesisEntity) {
+function hypothesisView(h: HypothesisEntity) {
   const segment: StoredSegment = {};
   if (h.segment.column) segment.column = h.segment.column;
   if (h.segment.condition) segment.condition = h.segment.condition;
@@ -59,7 +59,7 @@ export function hypothesisView(h: HypothesisEntity) {
 }
 
 /** A hypothesis of the caller's organization and current workspace; anything else → 404. */
-export async function findHypothesis(scope: CallerScope, id: string): Promise<HypothesisEntity> {
+async function findHypothesis(scope: CallerScope, id: string): Promise<HypothesisEntity> {
   const workspace = await currentWorkspace(scope);
   if (!UUID.test(id)) throw notFound('Hypothesis');
   const hypothesis = await scope.em.findOne(Hypothesis, {

@@ -17,7 +17,7 @@ import { audienceTarget } from './audience-materialize.job.ts';
 
 export const EXPORT_KIND = 'audience-export';
 
-export interface ExportPayload extends Record<string, unknown> {
+interface ExportPayload extends Record<string, unknown> {
   export_id: string;
 }
 
@@ -244,7 +244,7 @@ async function record(
   await fresh.flush();
 }
 
-export async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context: JobContext) {
+async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context: JobContext) {
   const em = deps.orm.em.fork() as EntityManager;
   const exp = await em.findOne(
     AudienceExport,

@@ -15,7 +15,7 @@ import type { ConnectionConfig } from '../../warehouse/config.ts';
 
 export const MATERIALIZE_KIND = 'audience-materialize';
 
-export interface MaterializePayload extends Record<string, unknown> {
+interface MaterializePayload extends Record<string, unknown> {
   audience_id: string;
 }
 
@@ -34,7 +34,7 @@ export function audienceTarget(deps: AppDeps, em: EntityManager, audience: Audie
  * warehouse transaction, so readers see the old members or the new ones, never a half-written table;
  * the previous version is dropped in that transaction too.
  */
-export async function materializeAudience(deps: AppDeps, payload: MaterializePayload, context: JobContext) {
+async function materializeAudience(deps: AppDeps, payload: MaterializePayload, context: JobContext) {
   const em = deps.orm.em.fork() as EntityManager;
   const audience = await em.findOne(
     Audience,

@@ -29,7 +29,7 @@ const SCHEDULE_MS: Record<ExportSchedule, number | null> = {
 const nextRun = (schedule: ExportSchedule, from = Date.now()) =>
   SCHEDULE_MS[schedule] ? new Date(from + SCHEDULE_MS[schedule]!) : null;
 
-export const downloadUrl = (exportId: string) => `/api/api/audiences/exports/${exportId}/download`;
+const downloadUrl = (exportId: string) => `/api/api/audiences/exports/${exportId}/download`;
 
 interface RunRow {
   id: string;
@@ -81,7 +81,7 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
   return rest;
 }
 
-export function exportView(exp: AudienceExportEntity, run?: RunRow) {
+function exportView(exp: AudienceExportEntity, run?: RunRow) {
   return {
     id: exp.id,
     audience_id: exp.audience.id,

@@ -24,23 +24,22 @@ export const RULE_OPS = [
   'is not null',
   'within last days',
 ] as const;
-export type RuleOp = (typeof RULE_OPS)[number];
 
-export interface RuleCondition {
+interface RuleCondition {
   field: string;
   op: string;
   value?: unknown;
 }
-export type RuleNode = RuleCondition | RuleGroup;
-export type RuleGroup = { all: RuleNode[] } | { any: RuleNode[] };
+type RuleNode = RuleCondition | RuleGroup;
+type RuleGroup = { all: RuleNode[] } | { any: RuleNode[] };
 
 export interface SchemaColumn {
   name: string;
   type: string;
 }
 
-export const MAX_DEPTH = 8;
-export const MAX_CONDITIONS = 500;
+const MAX_DEPTH = 8;
+const MAX_CONDITIONS = 500;
 const MAX_LIST_VALUES = 1000;
 const MAX_DAYS = 36_500;
 
@@ -63,7 +62,7 @@ const OPS_BY_TYPE: Record<string, string[]> = {
 };
 
 /** Spellings people use for the same operator. */
-export function normalizeOp(op: string): string {
+function normalizeOp(op: string): string {
   const o = op.trim().toLowerCase().replaceAll('_', ' ').replace(/\s+/g, ' ');
   if (o === '<>' || o === 'not equals' || o === 'neq') return '!=';
   if (o === '==' || o === 'equals' || o === 'eq') return '=';

@@ -4,16 +4,13 @@ import { Organization, User } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 
 export const MATERIALIZATION_STATUSES = ['never', 'queued', 'running', 'succeeded', 'failed'] as const;
-export type MaterializationStatus = (typeof MATERIALIZATION_STATUSES)[number];
 
 export const DESTINATION_TYPES = ['csv', 'postgres', 'webhook'] as const;
-export type DestinationType = (typeof DESTINATION_TYPES)[number];
 
 export const EXPORT_SCHEDULES = ['manual', 'hourly', 'daily', 'weekly'] as const;
 export type ExportSchedule = (typeof EXPORT_SCHEDULES)[number];
 
 export const EXPORT_STATUSES = ['active', 'paused'] as const;
-export type ExportStatus = (typeof EXPORT_STATUSES)[number];
 
 export interface MaterializedColumn {
   name: string;
@@ -101,7 +98,7 @@ export const AudienceExport = defineEntity({
 export type AudienceExportEntity = InferEntity<typeof AudienceExport>;
 
 /** One ad platform's daily figures for an audience and campaign; written by idempotent upsert. */
-export const AudiencePerformanceMetric = defineEntity({
+const AudiencePerformanceMetric = defineEntity({
   name: 'AudiencePerformanceMetric',
   tableName: 'audience_performance_metrics',
   properties: {
@@ -124,7 +121,7 @@ export const AudiencePerformanceMetric = defineEntity({
 });
 
 /** A conversion of a member, deduplicated on its external id within the organization. */
-export const AudienceConversion = defineEntity({
+const AudienceConversion = defineEntity({
   name: 'AudienceConversion',
   tableName: 'audience_conversions',
   properties: {

@@ -13,7 +13,7 @@ const columnList = z.array(columnName).max(100);
 
 // ---- audiences ----
 
-export const definitionInput = z
+const definitionInput = z
   .object({
     type: z.enum(['rules', 'sql']),
     rules: jsonObject
@@ -102,7 +102,7 @@ export const deleteAudienceOutput = z.object({
   warehouse_error: z.string().nullable().describe('Why the warehouse could not be cleaned, if it could not'),
 });
 
-export const runOutput = z.object({
+const runOutput = z.object({
   run_id: z.string(),
   status: z.string(),
   created: z.boolean().describe('false when a run already under way was returned'),
@@ -193,14 +193,14 @@ const webhookDestination = z.object({
   max_retries: z.number().int().min(0).max(10).default(3),
   timeout_ms: z.number().int().min(100).max(120_000).default(10_000),
 });
-export const destinationInput = z.discriminatedUnion('type', [
+const destinationInput = z.discriminatedUnion('type', [
   csvDestination,
   postgresDestination,
   webhookDestination,
 ]);
 export type DestinationInput = z.infer<typeof destinationInput>;
 
-export const fieldMappingInput = z
+const fieldMappingInput = z
   .array(z.object({ source: columnName, destination: z.string().trim().min(1).max(63) }))
   .min(1)
   .max(200)
@@ -215,7 +215,7 @@ export const createExportInput = z.object({
   run_now: z.boolean().default(true),
 });
 
-export const exportIdInput = z.object({ export_id: uuidParam('Export') });
+const exportIdInput = z.object({ export_id: uuidParam('Export') });
 export const updateExportInput = exportIdInput.extend({
   name: z.string().trim().min(1).max(200).optional(),
   destination: destinationInput.optional(),
@@ -237,7 +237,7 @@ const runView = z.object({
   finished_at: timestamp.nullable(),
 });
 
-export const exportOutput = z.object({
+const exportOutput = z.object({
   id: z.string(),
   audience_id: z.string(),
   name: z.string(),
@@ -260,8 +260,8 @@ export const exportOutput = z.object({
 export const exportWithRunOutput = z.object({ export: exportOutput, run: runOutput.nullable() });
 export const exportListOutput = z.object({ audience_id: z.string(), exports: z.array(exportOutput) });
 
-export const PREVIEW_LIMIT_DEFAULT = 100;
-export const PREVIEW_LIMIT_MAX = 1000;
+const PREVIEW_LIMIT_DEFAULT = 100;
+const PREVIEW_LIMIT_MAX = 1000;
 export const previewInput = z.object({
   audience_id: uuidParam('Audience'),
   export_id: uuidParam('Export'),
@@ -305,7 +305,7 @@ export const metricInput = z.object({
   currency,
 });
 
-export const metricOutput = z.object({
+const metricOutput = z.object({
   id: z.string(),
   audience_segment_id: z.string(),
   ad_platform: z.string(),
@@ -349,7 +349,7 @@ export const conversionInput = z.object({
   ad_platform: z.string().trim().min(1).max(64).optional(),
   campaign_id: z.string().trim().min(1).max(255).optional(),
 });
-export const conversionOutput = z.object({
+const conversionOutput = z.object({
   id: z.string(),
   audience_id: z.string(),
   customer_id: z.string(),

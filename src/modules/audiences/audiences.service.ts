@@ -19,7 +19,7 @@ import {
   type WorkspaceEntity,
 } from '../workspaces/workspaces.service.ts';
 import { compileRules } from './audiences-rules.ts';
-import { MATERIALIZED_SCHEMA, qualifiedName, schemaTable } from './audiences-sql.ts';
+import { qualifiedName, schemaTable } from './audiences-sql.ts';
 import { Audience, AudienceExport, type AudienceEntity } from './audiences.entity.ts';
 
 // ---- shared look-ups ----
@@ -31,7 +31,7 @@ export interface Target {
 }
 
 /** The workspace's target warehouse; 409 when none is configured (nothing to select from). */
-export function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): Target {
+function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): Target {
   const config = requiredConnectionConfig(scope, workspace, 'target');
   return { config, database: config.database, schema: config.schemas[0] };
 }
@@ -65,11 +65,11 @@ export async function findAudience(scope: CallerScope, id: string, workspace?: W
   return { audience, workspace: ws };
 }
 
-export function isStale(audience: AudienceEntity): boolean {
+function isStale(audience: AudienceEntity): boolean {
   return audience.materializedVersion != null && audience.materializedVersion !== audience.definitionVersion;
 }
 
-export function audienceView(audience: AudienceEntity) {
+function audienceView(audience: AudienceEntity) {
   const materialized = !!audience.materializedView && !!audience.materializedSchema;
   return {
     id: audience.id,
@@ -395,8 +395,8 @@ export const RATIOS_SQL = `
   round(conversions / nullif(clicks, 0), 6) as conversion_rate,
   round(revenue / nullif(spend, 0), 6) as roas`;
 
-export const num = (v: unknown) => (v == null ? 0 : Number(v));
-export const ratio = (v: unknown) => (v == null ? null : Number(v));
+const num = (v: unknown) => (v == null ? 0 : Number(v));
+const ratio = (v: unknown) => (v == null ? null : Number(v));
 
 export function figuresOf(row: Record<string, unknown>) {
   return {
@@ -483,5 +483,3 @@ export async function dashboard(scope: CallerScope) {
       })),
   };
 }
-
-export { MATERIALIZED_SCHEMA };

@@ -1,4 +1,4 @@
-import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { defineEntity, p } from '@mikro-orm/core';
 import { User } from '../users/users.entity.ts';
 
 /** Only sha256(token) is stored, so a leaked table cannot be replayed (the Lucia guide's scheme). */
@@ -26,5 +26,3 @@ export const LoginFailure = defineEntity({
     at: p.datetime().onCreate(() => new Date()),
   },
 });
-
-export type SessionEntity = InferEntity<typeof Session>;

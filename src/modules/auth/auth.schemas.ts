@@ -26,7 +26,7 @@ export const loginInput = z.object({
 });
 export const superAdminLoginInput = z.object({ username: z.string().min(1).max(255), password });
 
-export const userInfo = z.object({
+const userInfo = z.object({
   id: z.string(),
   username: z.string(),
   organization_id: z.string().nullable(),
@@ -71,7 +71,7 @@ export const organizationOutput = z.object({
   created_at: timestamp,
   updated_at: timestamp,
 });
-export const organizationSummaryOutput = organizationOutput.extend({
+const organizationSummaryOutput = organizationOutput.extend({
   user_count: z.number().int(),
   workspace_count: z.number().int(),
 });

@@ -32,7 +32,7 @@ export function organizationView(org: OrganizationEntity) {
   };
 }
 
-export function principalInfo(principal: Principal) {
+function principalInfo(principal: Principal) {
   return {
     id: principal.id,
     username: principal.username,
@@ -368,7 +368,7 @@ export async function superAdminDeleteUser(scope: CallerScope, userId: string) {
 
 // ---- logs ----
 
-export function logDirectory(scope: Scope): string {
+function logDirectory(scope: Scope): string {
   return join(scope.deps.env.dataDir, 'logs');
 }
 

@@ -19,7 +19,7 @@ export interface CleaningProposal extends ProposedBy {
   description: string;
 }
 
-export interface CleaningColumn {
+interface CleaningColumn {
   name: string;
   type: string;
   patterns?: PatternShare[];

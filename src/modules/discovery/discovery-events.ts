@@ -14,7 +14,7 @@ const FOLLOW_MS = 200;
 const CANCEL_WAIT_MS = 10_000;
 
 const TERMINAL = new Set(['completed', 'cancelled', 'error']);
-export const isTerminal = (event: DiscoveryEvent) =>
+const isTerminal = (event: DiscoveryEvent) =>
   TERMINAL.has(event.type) && !(event.type === 'error' && !event.fatal);
 
 /**
@@ -29,7 +29,7 @@ export function eventIds(resumedFrom?: string | null): (event: DiscoveryEvent) =
   };
 }
 
-export function parseEventId(id: string): { runId: string; seq: number } {
+function parseEventId(id: string): { runId: string; seq: number } {
   const match = /^([0-9a-f-]{36}):(\d{1,9})$/i.exec(id.trim());
   if (!match)
     throw new AppError(

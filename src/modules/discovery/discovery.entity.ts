@@ -3,8 +3,7 @@ import { uuidPrimaryKey } from '../../db/base-entity.ts';
 import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 
-export const DISCOVERY_STATUSES = ['running', 'completed', 'cancelled', 'failed'] as const;
-export type DiscoveryStatus = (typeof DISCOVERY_STATUSES)[number];
+export type DiscoveryStatus = 'running' | 'completed' | 'cancelled' | 'failed';
 
 /**
  * One discovery run. The row is the lock: a partial unique index allows one `running` row per

@@ -10,7 +10,7 @@ import { toTRPCError } from '../../trpc/errors.ts';
 
 const write = permissionProcedure('workspace.write');
 
-export const SSE_DESCRIPTION =
+const SSE_DESCRIPTION =
   'The response is a `text/event-stream`: one message per event, `event: <type>` (started, progress, ' +
   'table_profiled, suggestion, ambiguity, completed, cancelled, error), `id: <run_id>:<seq>` and ' +
   '`data: <event JSON>` (the schema below), and a `: heartbeat` comment every 15 s so that idle proxies keep ' +

@@ -34,7 +34,7 @@ const candidate = z.object({
   evidence: suggestionEvidence.nullable().optional(),
 });
 
-export const PROGRESS_STEPS = [
+const PROGRESS_STEPS = [
   'introspected',
   'profiling',
   'profiled',

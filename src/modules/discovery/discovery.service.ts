@@ -33,9 +33,9 @@ import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cac
 import type { DiscoverInput, DiscoveryEvent } from './discovery.schemas.ts';
 
 /** How often a running discovery proves it is alive (and learns of a cancel from another process). */
-export const HEARTBEAT_MS = 15_000;
+const HEARTBEAT_MS = 15_000;
 /** A running row without a heartbeat for this long belongs to a process that died: it is taken over. */
-export const STALE_AFTER_SECONDS = 60;
+const STALE_AFTER_SECONDS = 60;
 /** Least time between two reads of the run row at step boundaries (cancel latency on quick steps). */
 const CHECK_MS = 250;
 /** Source tables offered to the model per target table: those the offline candidates come from. */

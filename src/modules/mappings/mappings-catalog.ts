@@ -69,7 +69,7 @@ export async function sourceCatalog(
 }
 
 /** `customers` or `shop.customers` → the catalog table; null when the source has none (or several). */
-export function findSourceTable(catalog: SourceCatalog, written: string): CatalogTable | 'ambiguous' | null {
+function findSourceTable(catalog: SourceCatalog, written: string): CatalogTable | 'ambiguous' | null {
   const exact = catalog.byKey.get(written);
   if (exact) return exact;
   if (written.includes('.')) return null;

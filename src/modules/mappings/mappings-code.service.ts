@@ -28,7 +28,7 @@ import { generationInput } from './mappings-wildcard.ts';
 
 // ---- generated SQL ----
 
-export async function workingSql(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
+async function workingSql(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
   const { mapping: input, target } = await generationInput(scope, workspace, mapping);
   return { ...(await generateSelectSql(input, target)), target };
 }

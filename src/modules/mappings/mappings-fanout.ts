@@ -97,11 +97,11 @@ export async function measureFanOut(
   return figures;
 }
 
-export const multiplies = (f: FanOut) =>
+const multiplies = (f: FanOut) =>
   f.measured && f.primary_rows !== null && f.joined_rows !== null && f.joined_rows > f.primary_rows;
 
 /** The figure in words: what a reviewer needs to decide between aggregating and accepting. */
-export function fanOutMessage(f: FanOut): string {
+function fanOutMessage(f: FanOut): string {
   const per =
     f.multiplied_rows !== null
       ? `${f.multiplied_rows} of ${f.primary_rows} primary rows match more than one row (up to ${f.max_rows_per_primary_row})`

@@ -22,10 +22,10 @@ export async function latestCommits(em: EntityManager, workspace: WorkspaceEntit
   return latest;
 }
 
-export const mappingFilePath = (tableName: string) => `mappings/${tableName}.json`;
-export const sqlFilePath = (tableName: string) => `mappings/${tableName}.sql`;
+const mappingFilePath = (tableName: string) => `mappings/${tableName}.json`;
+const sqlFilePath = (tableName: string) => `mappings/${tableName}.sql`;
 
-export async function mappingFiles(scope: Scope, workspace: WorkspaceEntity): Promise<WorkspaceFile[]> {
+async function mappingFiles(scope: Scope, workspace: WorkspaceEntity): Promise<WorkspaceFile[]> {
   const mappings = await scope.em.find(TableMapping, {
     organization: workspace.organization.id,
     workspace: workspace.id,

@@ -9,11 +9,7 @@ import { requireMapping, WILDCARD_FIELD } from './mappings.service.ts';
 // ---- wildcard ----
 
 /** Target columns filled by name from the wildcard tables; explicit connections and transformations win. */
-export function wildcardFields(
-  mapping: TableMappingEntity,
-  target: TargetTable,
-  catalog: SourceCatalog | null,
-) {
+function wildcardFields(mapping: TableMappingEntity, target: TargetTable, catalog: SourceCatalog | null) {
   const wildcards = mapping.connections
     .filter((c) => c.target_field === WILDCARD_FIELD && !c.stale)
     .map((c) => splitSourceField(c.source_field)!.table);

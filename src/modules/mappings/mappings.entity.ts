@@ -57,7 +57,7 @@ export interface MappingDecision {
   cleaning?: 'refused' | null;
 }
 
-export interface AmbiguityCandidate {
+interface AmbiguityCandidate {
   source_field: string;
   confidence: number | null;
   evidence?: SuggestionEvidence | null;
@@ -122,7 +122,5 @@ export const MappingCommit = defineEntity({
   },
   uniques: [{ properties: ['workspace', 'tableName', 'version'] }],
 });
-
-export type MappingCommitEntity = InferEntity<typeof MappingCommit>;
 
 export const mappingEntities = [TableMapping, MappingCommit];

@@ -17,7 +17,7 @@ import { mappedSourceConfig } from '../sources/source-copy.ts';
 import { MappingCommit, TableMapping } from './mappings.entity.ts';
 import { MATERIALIZE_MAPPING_KIND } from './mappings.service.ts';
 
-export interface MaterializeMappingPayload extends Record<string, unknown> {
+interface MaterializeMappingPayload extends Record<string, unknown> {
   workspace_id: string;
   table_name: string;
   commit_id: string;
@@ -74,7 +74,7 @@ async function checkRowCount(source: Warehouse, tables: Record<string, MappingTa
 }
 
 /** Same server, database and login: the SELECT can run inside the target database itself. */
-export function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean {
+function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean {
   const host = (h: string) => (/^(localhost|127\.0\.0\.1|::1)$/i.test(h) ? 'loopback' : h.toLowerCase());
   return host(a.host) === host(b.host) && a.port === b.port && a.database === b.database && a.user === b.user;
 }
@@ -159,11 +159,7 @@ async function streamedCopy(
  * table shaped like the target, which then replaces it in one short transaction: readers see the old
  * rows or the new ones, and a run that fails leaves the previous content as it was.
  */
-export async function materializeMapping(
-  deps: AppDeps,
-  payload: MaterializeMappingPayload,
-  context: JobContext,
-) {
+async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayload, context: JobContext) {
   const started = performance.now();
   const em = deps.orm.em.fork() as EntityManager;
   const organization = context.organizationId;

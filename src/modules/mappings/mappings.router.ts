@@ -260,7 +260,7 @@ export const mappingsRouter = router({
         tag,
       ),
     )
-    .input(s.materializeInput)
+    .input(s.tableNameParam)
     .output(s.materializeOutput)
     .mutation(({ ctx, input }) => code.materialize(ctx, input.table_name)),
 });

@@ -63,7 +63,7 @@ export const suggestionEvidence = z
   })
   .describe('Why discovery proposed this source; absent for a connection a person made');
 
-export const connectionOutput = z.object({
+const connectionOutput = z.object({
   source_field: z.string(),
   target_field: z.string(),
   status: z.enum(['suggested', 'confirmed']),
@@ -203,7 +203,7 @@ export const tableInput = tableNameParam.extend({
     ),
 });
 
-export const problem = z.object({ path: z.array(z.union([z.string(), z.number()])), message: z.string() });
+const problem = z.object({ path: z.array(z.union([z.string(), z.number()])), message: z.string() });
 
 export const validateOutput = z.object({
   table_name: z.string(),
@@ -415,7 +415,6 @@ export const commitOutput = z.object({
   }),
 });
 
-export const materializeInput = tableNameParam;
 export const materializeOutput = z.object({
   run_id: z.string(),
   status: z.enum(['queued', 'running', 'succeeded', 'failed', 'cancelled']),

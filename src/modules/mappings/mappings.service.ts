@@ -104,7 +104,7 @@ export function mappingDocument(mapping: MappingFields) {
 }
 
 /** The mapping the newest commit of a table recorded (null before the first commit). */
-export async function committedMapping(
+async function committedMapping(
   em: EntityManager,
   workspace: WorkspaceEntity,
   tableName: string,

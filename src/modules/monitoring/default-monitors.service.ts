@@ -19,7 +19,7 @@ import { DefaultMonitor } from './monitoring.entity.ts';
  * remembered (monitoring_default_monitors) and never proposed again.
  */
 
-export const DEFAULT_FRESHNESS_MAX_AGE_SECONDS = 48 * 3600;
+const DEFAULT_FRESHNESS_MAX_AGE_SECONDS = 48 * 3600;
 
 export interface DefaultMonitorProposal {
   key: string;

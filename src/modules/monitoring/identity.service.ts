@@ -65,7 +65,7 @@ export interface IdentityLimits {
   max_merge_jump_ratio: number;
 }
 
-export const IDENTITY_DEFAULTS: IdentityLimits = {
+const IDENTITY_DEFAULTS: IdentityLimits = {
   max_cluster_size: 1000,
   max_degree: 100,
   max_merge_jump_ratio: 0.5,
@@ -78,7 +78,7 @@ function identityConfig(workspace: WorkspaceEntity): IdentityResolutionSettings 
 }
 
 /** Per-workspace limits, from the workspace's admin setting `identity_resolution` when present. */
-export function identitySettings(workspace: WorkspaceEntity): IdentityLimits {
+function identitySettings(workspace: WorkspaceEntity): IdentityLimits {
   const raw = identityConfig(workspace);
   return {
     max_cluster_size: raw.max_cluster_size ?? IDENTITY_DEFAULTS.max_cluster_size,
@@ -89,7 +89,7 @@ export function identitySettings(workspace: WorkspaceEntity): IdentityLimits {
 
 type SchemaColumn = TargetSchema['tables'][number]['columns'][number];
 
-export function identifierOf(column: SchemaColumn): IdentifierColumn | null {
+function identifierOf(column: SchemaColumn): IdentifierColumn | null {
   const name = column.name;
   const type = column.type.toLowerCase();
   if (EMAIL.test(name) && type === 'text') return { column: name, type: 'email', normalize: 'email' };
@@ -103,7 +103,7 @@ export function identifierOf(column: SchemaColumn): IdentifierColumn | null {
 }
 
 /** The mapped tables of the target schema that exist in the warehouse, with their identifier columns. */
-export async function identitySources(
+async function identitySources(
   em: EntityManager,
   workspace: WorkspaceEntity,
   targetSchema: string,
@@ -202,7 +202,7 @@ export interface IdentityPlan {
  * columns. The unified profile gets a field per identifier type, the configured fields, and the
  * columns that two or more sources share.
  */
-export async function planIdentity(
+async function planIdentity(
   deps: AppDeps,
   em: EntityManager,
   workspace: WorkspaceEntity,

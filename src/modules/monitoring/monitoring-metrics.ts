@@ -5,7 +5,7 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from '../../w
 import { MetricSnapshot } from './monitoring.entity.ts';
 
 /** Snapshots older than this are pruned when a newer one of the workspace is stored. */
-export const SNAPSHOT_RETENTION_DAYS = 90;
+const SNAPSHOT_RETENTION_DAYS = 90;
 /** Tables measured at the same time (each is one statement on its own pooled connection). */
 const CONCURRENCY = 4;
 

@@ -24,7 +24,6 @@ export const MetricSnapshot = defineEntity({
     createdAt: p.datetime().onCreate(() => new Date()),
   },
 });
-export type MetricSnapshotEntity = InferEntity<typeof MetricSnapshot>;
 
 /**
  * A workspace's identity graph: where its tables live in the target warehouse (created by
@@ -66,6 +65,5 @@ export const DefaultMonitor = defineEntity({
   },
   uniques: [{ properties: ['workspace', 'monitorKey'] }],
 });
-export type DefaultMonitorEntity = InferEntity<typeof DefaultMonitor>;
 
 export const monitoringEntities = [MetricSnapshot, IdentityGraph, DefaultMonitor];

@@ -5,13 +5,13 @@ import { buildIdentityGraph } from './identity.service.ts';
 import { runMonitoring, type MonitoringReason } from './monitoring-run.service.ts';
 
 export const IDENTITY_RESOLUTION_KIND = 'identity-resolution';
-export const MONITORING_RUN_KIND = 'monitoring-run';
+const MONITORING_RUN_KIND = 'monitoring-run';
 /** A workspace with checks is measured at least this often. */
-export const MONITORING_INTERVAL_MS = 60 * 60_000;
+const MONITORING_INTERVAL_MS = 60 * 60_000;
 /** An identity graph is rebuilt at least this often (and after every materialization). */
-export const IDENTITY_REBUILD_INTERVAL_MS = 24 * 60 * 60_000;
+const IDENTITY_REBUILD_INTERVAL_MS = 24 * 60 * 60_000;
 
-export interface MonitoringRunPayload extends Record<string, unknown> {
+interface MonitoringRunPayload extends Record<string, unknown> {
   workspace_id: string;
   reason: MonitoringReason;
 }

@@ -3,7 +3,7 @@ import { timestamp } from '../../trpc/common-schemas.ts';
 
 const scalar = z.union([z.number(), z.string()]).nullable();
 
-export const columnMetricsView = z.object({
+const columnMetricsView = z.object({
   name: z.string(),
   type: z.string(),
   null_count: z.number().int(),
@@ -15,7 +15,7 @@ export const columnMetricsView = z.object({
   max: scalar,
 });
 
-export const tableMetricsView = z.object({
+const tableMetricsView = z.object({
   table: z.string().describe('schema.table'),
   row_count: z.number().int(),
   columns: z.array(columnMetricsView),

@@ -26,7 +26,7 @@ import { IdentityGraph } from './monitoring.entity.ts';
 import { PROFILE_TABLE } from '../../quality/golden-records.ts';
 
 /** Tables one metrics request measures; more are reported as `truncated` (monitoring runs measure all configured ones). */
-export const MAX_TABLES_PER_REQUEST = 100;
+const MAX_TABLES_PER_REQUEST = 100;
 
 function requireTarget(scope: CallerScope, workspace: WorkspaceEntity): ConnectionConfig {
   const config = requiredConnectionConfig(scope, workspace, 'target');

@@ -1,4 +1,4 @@
-import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+import { defineEntity, p } from '@mikro-orm/core';
 import { timestamps, uuidPrimaryKey } from '../../db/base-entity.ts';
 import { Organization } from '../users/users.entity.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
@@ -28,7 +28,5 @@ export const TransformationProject = defineEntity({
   },
   uniques: [{ properties: ['workspace'] }],
 });
-
-export type TransformationProjectEntity = InferEntity<typeof TransformationProject>;
 
 export const pipelineEntities = [TransformationProject];

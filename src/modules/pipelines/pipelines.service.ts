@@ -29,7 +29,7 @@ import { profileOptionsOf, type RecordedProfilePlan } from '../../quality/golden
 import { mappedSourceConfig } from '../sources/source-copy.ts';
 
 /** Where the project's files sit in the workspace's file projection (git-diff, download, VCS). */
-export const PROJECT_DIR = 'transformation';
+const PROJECT_DIR = 'transformation';
 
 const sha = (value: unknown) => createHash('sha256').update(canonicalJson(value)).digest('hex');
 
@@ -296,7 +296,7 @@ export async function deleteProject(scope: CallerScope) {
 const unescapeJinja = (s: string) => s.replace(/\\(.)/g, '$1');
 
 /** `{{ source('shop', 'customers') }}` → "shop"."customers": the model as the database runs it. */
-export function renderModel(sql: string): string {
+function renderModel(sql: string): string {
   return sql
     .replace(
       /\{\{\s*source\('((?:[^'\\]|\\.)*)',\s*'((?:[^'\\]|\\.)*)'\)\s*\}\}/g,

@@ -17,7 +17,7 @@ const common = {
   description: z.string().max(2000).optional(),
 };
 
-export const postgresDestination = z.object({
+const postgresDestination = z.object({
   ...common,
   type: z.literal('postgres'),
   host: z.string().min(1).max(255),
@@ -33,7 +33,7 @@ export const postgresDestination = z.object({
   ssl: z.boolean().default(false),
 });
 
-export const webhookDestination = z.object({
+const webhookDestination = z.object({
   ...common,
   type: z.literal('webhook'),
   url: z
@@ -46,7 +46,7 @@ export const webhookDestination = z.object({
   secret_set: z.boolean().optional().describe('As returned on read; like password_set'),
 });
 
-export const csvDestination = z.object({
+const csvDestination = z.object({
   ...common,
   type: z.literal('csv'),
   file_name: z

@@ -12,7 +12,7 @@ import type { ReverseEtlDestination } from './reverse-etl.schemas.ts';
  * of kind reverse_etl_connection.
  */
 
-export const SETTINGS_KEY = 'reverse_etl_connections';
+const SETTINGS_KEY = 'reverse_etl_connections';
 
 type Stored = Record<string, unknown>;
 type Destination = Record<string, unknown> & { name: string; type: string };
@@ -52,7 +52,7 @@ export function sealSettingsSecrets(scope: Scope, values: Stored, stored: Stored
   return { ...values, [SETTINGS_KEY]: (list as Destination[]).map((d) => sealOne(scope, d, previous)) };
 }
 
-export function maskDestination(d: Destination): Destination {
+function maskDestination(d: Destination): Destination {
   const secret = SECRET_OF[d.type];
   if (!secret) return d;
   const { [secret.field]: sealed, ...rest } = d;

@@ -11,7 +11,7 @@ const indicator = z
 
 const column = z.object({ table: z.string(), column: z.string(), type: z.string() });
 
-export const schemaDiff = z.object({
+const schemaDiff = z.object({
   in_sync: z.boolean(),
   missing_tables: z.array(z.string()),
   extra_tables: z

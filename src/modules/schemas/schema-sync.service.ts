@@ -32,7 +32,7 @@ import type { TargetSchema } from './schemas.schemas.ts';
 type Indicator = 'in_sync' | 'pending' | 'drifted' | 'error';
 
 /** What the warehouse must match: table structure only (descriptions and tests do not change DDL). */
-export function structureFingerprint(schema: TargetSchema): string {
+function structureFingerprint(schema: TargetSchema): string {
   const tables = [...schema.tables]
     .sort((a, b) => a.name.localeCompare(b.name))
     .map((t) => ({

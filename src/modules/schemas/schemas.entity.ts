@@ -59,6 +59,4 @@ export const SchemaSyncRun = defineEntity({
   },
 });
 
-export type SchemaSyncRunEntity = InferEntity<typeof SchemaSyncRun>;
-
 export const schemaEntities = [SchemaConfig, SchemaSyncRun];

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { identifierName, jsonObject, timestamp } from '../../trpc/common-schemas.ts';
+import { timestamp } from '../../trpc/common-schemas.ts';
 import { columnTestConfigSchema } from '../../quality/rules.ts';
 import { PORTABLE_TYPES } from '../../warehouse/types.ts';
 
@@ -10,7 +10,7 @@ const IDENTIFIER_RULE = 'must be a SQL identifier: a letter or _, then letters, 
  * Names and types are plain strings here and checked in one refinement over the whole document, so
  * that a save answers with every problem at once instead of stopping at the first bad column.
  */
-export const targetColumnSchema = z
+const targetColumnSchema = z
   .looseObject({
     name: z.string().min(1).max(63),
     type: z.string().describe(`One of ${PORTABLE_TYPES.join(', ')}`),
@@ -20,7 +20,7 @@ export const targetColumnSchema = z
   })
   .describe('A column; extra keys (tests, monitoring…) are kept');
 
-export const targetTableSchema = z.looseObject({
+const targetTableSchema = z.looseObject({
   name: z.string().min(1).max(63),
   description: z.string().max(4000).default(''),
   primary_key: z.array(z.string()).max(32).default([]),
@@ -89,7 +89,7 @@ export const targetSchemaSchema = z
   .superRefine(checkTargetSchema);
 
 export type TargetSchema = z.infer<typeof targetSchemaSchema>;
-export type TargetTable = TargetSchema['tables'][number];
+type TargetTable = TargetSchema['tables'][number];
 export type TargetColumn = TargetTable['columns'][number];
 
 // ---- routes ----
@@ -146,7 +146,3 @@ export const addColumnInput = z.object({
   table_name: z.string().min(1).max(63),
   column: targetColumnSchema,
 });
-
-export const assignOutput = workspaceSchemaOutput;
-
-export { identifierName, jsonObject };

@@ -10,9 +10,9 @@ import { Workspace } from '../workspaces/workspaces.entity.ts';
 import { connectionConfig, currentWorkspace } from '../workspaces/workspaces.service.ts';
 
 /** Extract–load of a MySQL / MariaDB source into the raw schema of the workspace's target warehouse. */
-export const SOURCE_LOAD_KIND = 'source-load';
+const SOURCE_LOAD_KIND = 'source-load';
 
-export interface SourceLoadPayload extends Record<string, unknown> {
+interface SourceLoadPayload extends Record<string, unknown> {
   workspace_id: string;
   mode: LoadMode;
 }

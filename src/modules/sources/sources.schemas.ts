@@ -12,7 +12,7 @@ const relationKind = z.enum([
 
 const reference = z.object({ schema: z.string(), table: z.string(), column: z.string() });
 
-export const sourceColumn = z.object({
+const sourceColumn = z.object({
   name: z.string(),
   type: z.string().describe('PostgreSQL type, e.g. text, numeric(12,2), timestamp with time zone'),
   nullable: z.boolean(),
@@ -23,7 +23,7 @@ export const sourceColumn = z.object({
   references: reference.nullable().describe('The column a foreign key of this column points at'),
 });
 
-export const sourceTable = z.object({
+const sourceTable = z.object({
   name: z.string(),
   schema: z.string().nullable().describe('null for a CTE'),
   qualified_name: z.string().describe('schema.table, or the CTE name; what sample-values takes'),
@@ -43,7 +43,7 @@ export const sourceTable = z.object({
   error: z.string().optional().describe('Why the columns of a CTE could not be described'),
 });
 
-export const flatColumn = z.object({
+const flatColumn = z.object({
   table: z.string().describe('Qualified table name (or CTE name)'),
   schema: z.string().nullable(),
   table_kind: relationKind,

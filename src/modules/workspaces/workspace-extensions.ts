@@ -22,7 +22,7 @@ export interface WorkspaceFacts {
   schema_sync_status: 'not_synced' | 'in_sync' | 'out_of_sync';
 }
 
-export const NO_FACTS: WorkspaceFacts = {
+const NO_FACTS: WorkspaceFacts = {
   mapped_tables: 0,
   mapped_fields: 0,
   confirmed_connections: 0,
@@ -72,10 +72,6 @@ const extensions = new Map<string, WorkspaceExtension>();
 
 export function registerWorkspaceExtension(extension: WorkspaceExtension): void {
   extensions.set(extension.name, extension);
-}
-
-export function workspaceExtensions(): WorkspaceExtension[] {
-  return [...extensions.values()];
 }
 
 const SYNC_RANK = { not_synced: 0, in_sync: 1, out_of_sync: 2 } as const;

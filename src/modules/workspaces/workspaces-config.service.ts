@@ -19,7 +19,7 @@ import { invalidateSourceCaches, invalidateWorkspaceCaches } from './workspaces-
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
-export const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
+const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
 
 For every target field:
 - Propose the source column (table.column) that holds the same information, or an SQL expression over the source tables when values must be combined, cast or cleaned.
@@ -33,7 +33,7 @@ export function systemPromptOf(workspace: WorkspaceEntity): string {
   return workspace.systemPrompt ?? DEFAULT_SYSTEM_PROMPT;
 }
 
-export function configView(scope: CallerScope, workspace: WorkspaceEntity) {
+function configView(scope: CallerScope, workspace: WorkspaceEntity) {
   return {
     workspace_name: workspace.name,
     description: workspace.description,

@@ -71,5 +71,3 @@ export const WorkspaceCommit = defineEntity({
     createdAt: p.datetime().onCreate(() => new Date()),
   },
 });
-
-export type WorkspaceCommitEntity = InferEntity<typeof WorkspaceCommit>;

@@ -44,7 +44,7 @@ export const workspaceName = z
 export const workspaceNameParam = z.object({ workspace_name: z.string().min(1).max(100) });
 
 /** A config as a client sends it: the masked form it read may come back (password kept). */
-export const connectionConfigInput = connectionConfigSchema.extend({
+const connectionConfigInput = connectionConfigSchema.extend({
   password_set: z
     .boolean()
     .optional()
@@ -52,7 +52,7 @@ export const connectionConfigInput = connectionConfigSchema.extend({
 });
 export type ConnectionConfigInput = z.infer<typeof connectionConfigInput>;
 
-export const maskedConnectionConfig = connectionConfigSchema
+const maskedConnectionConfig = connectionConfigSchema
   .omit({ password: true })
   .extend({ password_set: z.boolean() });
 
@@ -70,7 +70,7 @@ export const WORKFLOW_TASKS = [
 ] as const;
 export type WorkflowTask = (typeof WORKFLOW_TASKS)[number];
 
-export const workflowTaskState = z.object({
+const workflowTaskState = z.object({
   completed: z.boolean(),
   completed_at: z.string().nullable().describe('ISO-8601 UTC timestamp'),
   data: jsonObject,
@@ -108,7 +108,7 @@ export const workflowStatusOutput = z.object({
 
 // ---- workspaces ----
 
-export const workspaceOutput = z.object({
+const workspaceOutput = z.object({
   id: z.string(),
   name: z.string(),
   description: z.string(),
@@ -446,7 +446,7 @@ export const ADMIN_SETTINGS_DEFAULTS = {
   reverse_etl_connections: [],
   identity_resolution: {},
 };
-export const adminSettings = z.object(adminSettingsFields);
+const adminSettings = z.object(adminSettingsFields);
 export type AdminSettings = z.infer<typeof adminSettings>;
 
 const settingsWorkspace = z
@@ -490,7 +490,7 @@ export const GLOBAL_SETTINGS_DEFAULTS = {
   organization_display_name: null,
   business_context: '',
 };
-export const globalSettings = z.object(globalSettingsFields);
+const globalSettings = z.object(globalSettingsFields);
 export const globalSettingsUpdateInput = z.strictObject(
   Object.fromEntries(Object.entries(globalSettingsFields).map(([k, v]) => [k, v.nullable().optional()])) as {
     [K in keyof typeof globalSettingsFields]: z.ZodOptional<z.ZodNullable<(typeof globalSettingsFields)[K]>>;
@@ -515,7 +515,7 @@ export const USER_PREFERENCES_DEFAULTS = {
   date_format: 'YYYY-MM-DD',
   page_size: 50,
 };
-export const userPreferences = z.object(userPreferencesFields);
+const userPreferences = z.object(userPreferencesFields);
 export type UserPreferences = z.infer<typeof userPreferences>;
 export const userPreferencesCreateInput = z.strictObject(userPreferences.partial().shape);
 export const userPreferencesUpdateInput = z.strictObject(

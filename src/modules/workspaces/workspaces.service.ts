@@ -24,7 +24,6 @@ import {
 } from './workspaces.schemas.ts';
 
 export type { TargetSchema } from '../schemas/schemas.schemas.ts';
-export { targetSchemaSchema } from '../schemas/schemas.schemas.ts';
 export type { WorkspaceEntity } from './workspaces.entity.ts';
 
 const CURRENT_KEY = 'current_workspace';
