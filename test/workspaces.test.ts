@@ -743,25 +743,30 @@ describe('settings', () => {
 
   it('global settings: defaults, merge, null resets; per organization', async () => {
     const initial = await call('GET', '/api/workspaces/global-settings', { token: viewer.token });
-    expect(initial.body.settings).toEqual({ organization_display_name: null, business_context: '' });
+    expect(initial.body.settings).toEqual({ business_context: '' });
     const updated = await call('PUT', '/api/workspaces/global-settings', {
       token: a.admin.token,
-      body: { organization_display_name: 'Bikes & Co', business_context: 'We sell bikes.' },
+      body: { business_context: 'We sell bikes.' },
     });
     expect(updated.status).toBe(200);
-    expect(updated.body.settings).toEqual({
-      organization_display_name: 'Bikes & Co',
-      business_context: 'We sell bikes.',
-    });
+    expect(updated.body.settings).toEqual({ business_context: 'We sell bikes.' });
+    // An empty patch changes nothing; null resets to the default.
+    const kept = await call('PUT', '/api/workspaces/global-settings', { token: a.admin.token, body: {} });
+    expect(kept.body.settings).toEqual({ business_context: 'We sell bikes.' });
+    const other = await call('GET', '/api/workspaces/global-settings', { token: b.admin.token });
+    expect(other.body.settings.business_context).toBe('');
     const again = await call('PUT', '/api/workspaces/global-settings', {
       token: a.admin.token,
       body: { business_context: null },
     });
-    expect(again.body.settings).toEqual({ organization_display_name: 'Bikes & Co', business_context: '' });
-    const other = await call('GET', '/api/workspaces/global-settings', { token: b.admin.token });
-    expect(other.body.settings.organization_display_name).toBeNull();
+    expect(again.body.settings).toEqual({ business_context: '' });
     // Settings without an effect were removed; sending one is a 400 like any unknown key.
-    for (const body of [{ business_context: 42 }, { currency_code: 'EUR' }, { data_retention_days: 30 }])
+    for (const body of [
+      { business_context: 42 },
+      { currency_code: 'EUR' },
+      { data_retention_days: 30 },
+      { organization_display_name: 'Bikes & Co' },
+    ])
       expect(
         (await call('PUT', '/api/workspaces/global-settings', { token: a.admin.token, body })).status,
       ).toBe(400);

@@ -37,8 +37,8 @@ function merge(stored: Stored, patch: Stored, fields: Record<string, unknown>): 
   return next;
 }
 
-// auto_confirm_threshold, organization_display_name: null is a real value.
-const NULLABLE_KEYS = new Set(['auto_confirm_threshold', 'organization_display_name']);
+// auto_confirm_threshold: null (never auto-confirm) is a real value.
+const NULLABLE_KEYS = new Set(['auto_confirm_threshold']);
 const nullableByDesign = (key: string) => NULLABLE_KEYS.has(key);
 
 async function organizationSettings(

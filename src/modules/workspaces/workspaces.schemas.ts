@@ -478,7 +478,6 @@ export const adminSettingsOutput = z.object({
 });
 
 export const globalSettingsFields = {
-  organization_display_name: z.string().max(200).nullable().describe('Shown in clients instead of the name'),
   business_context: z
     .string()
     .max(20_000)
@@ -487,7 +486,6 @@ export const globalSettingsFields = {
     ),
 };
 export const GLOBAL_SETTINGS_DEFAULTS = {
-  organization_display_name: null,
   business_context: '',
 };
 const globalSettings = z.object(globalSettingsFields);
