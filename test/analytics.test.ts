@@ -3,7 +3,7 @@ import pg from 'pg';
 import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
+import { bindCall, call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
@@ -58,16 +58,11 @@ let other: Tenant;
 let viewer: TestUser;
 let otherHypothesisId: string;
 
-const api = (
-  method: string,
-  path: string,
-  options: { token?: string | null; body?: unknown; query?: Record<string, any> } = {},
-) =>
-  call(server, method, `/api/analytics${path}`, {
-    body: options.body,
-    query: options.query,
-    token: options.token === null ? undefined : (options.token ?? tenant.admin.token),
-  });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/analytics',
+);
 
 async function setUpWorkspace(token: string, name: string) {
   const res = await call(server, 'POST', '/api/workspaces/create', {

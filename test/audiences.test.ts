@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
@@ -55,15 +55,11 @@ let workspaceName: string;
 let otherAudienceId: string;
 let otherExportId: string;
 
-const api = (
-  method: string,
-  path: string,
-  options: { token?: string; body?: unknown; query?: Record<string, any> } = {},
-) =>
-  call(server, method, `/api/api/audiences${path}`, {
-    ...options,
-    token: options.token ?? tenant.admin.token,
-  });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/api/audiences',
+);
 
 async function setUpWorkspace(t: Tenant, name: string) {
   const res = await call(server, 'POST', '/api/workspaces/create', {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
@@ -84,8 +84,10 @@ afterAll(async () => {
   await warehouse.drop();
 });
 
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 describe('unified profiles on the demo', () => {
   it('resolves customers and CRM contacts together and builds one profile per cluster', async () => {
@@ -160,20 +162,24 @@ describe('unified profiles on the demo', () => {
   it('builds from confirmed sources and fields set through the admin settings', async () => {
     const workspace = (await api('GET', '/api/workspaces/current')).body.name ?? undefined;
     const bad = await api('PUT', '/api/workspaces/admin-settings', {
-      workspace_name: workspace,
-      identity_resolution: { sources: [{ table: 'customers', identifiers: [] }] },
+      body: {
+        workspace_name: workspace,
+        identity_resolution: { sources: [{ table: 'customers', identifiers: [] }] },
+      },
     });
     expect(bad.status).toBe(400);
     const saved = await api('PUT', '/api/workspaces/admin-settings', {
-      workspace_name: workspace,
-      identity_resolution: {
-        sources: [
-          {
-            table: 'shop.customers',
-            identifiers: [{ column: 'email', type: 'email', normalize: 'email' }],
-          },
-        ],
-        profile_fields: [{ name: 'city', rule: 'most_recent' }],
+      body: {
+        workspace_name: workspace,
+        identity_resolution: {
+          sources: [
+            {
+              table: 'shop.customers',
+              identifiers: [{ column: 'email', type: 'email', normalize: 'email' }],
+            },
+          ],
+          profile_fields: [{ name: 'city', rule: 'most_recent' }],
+        },
       },
     });
     expect(saved.status, JSON.stringify(saved.body)).toBe(200);

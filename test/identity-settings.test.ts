@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
@@ -26,13 +26,17 @@ const connection = (schema: string) => ({
   schemas: [schema],
 });
 
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 const saveSetting = async (value: Record<string, unknown>) => {
   const res = await api('PUT', '/api/workspaces/admin-settings', {
-    workspace_name: workspaceName,
-    identity_resolution: value,
+    body: {
+      workspace_name: workspaceName,
+      identity_resolution: value,
+    },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   return res.body;
@@ -78,10 +82,12 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   workspaceName = unique('ids');
   const res = await api('POST', '/api/workspaces/create', {
-    name: workspaceName,
-    source_config: connection('shop'),
-    target_config: connection('analytics'),
-    select: true,
+    body: {
+      name: workspaceName,
+      source_config: connection('shop'),
+      target_config: connection('analytics'),
+      select: true,
+    },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
 }, 120_000);
@@ -119,8 +125,10 @@ describe('identity_resolution settings, changed and observed through the API', (
     ];
     for (const value of invalid) {
       const res = await api('PUT', '/api/workspaces/admin-settings', {
-        workspace_name: workspaceName,
-        identity_resolution: value,
+        body: {
+          workspace_name: workspaceName,
+          identity_resolution: value,
+        },
       });
       expect(res.status, JSON.stringify(value)).toBe(400);
     }

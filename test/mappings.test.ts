@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
@@ -59,11 +59,10 @@ const workspace = unique('maps');
 const problems = (body: { message?: string; issues?: { message: string }[] }) =>
   [body.message, ...(body.issues ?? []).map((i) => i.message)].join('\n');
 
-const api = (
-  method: string,
-  path: string,
-  options: { body?: unknown; query?: Record<string, string>; as?: string } = {},
-) => call(server, method, path, { token: options.as ?? token, body: options.body, query: options.query });
+const api = bindCall(
+  () => server,
+  () => token,
+);
 
 async function setUpWorkspace(t: Tenant, name: string, tables = schema.tables) {
   const created = await call(server, 'POST', '/api/workspaces/create', {
@@ -139,7 +138,7 @@ describe('guards', () => {
     const body = method === 'POST' ? {} : undefined;
     const anonymous = await call(server, method, path, { body });
     expect(anonymous.status).toBe(401);
-    const refused = await api(method, path, { body, as: guard === 'read' ? nobody.token : viewer.token });
+    const refused = await api(method, path, { body, token: guard === 'read' ? nobody.token : viewer.token });
     expect(refused.status, JSON.stringify(refused.body)).toBe(403);
     expect(refused.body.code).toBe('FORBIDDEN');
   });
@@ -584,7 +583,7 @@ describe('mapping writes and reads', () => {
 
   it('answers another organization with 404 for this workspace’s tables', async () => {
     const as = other.admin.token;
-    expect((await api('GET', '/api/mappings', { as })).body.mappings).toEqual([]);
+    expect((await api('GET', '/api/mappings', { token: as })).body.mappings).toEqual([]);
     for (const [method, path, body, query] of [
       ['GET', '/api/mappings/people', undefined, undefined],
       ['GET', '/api/mappings/people/transform-code', undefined, undefined],
@@ -630,11 +629,15 @@ describe('mapping writes and reads', () => {
       ['POST', '/api/mappings/people/commit-transformation', { message: 'x' }, undefined],
       ['POST', '/api/mappings/people/materialize', {}, undefined],
     ] as const) {
-      const res = await api(method, path, { as, body, query: query as Record<string, string> | undefined });
+      const res = await api(method, path, {
+        token: as,
+        body,
+        query: query as Record<string, string> | undefined,
+      });
       expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(404);
     }
     const batch = await api('POST', '/api/mappings/batch/transform-code', {
-      as,
+      token: as,
       body: { table_names: ['people'] },
     });
     expect(batch.body.results).toEqual([expect.objectContaining({ table_name: 'people', ok: false })]);
@@ -648,7 +651,7 @@ describe('mapping writes and reads', () => {
     expect(res.status).toBe(400);
     // Another organization's clear-all never reaches this workspace.
     res = await api('DELETE', '/api/mappings/clear-all', {
-      as: other.admin.token,
+      token: other.admin.token,
       query: { confirm_workspace_name: workspace },
     });
     expect(res.status).toBe(400);

@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
@@ -179,8 +179,11 @@ afterAll(async () => {
   await warehouse.drop();
 });
 
-const api = (method: string, path: string, options: { token?: string; query?: Record<string, any> } = {}) =>
-  call(server, method, `/api/monitoring${path}`, { ...options, token: options.token ?? tenant.admin.token });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/monitoring',
+);
 
 describe('metrics', () => {
   it('measures the target tables of schema.json with hand-computed values and stores them for trends', async () => {

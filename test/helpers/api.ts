@@ -41,6 +41,23 @@ export async function call<T = any>(
   return { status: res.status, body: parsed as T, headers: res.headers };
 }
 
+/** The options of `call`, where `token: null` sends no token instead of the bound caller's. */
+export type ApiOptions = Omit<CallOptions, 'token'> & { token?: string | null };
+
+export type Api = <T = any>(method: string, path: string, options?: ApiOptions) => Promise<ApiResponse<T>>;
+
+/**
+ * `call` bound to a server and a default caller, with `prefix` before every path. Both are read at
+ * each call, so a file can bind them at module level before its beforeAll has started the server.
+ */
+export function bindCall(server: () => TestServer, token: () => string | undefined, prefix = ''): Api {
+  return (method, path, options = {}) =>
+    call(server(), method, prefix + path, {
+      ...options,
+      token: options.token === null ? undefined : (options.token ?? token()),
+    });
+}
+
 /** Polls `read` until `done` holds of what it returns; past `timeoutMs`, fails with the last value. */
 export async function until<T>(
   what: string,
