@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { CallerScope } from '../src/deps.ts';
 import { putColumnMonitoring, putColumnTest } from '../src/modules/schemas/quality-configs.service.ts';
 import { enqueueMonitoringRun, runDueMonitoring } from '../src/modules/monitoring/monitoring.jobs.ts';
@@ -86,14 +86,7 @@ beforeAll(async () => {
       token: t.admin.token,
       body: {
         name,
-        target_config: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: warehouse.name,
-          user: 'postgres',
-          schemas: ['crm'],
-        },
+        target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
         select: true,
       },
     });

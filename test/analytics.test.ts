@@ -4,7 +4,7 @@ import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
 import type { StatsQuery } from '../src/stats/sql.ts';
@@ -22,14 +22,7 @@ const jStat = jStatModule.jStat ?? jStatModule;
  */
 const warehouse = scratchDatabase('an');
 
-const targetConfig = {
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: ['mkt'],
-};
+const targetConfig = pgConfig(warehouse.name, { schemas: ['mkt'] });
 
 const targetSchema = {
   name: 'marketing',

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 
@@ -15,14 +15,7 @@ import { runDueExports } from '../src/modules/audiences/audiences-exports.servic
 const warehouse = scratchDatabase('aud');
 const destination = scratchDatabase('aud_dest');
 
-const targetConfig = (db = warehouse.name) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: db,
-  user: 'postgres',
-  schemas: ['crm'],
-});
+const targetConfig = (db = warehouse.name) => pgConfig(db, { schemas: ['crm'] });
 
 const targetSchema = {
   name: 'crm',
@@ -316,16 +309,11 @@ describe('audience end to end', () => {
     const res = await api('POST', '/exports', {
       body: {
         audience_id: audienceId,
-        destination: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: destination.name,
-          user: 'postgres',
+        destination: pgConfig(destination.name, {
           password: 'not-needed-with-trust',
           schema: 'marketing',
           table: 'audience_members',
-        },
+        }),
         field_mapping: [
           { source: 'customer_id', destination: 'id' },
           { source: 'country', destination: 'country_code' },

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { TEST_PASSWORD } from './helpers/constants.ts';
 import { browserMissing, bundleForBrowser, launchChromium, nonLoopbackAddress } from './helpers/browser.ts';
 
@@ -49,15 +49,7 @@ describe.skipIf(browserMissing)(title, () => {
     const configured = await call(server, 'POST', `/api/workspaces/${name}/config`, {
       token: tenant.admin.token,
       body: {
-        source_config: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: source.name,
-          user: 'postgres',
-          password: 'trust',
-          schemas: ['crm'],
-        },
+        source_config: pgConfig(source.name, { schemas: ['crm'] }),
         target_schema: {
           name: 'people',
           tables: [

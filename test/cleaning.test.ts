@@ -13,7 +13,7 @@ import { generatePythonScript } from '../src/transform/python.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * Discovery's cleaning proposals on a real PostgreSQL source: each kind is proposed from the profiled
@@ -369,14 +369,7 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
     expect(
       (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
     ).toBe(200);
-    const connection = {
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: demo.name,
-      user: 'postgres',
-      password: 'trust',
-    };
+    const connection = pgConfig(demo.name);
     const configured = await api('POST', `/api/workspaces/${workspace}/config`, {
       body: {
         source_config: { ...connection, schemas: ['shop'] },

@@ -4,7 +4,7 @@ import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -65,15 +65,7 @@ beforeAll(async () => {
   const config = await call(server, 'POST', `/api/workspaces/${name}/config`, {
     token: tenant.admin.token,
     body: {
-      source_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: source.name,
-        user: 'postgres',
-        password: 'trust',
-        schemas: ['crm', 'shop'],
-      },
+      source_config: pgConfig(source.name, { schemas: ['crm', 'shop'] }),
       target_schema: { name: 'c360', tables: customer360.tables.filter((t) => t.name === 'customers') },
     },
   });

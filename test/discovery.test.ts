@@ -14,7 +14,7 @@ import {
   type Tenant,
   type TestUser,
 } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { AppRouter } from '../src/trpc/router.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 import { planMapping, proposeJoin } from '../src/modules/discovery/discovery-plan.ts';
@@ -27,16 +27,8 @@ import type { IntrospectedTable } from '../src/warehouse/warehouse.ts';
  */
 const source = scratchDatabase('disc');
 
-const sourceConfig = (schemas: string[], tables?: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-  ...(tables ? { tables } : {}),
-});
+const sourceConfig = (schemas: string[], tables?: string[]) =>
+  pgConfig(source.name, { schemas, ...(tables ? { tables } : {}) });
 
 const targetSchema = {
   name: 'c360',

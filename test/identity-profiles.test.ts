@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
 import { profileOptionsOf } from '../src/quality/golden-records.ts';
@@ -15,14 +15,7 @@ const warehouse = scratchDatabase('idprof');
 let server: TestServer;
 let tenant: Tenant;
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
 const finished = (runId: string) =>
   until(

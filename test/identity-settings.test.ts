@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
 /*
@@ -17,14 +17,7 @@ let server: TestServer;
 let tenant: Tenant;
 let workspaceName: string;
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
 const api = bindCall(
   () => server,

@@ -9,7 +9,7 @@ import {
   type Tenant,
   type TestUser,
 } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { enqueueMonitoringRun } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
@@ -82,14 +82,7 @@ async function build(): Promise<Shapes> {
     await as('POST', '/api/workspaces/create', {
       name: workspace,
       select: true,
-      target_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: warehouse.name,
-        user: 'postgres',
-        schemas: ['crm'],
-      },
+      target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
     }),
   );
   await ok(await as('POST', `/api/workspaces/${workspace}/config`, { target_schema: targetSchema }));

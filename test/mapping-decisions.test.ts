@@ -2,7 +2,7 @@ import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -64,15 +64,7 @@ async function workspace() {
   expect((await api('POST', '/api/workspaces/create', { body: { name, select: true } })).status).toBe(200);
   const res = await api('POST', `/api/workspaces/${name}/config`, {
     body: {
-      source_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: source.name,
-        user: 'postgres',
-        password: 'trust',
-        schemas: ['crm'],
-      },
+      source_config: pgConfig(source.name, { schemas: ['crm'] }),
       target_schema: targetSchema(),
     },
   });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
 import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
 
@@ -12,15 +12,7 @@ import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts
  */
 const source = scratchDatabase('fanout');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(source.name, { schemas });
 
 const columns = [
   { name: 'customer_id', type: 'integer', nullable: false },

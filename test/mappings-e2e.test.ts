@@ -7,7 +7,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The whole path over HTTP on a real PostgreSQL warehouse: a target table mapped from two joined
@@ -23,15 +23,7 @@ const rawText = { getTypeParser: () => (value: string) => value } as unknown as 
 const sql = (db: ScratchDatabase, text: string, params: unknown[] = []) =>
   withClient(db.url, (client) => client.query(text, params), { types: rawText });
 
-const config = (database: string, schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (database: string, schemas: string[]) => pgConfig(database, { schemas });
 
 const schema = {
   name: 'crm',

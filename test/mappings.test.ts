@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
 
@@ -12,15 +12,7 @@ import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
  */
 const warehouse = scratchDatabase('map');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const schema = {
   name: 'people',

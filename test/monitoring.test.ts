@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
 import { MetricSnapshot } from '../src/modules/monitoring/monitoring.entity.ts';
@@ -19,14 +19,7 @@ import { SchemaConfig } from '../src/modules/schemas/schemas.entity.ts';
  */
 const warehouse = scratchDatabase('mon');
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
 const targetSchema = {
   name: 'shop',
@@ -149,11 +142,7 @@ beforeAll(async () => {
     reverse_etl_connections: [
       {
         name: 'copy_db',
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: warehouse.name,
-        user: 'postgres',
+        ...pgConfig(warehouse.name),
         schema: 'shop',
         ssl: false,
       },

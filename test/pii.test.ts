@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { bindCall, call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
 /*
@@ -60,7 +60,7 @@ beforeAll(async () => {
   await source.create();
   await source.sql(demoSchemaSql());
   for (const statement of demoSourceStatements()) await source.sql(statement);
-  const client = new pg.Client({ host: '127.0.0.1', port: 5432, user: 'postgres', database: source.name });
+  const client = new pg.Client({ connectionString: source.url });
   await client.connect();
   const { rows } = await client.query(`
     select v from (
@@ -85,15 +85,7 @@ beforeAll(async () => {
   expect(created.status, JSON.stringify(created.body)).toBe(200);
   const config = await api('POST', `/api/workspaces/${workspace}/config`, {
     body: {
-      source_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: source.name,
-        user: 'postgres',
-        password: 'trust',
-        schemas: ['shop'],
-      },
+      source_config: pgConfig(source.name, { schemas: ['shop'] }),
       target_schema: customer360,
     },
   });

@@ -2,7 +2,7 @@ import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The transformation project: generated from committed mappings, its status, model SQL, drift and
@@ -10,15 +10,7 @@ import { scratchDatabase } from './helpers/scratch-db.ts';
  */
 const warehouse = scratchDatabase('pipe');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const schema = (tierTests: Record<string, unknown>) => ({
   name: 'crm',

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -12,15 +12,7 @@ import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.
  */
 const warehouse = scratchDatabase('sett');
 
-const connection = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const connection = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const contacts = {
   name: 'contacts',

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, login, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { loadEnv } from '../src/env.ts';
@@ -21,25 +21,21 @@ import type { EntityManager } from '@mikro-orm/postgresql';
  */
 const source = scratchDatabase('src');
 
-const sourceConfig = (overrides: Record<string, unknown> = {}) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'not-needed-with-trust',
-  schemas: ['shop'],
-  tables: ['customers', 'shop.orders'],
-  ctes: [
-    {
-      name: 'big_spenders',
-      sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500;',
-      description: 'Customers above 500 in total',
-    },
-    { name: 'broken', sql: 'select * from shop.no_such_table' },
-  ],
-  ...overrides,
-});
+const sourceConfig = (overrides: Record<string, unknown> = {}) =>
+  pgConfig(source.name, {
+    password: 'not-needed-with-trust',
+    schemas: ['shop'],
+    tables: ['customers', 'shop.orders'],
+    ctes: [
+      {
+        name: 'big_spenders',
+        sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500;',
+        description: 'Customers above 500 in total',
+      },
+      { name: 'broken', sql: 'select * from shop.no_such_table' },
+    ],
+    ...overrides,
+  });
 
 let server: TestServer;
 let tenant: Tenant;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { readZip } from './helpers/zip.ts';
 import { startGitHttpServer, type GitHttpServer } from './helpers/git-http-server.ts';
 import { pushWorkspaceFiles } from '../src/vcs/push-workspace.ts';
@@ -337,15 +337,7 @@ describe('pushing the workspace', () => {
     () => server,
     () => a.admin.token,
   );
-  const connection = (schemas: string[]) => ({
-    type: 'postgres',
-    host: '127.0.0.1',
-    port: 5432,
-    database: warehouse.name,
-    user: 'postgres',
-    password: 'trust',
-    schemas,
-  });
+  const connection = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
   async function downloaded(): Promise<Map<string, Buffer>> {
     const res = await fetch(new URL(`/api/workspaces/${workspace}/download`, server.url), {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.ts';
 import { call, createTenant, unique, until, type Tenant } from '../helpers/api.ts';
-import { scratchDatabase, withClient } from '../helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 
 /*
  * User SQL is confined by what the warehouse's catalog says of each function it calls (volatile
@@ -14,14 +14,7 @@ let server: TestServer;
 let tenant: Tenant;
 const workspaceName = unique('sqlc');
 
-const config = {
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: ['app'],
-};
+const config = pgConfig(warehouse.name, { schemas: ['app'] });
 
 beforeAll(async () => {
   await warehouse.create();
