@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { CallerScope } from '../src/deps.ts';
 import { putColumnMonitoring, putColumnTest } from '../src/modules/schemas/quality-configs.service.ts';
@@ -82,20 +82,11 @@ beforeAll(async () => {
     [tenant, workspaceName],
     [other, otherWorkspaceName],
   ] as const) {
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: t.admin.token,
-      body: {
-        name,
-        target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
-        select: true,
-      },
+    await createWorkspace(server, t.admin.token, {
+      name,
+      target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
+      target_schema: targetSchema,
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-      token: t.admin.token,
-      body: { target_schema: targetSchema },
-    });
-    expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
   }
   const em = server.deps.orm.em.fork() as EntityManager;
   workspaceId = (

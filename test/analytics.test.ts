@@ -3,7 +3,16 @@ import pg from 'pg';
 import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  until,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
@@ -57,19 +66,6 @@ const api = bindCall(
   '/api/analytics',
 );
 
-async function setUpWorkspace(token: string, name: string) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token,
-    body: { name, target_config: targetConfig, select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
-
 const SPEND_BY_PLAN = {
   statement: 'Pro customers spend more than basic ones',
   table: 'customers',
@@ -121,13 +117,20 @@ beforeAll(async () => {
   other = await createTenant(server);
   viewer = await tenant.addUser(['viewer']);
   const workspace = unique('ws');
-  await setUpWorkspace(tenant.admin.token, workspace);
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspace,
+    target_config: targetConfig,
+    target_schema: targetSchema,
+  });
   const select = await call(server, 'POST', '/api/workspaces/select', {
     token: viewer.token,
     body: { workspace_name: workspace },
   });
   expect(select.status, JSON.stringify(select.body)).toBe(200);
-  await setUpWorkspace(other.admin.token, unique('ws'));
+  await createWorkspace(server, other.admin.token, {
+    target_config: targetConfig,
+    target_schema: targetSchema,
+  });
   otherHypothesisId = (await createHypothesis(SPEND_BY_PLAN, other.admin.token)).id;
 });
 

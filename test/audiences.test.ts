@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
@@ -53,19 +53,6 @@ const api = bindCall(
   () => tenant.admin.token,
   '/api/api/audiences',
 );
-
-async function setUpWorkspace(t: Tenant, name: string) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, target_config: targetConfig(), select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
 
 async function materialized(id: string, token = tenant.admin.token) {
   const run = await api('POST', `/${id}/materialize`, { token });
@@ -159,8 +146,15 @@ beforeAll(async () => {
   other = await createTenant(server);
   viewerToken = (await tenant.addUser(['viewer'])).token;
   workspaceName = unique('aud');
-  await setUpWorkspace(tenant, workspaceName);
-  await setUpWorkspace(other, unique('aud'));
+  for (const [t, name] of [
+    [tenant, workspaceName],
+    [other, unique('aud')],
+  ] as const)
+    await createWorkspace(server, t.admin.token, {
+      name,
+      target_config: targetConfig(),
+      target_schema: targetSchema,
+    });
   // The other tenant's audience and export: its ids must read as missing to this tenant.
   const created = await call(server, 'POST', '/api/api/audiences', {
     token: other.admin.token,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 
 /*
  * The body rule across areas: each route takes its documented body; a body wrapped in a parameter
@@ -64,8 +64,7 @@ describe('wrapped bodies', () => {
       body: { input_data: { features: {} } },
     });
     expect(features.status).toBe(400);
-    const name = unique('body');
-    expect((await api('POST', '/api/workspaces/create', { body: { name, select: true } })).status).toBe(200);
+    const name = await createWorkspace(server, tenant.admin.token, { name: unique('body') });
     const settings = await api('PUT', '/api/workspaces/admin-settings', {
       body: {
         settings: { workspace_name: name, sample_size: 50 },

@@ -12,7 +12,7 @@ import { generateSelectSql } from '../src/transform/sql.ts';
 import { generatePythonScript } from '../src/transform/python.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
@@ -366,18 +366,13 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
     server = await startTestServer({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent' });
     tenant = await createTenant(server);
     const workspace = unique('clean');
-    expect(
-      (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
-    ).toBe(200);
     const connection = pgConfig(demo.name);
-    const configured = await api('POST', `/api/workspaces/${workspace}/config`, {
-      body: {
-        source_config: { ...connection, schemas: ['shop'] },
-        target_config: { ...connection, schemas: ['analytics'] },
-        target_schema: customer360,
-      },
+    await createWorkspace(server, tenant.admin.token, {
+      name: workspace,
+      source_config: { ...connection, schemas: ['shop'] },
+      target_config: { ...connection, schemas: ['analytics'] },
+      target_schema: customer360,
     });
-    expect(configured.status, JSON.stringify(configured.body)).toBe(200);
     events = await discover();
   }, 180_000);
 

@@ -8,6 +8,7 @@ import { fakeOpenAi } from './helpers/fake-openai.ts';
 import {
   call,
   createTenant,
+  createWorkspace,
   superAdminToken,
   unique,
   until,
@@ -80,21 +81,11 @@ async function workspaceFor(
   options: { schemas?: string[]; tables?: string[] } = {},
   on: TestServer = server,
 ) {
-  const name = unique('disc');
-  const created = await call(on, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, select: true },
+  return createWorkspace(on, t.admin.token, {
+    name: unique('disc'),
+    source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
+    target_schema: targetSchema,
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const res = await call(on, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: {
-      source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
-      target_schema: targetSchema,
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return name;
 }
 
 async function select(user: TestUser, workspace: string) {

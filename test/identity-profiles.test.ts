@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
@@ -60,16 +60,11 @@ beforeAll(async () => {
   });
   server = await startTestServer();
   tenant = await createTenant(server);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: tenant.admin.token,
-    body: {
-      name: unique('idp'),
-      source_config: connection('shop'),
-      target_config: connection('analytics'),
-      select: true,
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('idp'),
+    source_config: connection('shop'),
+    target_config: connection('analytics'),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
@@ -74,15 +74,11 @@ beforeAll(async () => {
   server = await startTestServer();
   tenant = await createTenant(server);
   workspaceName = unique('ids');
-  const res = await api('POST', '/api/workspaces/create', {
-    body: {
-      name: workspaceName,
-      source_config: connection('shop'),
-      target_config: connection('analytics'),
-      select: true,
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    source_config: connection('shop'),
+    target_config: connection('analytics'),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {

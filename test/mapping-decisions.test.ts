@@ -1,7 +1,7 @@
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { bindCall, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
@@ -59,18 +59,12 @@ const api = bindCall(
   () => tenant.admin.token,
 );
 
-async function workspace() {
-  const name = unique('decide');
-  expect((await api('POST', '/api/workspaces/create', { body: { name, select: true } })).status).toBe(200);
-  const res = await api('POST', `/api/workspaces/${name}/config`, {
-    body: {
-      source_config: pgConfig(source.name, { schemas: ['crm'] }),
-      target_schema: targetSchema(),
-    },
+const workspace = () =>
+  createWorkspace(server, tenant.admin.token, {
+    name: unique('decide'),
+    source_config: pgConfig(source.name, { schemas: ['crm'] }),
+    target_schema: targetSchema(),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return name;
-}
 
 async function discover(): Promise<DiscoveryEvent[]> {
   const res = await fetch(`${server.url}/api/workspaces/discover`, {

@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
+import {
+  bindCall,
+  createTenant,
+  createWorkspace,
+  materializeMapping,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
 import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
@@ -40,16 +47,12 @@ beforeAll(async () => {
       (12, 'bob@x.com', 'Bob'), (13, 'dan@x.com', 'Dan');`);
   server = await startTestServer({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent' });
   tenant = await createTenant(server);
-  const name = unique('fanout');
-  expect((await api('POST', '/api/workspaces/create', { body: { name, select: true } })).status).toBe(200);
-  const res = await api('POST', `/api/workspaces/${name}/config`, {
-    body: {
-      source_config: config(['shop']),
-      target_config: config(['dw']),
-      target_schema: schema,
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('fanout'),
+    source_config: config(['shop']),
+    target_config: config(['dw']),
+    target_schema: schema,
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 });
 
 afterAll(async () => {

@@ -6,7 +6,14 @@ import { promisify } from 'node:util';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
+import {
+  bindCall,
+  createTenant,
+  createWorkspace,
+  materializeMapping,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
 
 /*
@@ -94,20 +101,12 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   token = tenant.admin.token;
   workDir = mkdtempSync(join(tmpdir(), 'dimas-e2e-'));
-  const created = await call(server, 'POST', '/api/workspaces/create', {
-    token,
-    body: { name: workspace, select: true },
+  await createWorkspace(server, token, {
+    name: workspace,
+    source_config: config(source.name, ['shop']),
+    target_config: config(source.name, ['crm']),
+    target_schema: schema,
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const configured = await call(server, 'POST', `/api/workspaces/${workspace}/config`, {
-    token,
-    body: {
-      source_config: config(source.name, ['shop']),
-      target_config: config(source.name, ['crm']),
-      target_schema: schema,
-    },
-  });
-  expect(configured.status, JSON.stringify(configured.body)).toBe(200);
 });
 
 afterAll(async () => {

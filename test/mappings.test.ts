@@ -1,7 +1,15 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
@@ -56,22 +64,13 @@ const api = bindCall(
   () => token,
 );
 
-async function setUpWorkspace(t: Tenant, name: string, tables = schema.tables) {
-  const created = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, select: true },
+const setUpWorkspace = (t: Tenant, name: string, tables = schema.tables) =>
+  createWorkspace(server, t.admin.token, {
+    name,
+    source_config: config(['shop']),
+    target_config: config(['mart']),
+    target_schema: { ...schema, tables },
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: {
-      source_config: config(['shop']),
-      target_config: config(['mart']),
-      target_schema: { ...schema, tables },
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-}
 
 beforeAll(async () => {
   await warehouse.create();

@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
@@ -74,24 +74,6 @@ let otherWorkspaceName: string;
 
 const em = () => server.deps.orm.em.fork() as EntityManager;
 
-async function createWorkspace(t: Tenant, name: string, schema: string, withSource: boolean) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: {
-      name,
-      target_config: connection(schema),
-      ...(withSource ? { source_config: connection(schema) } : {}),
-      select: true,
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
-
 const finished = (runId: string, organizationId: string) =>
   until(
     `run ${runId}`,
@@ -124,8 +106,17 @@ beforeAll(async () => {
   viewerToken = (await tenant.addUser(['viewer'])).token;
   workspaceName = unique('mon');
   otherWorkspaceName = unique('mon');
-  await createWorkspace(tenant, workspaceName, 'shop', true);
-  await createWorkspace(other, otherWorkspaceName, 'elsewhere', false);
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    target_config: connection('shop'),
+    source_config: connection('shop'),
+    target_schema: targetSchema,
+  });
+  await createWorkspace(server, other.admin.token, {
+    name: otherWorkspaceName,
+    target_config: connection('elsewhere'),
+    target_schema: targetSchema,
+  });
   const select = await call(server, 'POST', '/api/workspaces/select', {
     token: viewerToken,
     body: { workspace_name: workspaceName },

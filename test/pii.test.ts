@@ -3,7 +3,15 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
-import { bindCall, call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  superAdminToken,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
@@ -81,15 +89,11 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   superAdmin = await superAdminToken(server);
   workspace = unique('pii');
-  const created = await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const config = await api('POST', `/api/workspaces/${workspace}/config`, {
-    body: {
-      source_config: pgConfig(source.name, { schemas: ['shop'] }),
-      target_schema: customer360,
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspace,
+    source_config: pgConfig(source.name, { schemas: ['shop'] }),
+    target_schema: customer360,
   });
-  expect(config.status, JSON.stringify(config.body)).toBe(200);
   const params = await api('POST', '/api/admin/llm-parameters', {
     body: {
       base_url: url,

@@ -1,7 +1,15 @@
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
@@ -59,13 +67,11 @@ beforeAll(async () => {
   server = await startTestServer();
   tenant = await createTenant(server);
   token = tenant.admin.token;
-  expect(
-    (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
-  ).toBe(200);
-  const res = await api('POST', `/api/workspaces/${workspace}/config`, {
-    body: { source_config: config(['app']), target_config: config(['mart']) },
+  await createWorkspace(server, token, {
+    name: workspace,
+    source_config: config(['app']),
+    target_config: config(['mart']),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   await saveSchema({ accepted_values: ['GOLD', 'SILVER'] });
   viewer = await tenant.addUser(['viewer']);
   nobody = await tenant.addUserWithoutPermissions();
@@ -75,11 +81,7 @@ beforeAll(async () => {
       body: { workspace_name: workspace },
     });
   other = await createTenant(server);
-  const otherWs = unique('other');
-  await call(server, 'POST', '/api/workspaces/create', {
-    token: other.admin.token,
-    body: { name: otherWs, select: true },
-  });
+  await createWorkspace(server, other.admin.token, { name: unique('other') });
 
   const steps: [string, unknown][] = [
     ['tables', { source_table: 'users', relationship: 'primary' }],

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
@@ -52,20 +52,13 @@ afterAll(async () => {
 
 /** A selected workspace of the tenant's admin over the scratch source (app) and target (mart). */
 async function workspaceOf(tenant: Tenant, settings: Record<string, unknown> = {}) {
-  const name = unique('sett');
   const token = tenant.admin.token;
-  expect(
-    (await call(server, 'POST', '/api/workspaces/create', { token, body: { name, select: true } })).status,
-  ).toBe(200);
-  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token,
-    body: {
-      source_config: connection(['app']),
-      target_config: connection(['mart']),
-      target_schema: { name: 'crm', tables: [contacts] },
-    },
+  const name = await createWorkspace(server, token, {
+    name: unique('sett'),
+    source_config: connection(['app']),
+    target_config: connection(['mart']),
+    target_schema: { name: 'crm', tables: [contacts] },
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   if (Object.keys(settings).length) {
     const saved = await call(server, 'PUT', '/api/workspaces/admin-settings', {
       token,

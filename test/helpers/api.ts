@@ -95,6 +95,40 @@ export async function materializeMapping(server: TestServer, token: string, tabl
   return { started: started.body, run: mapping.materialization.last_run, mapping };
 }
 
+export interface WorkspaceSetup {
+  /** A unique one by default. */
+  name?: string;
+  /** Make it the caller's current workspace: the server's default (true) unless false. */
+  select?: boolean;
+  source_config?: Record<string, unknown>;
+  target_config?: Record<string, unknown>;
+  target_schema?: unknown;
+}
+
+/**
+ * A workspace of the caller's organization, created with its connections and then given its
+ * target schema through the config route, as a client does; answers its name and throws on any
+ * refusal, so a setup step that fails is never mistaken for the behaviour under test.
+ */
+export async function createWorkspace(
+  server: TestServer,
+  token: string,
+  { name = unique('ws'), target_schema, ...created }: WorkspaceSetup = {},
+): Promise<string> {
+  const res = await call(server, 'POST', '/api/workspaces/create', { token, body: { name, ...created } });
+  if (res.status !== 200)
+    throw new Error(`creating workspace ${name} answered ${res.status}: ${JSON.stringify(res.body)}`);
+  if (target_schema !== undefined) {
+    const saved = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+      token,
+      body: { target_schema },
+    });
+    if (saved.status !== 200)
+      throw new Error(`the target schema of ${name} answered ${saved.status}: ${JSON.stringify(saved.body)}`);
+  }
+  return name;
+}
+
 let counter = 0;
 /** A name no other test (file, run or process) uses. */
 export function unique(prefix: string): string {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from '../helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, until, type Tenant } from '../helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 
 /*
@@ -28,31 +28,25 @@ beforeAll(async () => {
   });
   server = await startTestServer();
   tenant = await createTenant(server);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: tenant.admin.token,
-    body: { name: workspaceName, source_config: config, target_config: config, select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${workspaceName}/config`, {
-    token: tenant.admin.token,
-    body: {
-      target_schema: {
-        name: 'app',
-        version: '1.0.0',
-        tables: [
-          {
-            name: 't',
-            primary_key: ['id'],
-            columns: [
-              { name: 'id', type: 'integer', nullable: false },
-              { name: 'name', type: 'text' },
-            ],
-          },
-        ],
-      },
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    source_config: config,
+    target_config: config,
+    target_schema: {
+      name: 'app',
+      version: '1.0.0',
+      tables: [
+        {
+          name: 't',
+          primary_key: ['id'],
+          columns: [
+            { name: 'id', type: 'integer', nullable: false },
+            { name: 'name', type: 'text' },
+          ],
+        },
+      ],
     },
   });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
