@@ -58,19 +58,23 @@ export function bindCall(server: () => TestServer, token: () => string | undefin
     });
 }
 
-/** Polls `read` until `done` holds of what it returns; past `timeoutMs`, fails with the last value. */
+/**
+ * Polls `read` every `intervalMs` until `done` holds of what it returns; past `timeoutMs`, fails
+ * with the last value. An error `read` throws ends the wait at once.
+ */
 export async function until<T>(
   what: string,
   read: () => Promise<T>,
   done: (value: T) => boolean,
   timeoutMs = 45_000,
+  intervalMs = 150,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();
     if (done(value)) return value;
     if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 
