@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, until, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, until, type Tenant, type TestUser } from './helpers/api.ts';
 import { mariadbUnavailable, MARIADB, scratchMysql } from './helpers/mariadb.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
@@ -66,16 +66,12 @@ describe.skipIf(unavailable)(`MySQL extract-load ${unavailable ? `(skipped: ${un
     server = await startTestServer();
     tenant = await createTenant(server);
     viewer = await tenant.addUser(['viewer']);
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: tenant.admin.token,
-      body: {
-        name: 'shop',
-        select: true,
-        source_config: { type: 'mysql', ...MARIADB, database: source.name },
-        target_config: pgConfig(target.name, { schemas: ['analytics'] }),
-      },
+    await createWorkspace(server, tenant.admin.token, {
+      name: 'shop',
+      select: true,
+      source_config: { type: 'mysql', ...MARIADB, database: source.name },
+      target_config: pgConfig(target.name, { schemas: ['analytics'] }),
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
     await call(server, 'POST', '/api/workspaces/select', {
       token: viewer.token,
       body: { workspace_name: 'shop' },

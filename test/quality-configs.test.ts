@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
 import { runColumnTests } from '../src/quality/rules.ts';
@@ -70,11 +70,11 @@ beforeAll(async () => {
     [a, workspace],
     [b, 'other'],
   ] as const) {
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: tenant.admin.token,
-      body: { name, target_config: connection(['mart']), source_config: connection(['shop']) },
+    await createWorkspace(server, tenant.admin.token, {
+      name,
+      target_config: connection(['mart']),
+      source_config: connection(['shop']),
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
     const saved = await call(server, 'POST', '/api/schemas/workspace', {
       token: tenant.admin.token,
       body: { schema: schemaDoc() },

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser } from './helpers/api.ts';
 import { pgConfig, ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
@@ -75,15 +75,11 @@ beforeAll(async () => {
   b = await createTenant(server);
   viewer = await a.addUser(['viewer']);
   editor = await a.addUser(['editor']);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: a.admin.token,
-    body: {
-      name: workspace,
-      target_config: targetConfig(),
-      source_config: targetConfig({ schemas: ['public'] }),
-    },
+  await createWorkspace(server, a.admin.token, {
+    name: workspace,
+    target_config: targetConfig(),
+    source_config: targetConfig({ schemas: ['public'] }),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   for (const user of [viewer, editor]) {
     const selected = await call(server, 'POST', '/api/workspaces/select', {
       token: user.token,
