@@ -1,8 +1,8 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { CallerScope } from '../src/deps.ts';
 import { putColumnMonitoring, putColumnTest } from '../src/modules/schemas/quality-configs.service.ts';
 import { enqueueMonitoringRun, runDueMonitoring } from '../src/modules/monitoring/monitoring.jobs.ts';
@@ -82,27 +82,11 @@ beforeAll(async () => {
     [tenant, workspaceName],
     [other, otherWorkspaceName],
   ] as const) {
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: t.admin.token,
-      body: {
-        name,
-        target_config: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: warehouse.name,
-          user: 'postgres',
-          schemas: ['crm'],
-        },
-        select: true,
-      },
+    await createWorkspace(server, t.admin.token, {
+      name,
+      target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
+      target_schema: targetSchema,
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-      token: t.admin.token,
-      body: { target_schema: targetSchema },
-    });
-    expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
   }
   const em = server.deps.orm.em.fork() as EntityManager;
   workspaceId = (

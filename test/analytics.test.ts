@@ -3,8 +3,17 @@ import pg from 'pg';
 import jStatModule from 'jstat';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  until,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
 import { runStatTest } from '../src/stats/engine.ts';
 import type { StatsQuery } from '../src/stats/sql.ts';
@@ -22,14 +31,7 @@ const jStat = jStatModule.jStat ?? jStatModule;
  */
 const warehouse = scratchDatabase('an');
 
-const targetConfig = {
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: ['mkt'],
-};
+const targetConfig = pgConfig(warehouse.name, { schemas: ['mkt'] });
 
 const targetSchema = {
   name: 'marketing',
@@ -58,29 +60,11 @@ let other: Tenant;
 let viewer: TestUser;
 let otherHypothesisId: string;
 
-const api = (
-  method: string,
-  path: string,
-  options: { token?: string | null; body?: unknown; query?: Record<string, any> } = {},
-) =>
-  call(server, method, `/api/analytics${path}`, {
-    body: options.body,
-    query: options.query,
-    token: options.token === null ? undefined : (options.token ?? tenant.admin.token),
-  });
-
-async function setUpWorkspace(token: string, name: string) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token,
-    body: { name, target_config: targetConfig, select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/analytics',
+);
 
 const SPEND_BY_PLAN = {
   statement: 'Pro customers spend more than basic ones',
@@ -133,13 +117,20 @@ beforeAll(async () => {
   other = await createTenant(server);
   viewer = await tenant.addUser(['viewer']);
   const workspace = unique('ws');
-  await setUpWorkspace(tenant.admin.token, workspace);
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspace,
+    target_config: targetConfig,
+    target_schema: targetSchema,
+  });
   const select = await call(server, 'POST', '/api/workspaces/select', {
     token: viewer.token,
     body: { workspace_name: workspace },
   });
   expect(select.status, JSON.stringify(select.body)).toBe(200);
-  await setUpWorkspace(other.admin.token, unique('ws'));
+  await createWorkspace(server, other.admin.token, {
+    target_config: targetConfig,
+    target_schema: targetSchema,
+  });
   otherHypothesisId = (await createHypothesis(SPEND_BY_PLAN, other.admin.token)).id;
 });
 

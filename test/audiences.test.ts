@@ -2,8 +2,8 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 
@@ -15,14 +15,7 @@ import { runDueExports } from '../src/modules/audiences/audiences-exports.servic
 const warehouse = scratchDatabase('aud');
 const destination = scratchDatabase('aud_dest');
 
-const targetConfig = (db = warehouse.name) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: db,
-  user: 'postgres',
-  schemas: ['crm'],
-});
+const targetConfig = (db = warehouse.name) => pgConfig(db, { schemas: ['crm'] });
 
 const targetSchema = {
   name: 'crm',
@@ -55,28 +48,11 @@ let workspaceName: string;
 let otherAudienceId: string;
 let otherExportId: string;
 
-const api = (
-  method: string,
-  path: string,
-  options: { token?: string; body?: unknown; query?: Record<string, any> } = {},
-) =>
-  call(server, method, `/api/api/audiences${path}`, {
-    ...options,
-    token: options.token ?? tenant.admin.token,
-  });
-
-async function setUpWorkspace(t: Tenant, name: string) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, target_config: targetConfig(), select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/api/audiences',
+);
 
 async function materialized(id: string, token = tenant.admin.token) {
   const run = await api('POST', `/${id}/materialize`, { token });
@@ -170,8 +146,15 @@ beforeAll(async () => {
   other = await createTenant(server);
   viewerToken = (await tenant.addUser(['viewer'])).token;
   workspaceName = unique('aud');
-  await setUpWorkspace(tenant, workspaceName);
-  await setUpWorkspace(other, unique('aud'));
+  for (const [t, name] of [
+    [tenant, workspaceName],
+    [other, unique('aud')],
+  ] as const)
+    await createWorkspace(server, t.admin.token, {
+      name,
+      target_config: targetConfig(),
+      target_schema: targetSchema,
+    });
   // The other tenant's audience and export: its ids must read as missing to this tenant.
   const created = await call(server, 'POST', '/api/api/audiences', {
     token: other.admin.token,
@@ -320,16 +303,11 @@ describe('audience end to end', () => {
     const res = await api('POST', '/exports', {
       body: {
         audience_id: audienceId,
-        destination: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: destination.name,
-          user: 'postgres',
+        destination: pgConfig(destination.name, {
           password: 'not-needed-with-trust',
           schema: 'marketing',
           table: 'audience_members',
-        },
+        }),
         field_mapping: [
           { source: 'customer_id', destination: 'id' },
           { source: 'country', destination: 'country_code' },

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 
 /*
  * The body rule across areas: each route takes its documented body; a body wrapped in a parameter
@@ -16,13 +16,17 @@ beforeAll(async () => {
 });
 afterAll(async () => server?.close());
 
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 describe('wrapped bodies', () => {
   it('admin llm-parameters: {"input_data": {...}} is a 400 saying what was expected, and saves nothing', async () => {
     const res = await api('POST', '/api/admin/llm-parameters', {
-      input_data: { model: 'llama3', monthly_budget_usd: 1000 },
+      body: {
+        input_data: { model: 'llama3', monthly_budget_usd: 1000 },
+      },
     });
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('BAD_REQUEST');
@@ -39,25 +43,32 @@ describe('wrapped bodies', () => {
 
     // The documented, flat shape is taken.
     const flat = await api('POST', '/api/admin/llm-parameters', {
-      model: 'llama3',
-      monthly_budget_usd: 1000,
+      body: {
+        model: 'llama3',
+        monthly_budget_usd: 1000,
+      },
     });
     expect(flat.status, JSON.stringify(flat.body)).toBe(200);
     expect(flat.body).toMatchObject({ model: 'llama3', monthly_budget_usd: 1000 });
   });
 
   it('the same rule in other areas: cache and feature settings, workspace admin settings', async () => {
-    const cache = await api('POST', '/api/admin/cache-settings', { cache_settings: { enabled: false } });
+    const cache = await api('POST', '/api/admin/cache-settings', {
+      body: { cache_settings: { enabled: false } },
+    });
     expect(cache.status).toBe(400);
     expect(cache.body.issues[0].message).toMatch(
       /"cache_settings" is not a field of POST \/api\/admin\/cache-settings; send caches/,
     );
-    const features = await api('POST', '/api/admin/feature-settings', { input_data: { features: {} } });
+    const features = await api('POST', '/api/admin/feature-settings', {
+      body: { input_data: { features: {} } },
+    });
     expect(features.status).toBe(400);
-    const name = unique('body');
-    expect((await api('POST', '/api/workspaces/create', { name, select: true })).status).toBe(200);
+    const name = await createWorkspace(server, tenant.admin.token, { name: unique('body') });
     const settings = await api('PUT', '/api/workspaces/admin-settings', {
-      settings: { workspace_name: name, sample_size: 50 },
+      body: {
+        settings: { workspace_name: name, sample_size: 50 },
+      },
     });
     expect(settings.status).toBe(400);
     // admin-settings answers with a `settings` field, so its own (strict) schema names it instead.
@@ -68,9 +79,11 @@ describe('wrapped bodies', () => {
 
   it('resolve-ambiguity documents its resolve_input wrapper: flat fields are the unknown ones there', async () => {
     const flat = await api('POST', '/api/mappings/resolve-ambiguity', {
-      table_name: 'people',
-      target_field: 'name',
-      source_field: null,
+      body: {
+        table_name: 'people',
+        target_field: 'name',
+        source_field: null,
+      },
     });
     expect(flat.status).toBe(400);
     // table_name is also a field of its answer (read-only, tolerated); the others are refused.

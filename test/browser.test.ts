@@ -2,8 +2,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { TEST_PASSWORD } from './helpers/constants.ts';
 import { browserMissing, bundleForBrowser, launchChromium, nonLoopbackAddress } from './helpers/browser.ts';
 
@@ -38,43 +38,24 @@ describe.skipIf(browserMissing)(title, () => {
 
   it('the bundled client logs in, runs discovery over SSE and shows the events', async () => {
     const name = unique('brws');
-    expect(
-      (
-        await call(server, 'POST', '/api/workspaces/create', {
-          token: tenant.admin.token,
-          body: { name, select: true },
-        })
-      ).status,
-    ).toBe(200);
-    const configured = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-      token: tenant.admin.token,
-      body: {
-        source_config: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: source.name,
-          user: 'postgres',
-          password: 'trust',
-          schemas: ['crm'],
-        },
-        target_schema: {
-          name: 'people',
-          tables: [
-            {
-              name: 'customers',
-              primary_key: ['customer_id'],
-              columns: [
-                { name: 'customer_id', type: 'text', nullable: false },
-                { name: 'email', type: 'text' },
-                { name: 'first_name', type: 'text' },
-              ],
-            },
-          ],
-        },
+    await createWorkspace(server, tenant.admin.token, {
+      name,
+      source_config: pgConfig(source.name, { schemas: ['crm'] }),
+      target_schema: {
+        name: 'people',
+        tables: [
+          {
+            name: 'customers',
+            primary_key: ['customer_id'],
+            columns: [
+              { name: 'customer_id', type: 'text', nullable: false },
+              { name: 'email', type: 'text' },
+              { name: 'first_name', type: 'text' },
+            ],
+          },
+        ],
       },
     });
-    expect(configured.status, JSON.stringify(configured.body)).toBe(200);
 
     const script = await bundleForBrowser(
       fileURLToPath(new URL('./browser/discovery-page.ts', import.meta.url)),

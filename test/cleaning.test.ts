@@ -12,8 +12,8 @@ import { generateSelectSql } from '../src/transform/sql.ts';
 import { generatePythonScript } from '../src/transform/python.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * Discovery's cleaning proposals on a real PostgreSQL source: each kind is proposed from the profiled
@@ -338,8 +338,10 @@ let tenant: Tenant;
 const customer360 = JSON.parse(
   readFileSync(new URL('../seeds/schemas/customer-360.json', import.meta.url), 'utf8'),
 );
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 async function discover(): Promise<Record<string, any>[]> {
   const res = await fetch(`${server.url}/api/workspaces/discover`, {
@@ -364,21 +366,13 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
     server = await startTestServer({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent' });
     tenant = await createTenant(server);
     const workspace = unique('clean');
-    expect((await api('POST', '/api/workspaces/create', { name: workspace, select: true })).status).toBe(200);
-    const connection = {
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: demo.name,
-      user: 'postgres',
-      password: 'trust',
-    };
-    const configured = await api('POST', `/api/workspaces/${workspace}/config`, {
+    const connection = pgConfig(demo.name);
+    await createWorkspace(server, tenant.admin.token, {
+      name: workspace,
       source_config: { ...connection, schemas: ['shop'] },
       target_config: { ...connection, schemas: ['analytics'] },
       target_schema: customer360,
     });
-    expect(configured.status, JSON.stringify(configured.body)).toBe(200);
     events = await discover();
   }, 180_000);
 
@@ -416,8 +410,10 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
 
   it('groups the ~19 spellings into a handful of codes; the Python export agrees', async () => {
     const preview = await api('POST', '/api/mappings/customers/preview-transformation', {
-      target_field: 'country_code',
-      limit: 1000,
+      body: {
+        target_field: 'country_code',
+        limit: 1000,
+      },
     });
     expect(preview.status, JSON.stringify(preview.body)).toBe(200);
     const codes = new Set(preview.body.rows.map((r: { country_code: string | null }) => r.country_code));
@@ -439,7 +435,9 @@ describe('discovery on the demo shop proposes the country and phone cleaning', (
 
   it('a person’s transformation stays; removing a proposal refuses it; nothing changed keeps the version', async () => {
     const own = await api('POST', '/api/mappings/customers/transformation', {
-      transformation: { target_field: 'country_code', expression: `upper(trim(customers.country))` },
+      body: {
+        transformation: { target_field: 'country_code', expression: `upper(trim(customers.country))` },
+      },
     });
     expect(own.status, JSON.stringify(own.body)).toBe(200);
     const del = await api('DELETE', '/api/mappings/customers/transformation/phone');

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -53,31 +53,11 @@ beforeAll(async () => {
      insert into shop.products select g, 'Product ' || g, g * 2.5 from generate_series(1, 20) g;`);
   server = await startTestServer();
   tenant = await createTenant(server);
-  const name = unique('evid');
-  expect(
-    (
-      await call(server, 'POST', '/api/workspaces/create', {
-        token: tenant.admin.token,
-        body: { name, select: true },
-      })
-    ).status,
-  ).toBe(200);
-  const config = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: tenant.admin.token,
-    body: {
-      source_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: source.name,
-        user: 'postgres',
-        password: 'trust',
-        schemas: ['crm', 'shop'],
-      },
-      target_schema: { name: 'c360', tables: customer360.tables.filter((t) => t.name === 'customers') },
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('evid'),
+    source_config: pgConfig(source.name, { schemas: ['crm', 'shop'] }),
+    target_schema: { name: 'c360', tables: customer360.tables.filter((t) => t.name === 'customers') },
   });
-  expect(config.status, JSON.stringify(config.body)).toBe(200);
 });
 
 afterAll(async () => {

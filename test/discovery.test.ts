@@ -8,13 +8,14 @@ import { fakeOpenAi } from './helpers/fake-openai.ts';
 import {
   call,
   createTenant,
+  createWorkspace,
   superAdminToken,
   unique,
   until,
   type Tenant,
   type TestUser,
 } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { AppRouter } from '../src/trpc/router.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 import { planMapping, proposeJoin } from '../src/modules/discovery/discovery-plan.ts';
@@ -27,16 +28,8 @@ import type { IntrospectedTable } from '../src/warehouse/warehouse.ts';
  */
 const source = scratchDatabase('disc');
 
-const sourceConfig = (schemas: string[], tables?: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-  ...(tables ? { tables } : {}),
-});
+const sourceConfig = (schemas: string[], tables?: string[]) =>
+  pgConfig(source.name, { schemas, ...(tables ? { tables } : {}) });
 
 const targetSchema = {
   name: 'c360',
@@ -88,21 +81,11 @@ async function workspaceFor(
   options: { schemas?: string[]; tables?: string[] } = {},
   on: TestServer = server,
 ) {
-  const name = unique('disc');
-  const created = await call(on, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, select: true },
+  return createWorkspace(on, t.admin.token, {
+    name: unique('disc'),
+    source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
+    target_schema: targetSchema,
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const res = await call(on, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: {
-      source_config: sourceConfig(options.schemas ?? ['crm'], options.tables),
-      target_schema: targetSchema,
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return name;
 }
 
 async function select(user: TestUser, workspace: string) {

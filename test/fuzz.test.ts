@@ -5,6 +5,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import {
   call,
   createTenant,
+  createWorkspace,
   login,
   superAdminToken,
   unique,
@@ -394,12 +395,7 @@ beforeAll(async () => {
   victim = await tenant.addUser(['viewer']);
   superToken = await superAdminToken(server);
   logoutToken = await login(server, tenant.admin.username, tenant.organization.domain);
-  workspaceName = unique('fuzz');
-  const created = await call(server, 'POST', '/api/workspaces/create', {
-    token: tenant.admin.token,
-    body: { name: workspaceName, select: true },
-  });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  workspaceName = await createWorkspace(server, tenant.admin.token, { name: unique('fuzz'), select: true });
   doc = (await call(server, 'GET', '/api/openapi.json')).body;
 });
 afterAll(async () => server?.close());

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
 import { profileOptionsOf } from '../src/quality/golden-records.ts';
@@ -15,14 +15,7 @@ const warehouse = scratchDatabase('idprof');
 let server: TestServer;
 let tenant: Tenant;
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
 const finished = (runId: string) =>
   until(
@@ -67,16 +60,11 @@ beforeAll(async () => {
   });
   server = await startTestServer();
   tenant = await createTenant(server);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: tenant.admin.token,
-    body: {
-      name: unique('idp'),
-      source_config: connection('shop'),
-      target_config: connection('analytics'),
-      select: true,
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('idp'),
+    source_config: connection('shop'),
+    target_config: connection('analytics'),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
@@ -84,8 +72,10 @@ afterAll(async () => {
   await warehouse.drop();
 });
 
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 describe('unified profiles on the demo', () => {
   it('resolves customers and CRM contacts together and builds one profile per cluster', async () => {
@@ -160,20 +150,24 @@ describe('unified profiles on the demo', () => {
   it('builds from confirmed sources and fields set through the admin settings', async () => {
     const workspace = (await api('GET', '/api/workspaces/current')).body.name ?? undefined;
     const bad = await api('PUT', '/api/workspaces/admin-settings', {
-      workspace_name: workspace,
-      identity_resolution: { sources: [{ table: 'customers', identifiers: [] }] },
+      body: {
+        workspace_name: workspace,
+        identity_resolution: { sources: [{ table: 'customers', identifiers: [] }] },
+      },
     });
     expect(bad.status).toBe(400);
     const saved = await api('PUT', '/api/workspaces/admin-settings', {
-      workspace_name: workspace,
-      identity_resolution: {
-        sources: [
-          {
-            table: 'shop.customers',
-            identifiers: [{ column: 'email', type: 'email', normalize: 'email' }],
-          },
-        ],
-        profile_fields: [{ name: 'city', rule: 'most_recent' }],
+      body: {
+        workspace_name: workspace,
+        identity_resolution: {
+          sources: [
+            {
+              table: 'shop.customers',
+              identifiers: [{ column: 'email', type: 'email', normalize: 'email' }],
+            },
+          ],
+          profile_fields: [{ name: 'city', rule: 'most_recent' }],
+        },
       },
     });
     expect(saved.status, JSON.stringify(saved.body)).toBe(200);

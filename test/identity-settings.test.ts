@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
 /*
@@ -17,22 +17,19 @@ let server: TestServer;
 let tenant: Tenant;
 let workspaceName: string;
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
-const api = (method: string, path: string, body?: unknown) =>
-  call(server, method, path, { token: tenant.admin.token, body });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 const saveSetting = async (value: Record<string, unknown>) => {
   const res = await api('PUT', '/api/workspaces/admin-settings', {
-    workspace_name: workspaceName,
-    identity_resolution: value,
+    body: {
+      workspace_name: workspaceName,
+      identity_resolution: value,
+    },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   return res.body;
@@ -77,13 +74,11 @@ beforeAll(async () => {
   server = await startTestServer();
   tenant = await createTenant(server);
   workspaceName = unique('ids');
-  const res = await api('POST', '/api/workspaces/create', {
+  await createWorkspace(server, tenant.admin.token, {
     name: workspaceName,
     source_config: connection('shop'),
     target_config: connection('analytics'),
-    select: true,
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
@@ -119,8 +114,10 @@ describe('identity_resolution settings, changed and observed through the API', (
     ];
     for (const value of invalid) {
       const res = await api('PUT', '/api/workspaces/admin-settings', {
-        workspace_name: workspaceName,
-        identity_resolution: value,
+        body: {
+          workspace_name: workspaceName,
+          identity_resolution: value,
+        },
       });
       expect(res.status, JSON.stringify(value)).toBe(400);
     }

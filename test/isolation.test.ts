@@ -3,13 +3,14 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import {
   call,
   createTenant,
+  createWorkspace,
   superAdminToken,
   unique,
   until,
   type Tenant,
   type TestUser,
 } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { enqueueMonitoringRun } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
@@ -77,22 +78,11 @@ async function build(): Promise<Shapes> {
   const tenant = await createTenant(server);
   const token = tenant.admin.token;
   const as = (method: string, path: string, body?: unknown) => call(server, method, path, { token, body });
-  const workspace = unique('iso');
-  await ok(
-    await as('POST', '/api/workspaces/create', {
-      name: workspace,
-      select: true,
-      target_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: warehouse.name,
-        user: 'postgres',
-        schemas: ['crm'],
-      },
-    }),
-  );
-  await ok(await as('POST', `/api/workspaces/${workspace}/config`, { target_schema: targetSchema }));
+  const workspace = await createWorkspace(server, token, {
+    name: unique('iso'),
+    target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
+    target_schema: targetSchema,
+  });
   const user = await tenant.addUser(['viewer']);
   const role_name = unique('role');
   const role = await ok(

@@ -1,8 +1,8 @@
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { bindCall, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -54,28 +54,17 @@ afterAll(async () => {
   await source.drop();
 });
 
-async function api(method: string, path: string, body?: unknown) {
-  return call(server, method, path, { token: tenant.admin.token, ...(body ? { body } : {}) });
-}
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
-async function workspace() {
-  const name = unique('decide');
-  expect((await api('POST', '/api/workspaces/create', { name, select: true })).status).toBe(200);
-  const res = await api('POST', `/api/workspaces/${name}/config`, {
-    source_config: {
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: source.name,
-      user: 'postgres',
-      password: 'trust',
-      schemas: ['crm'],
-    },
+const workspace = () =>
+  createWorkspace(server, tenant.admin.token, {
+    name: unique('decide'),
+    source_config: pgConfig(source.name, { schemas: ['crm'] }),
     target_schema: targetSchema(),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return name;
-}
 
 async function discover(): Promise<DiscoveryEvent[]> {
   const res = await fetch(`${server.url}/api/workspaces/discover`, {
@@ -97,7 +86,7 @@ const mapping = async () => {
   return res.body;
 };
 const diffChanged = async () => {
-  const res = await api('POST', '/api/mappings/customers/transformation-diff', { limit: 20 });
+  const res = await api('POST', '/api/mappings/customers/transformation-diff', { body: { limit: 20 } });
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   return res.body.has_changes as boolean;
 };
@@ -120,7 +109,9 @@ describe('rediscovery', () => {
     expect((await mapping()).version).toBe(1);
 
     const commit = await api('POST', '/api/mappings/customers/commit-transformation', {
-      message: 'first cut',
+      body: {
+        message: 'first cut',
+      },
     });
     expect(commit.status, JSON.stringify(commit.body)).toBe(200);
     await discover();
@@ -131,7 +122,9 @@ describe('rediscovery', () => {
 
     // An edit and its undo: the mapping equals the commit again, and every view agrees.
     const cityRes = await api('POST', '/api/mappings/customers/transformation', {
-      transformation: { target_field: 'city', expression: 'upper(crm.customers.city)' },
+      body: {
+        transformation: { target_field: 'city', expression: 'upper(crm.customers.city)' },
+      },
     });
     expect(cityRes.status, JSON.stringify(cityRes.body)).toBe(200);
     expect(cityRes.body.has_uncommitted_changes).toBe(true);
@@ -159,21 +152,27 @@ describe('rediscovery', () => {
       ).status,
     ).toBe(200);
     const confirm = await api('POST', '/api/mappings/customers/connection', {
-      connection: {
-        source_field: 'crm.customers.last_name',
-        target_field: 'first_name',
-        status: 'confirmed',
+      body: {
+        connection: {
+          source_field: 'crm.customers.last_name',
+          target_field: 'first_name',
+          status: 'confirmed',
+        },
       },
     });
     expect(confirm.status, JSON.stringify(confirm.body)).toBe(200);
     const expr = await api('POST', '/api/mappings/customers/transformation', {
-      transformation: { target_field: 'country_code', expression: 'upper(crm.customers.country)' },
+      body: {
+        transformation: { target_field: 'country_code', expression: 'upper(crm.customers.country)' },
+      },
     });
     expect(expr.status, JSON.stringify(expr.body)).toBe(200);
     // email and work_email both fit email: the person answers that neither feeds it.
     expect(found.ambiguities.map((a: { target_field: string }) => a.target_field)).toEqual(['email']);
     const resolved = await api('POST', '/api/mappings/resolve-ambiguity', {
-      resolve_input: { table_name: 'customers', target_field: 'email', source_field: null },
+      body: {
+        resolve_input: { table_name: 'customers', target_field: 'email', source_field: null },
+      },
     });
     expect(resolved.status, JSON.stringify(resolved.body)).toBe(200);
     expect(resolved.body.decisions).toContainEqual({ target_field: 'email', source_field: null });
@@ -213,7 +212,9 @@ describe('rediscovery', () => {
     // A schema change (reconcile) keeps them too.
     const name = (await api('GET', '/api/workspaces/current')).body.name;
     const reconfigured = await api('POST', `/api/workspaces/${name}/config`, {
-      target_schema: targetSchema([{ name: 'segment', type: 'text' }]),
+      body: {
+        target_schema: targetSchema([{ name: 'segment', type: 'text' }]),
+      },
     });
     expect(reconfigured.status, JSON.stringify(reconfigured.body)).toBe(200);
     await discover();
@@ -229,7 +230,9 @@ describe('rediscovery', () => {
 
     // Confirming the refused source by hand lifts the refusal.
     const back = await api('POST', '/api/mappings/customers/connection', {
-      connection: { source_field: 'crm.customers.city', target_field: 'city', status: 'confirmed' },
+      body: {
+        connection: { source_field: 'crm.customers.city', target_field: 'city', status: 'confirmed' },
+      },
     });
     expect(back.status).toBe(200);
     expect(back.body.decisions).not.toContainEqual({

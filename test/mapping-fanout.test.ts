@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  createTenant,
+  createWorkspace,
+  materializeMapping,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
 import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
 
@@ -12,15 +19,7 @@ import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts
  */
 const source = scratchDatabase('fanout');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(source.name, { schemas });
 
 const columns = [
   { name: 'customer_id', type: 'integer', nullable: false },
@@ -48,14 +47,12 @@ beforeAll(async () => {
       (12, 'bob@x.com', 'Bob'), (13, 'dan@x.com', 'Dan');`);
   server = await startTestServer({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent' });
   tenant = await createTenant(server);
-  const name = unique('fanout');
-  expect((await api('POST', '/api/workspaces/create', { name, select: true })).status).toBe(200);
-  const res = await api('POST', `/api/workspaces/${name}/config`, {
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('fanout'),
     source_config: config(['shop']),
     target_config: config(['dw']),
     target_schema: schema,
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
 });
 
 afterAll(async () => {
@@ -63,9 +60,10 @@ afterAll(async () => {
   await source.drop();
 });
 
-function api(method: string, path: string, body?: unknown) {
-  return call(server, method, path, { token: tenant.admin.token, ...(body ? { body } : {}) });
-}
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 async function joinedMapping(table: string, joinOn: string, extra: Record<string, unknown> = {}) {
   for (const [source_field, target_field] of [
@@ -73,22 +71,28 @@ async function joinedMapping(table: string, joinOn: string, extra: Record<string
     ['shop.customers.email', 'email'],
   ]) {
     const res = await api('POST', `/api/mappings/${table}/connection`, {
-      connection: { source_field, target_field, status: 'confirmed' },
+      body: {
+        connection: { source_field, target_field, status: 'confirmed' },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
   }
   const join = await api('POST', `/api/mappings/${table}/tables`, {
-    source_table: 'shop.crm_contacts',
-    relationship: 'join',
-    join_on: joinOn,
-    ...extra,
+    body: {
+      source_table: 'shop.crm_contacts',
+      relationship: 'join',
+      join_on: joinOn,
+      ...extra,
+    },
   });
   expect(join.status, JSON.stringify(join.body)).toBe(200);
   const name = await api('POST', `/api/mappings/${table}/connection`, {
-    connection: {
-      source_field: 'shop.crm_contacts.full_name',
-      target_field: 'full_name',
-      status: 'confirmed',
+    body: {
+      connection: {
+        source_field: 'shop.crm_contacts.full_name',
+        target_field: 'full_name',
+        status: 'confirmed',
+      },
     },
   });
   expect(name.status, JSON.stringify(name.body)).toBe(200);
@@ -102,7 +106,7 @@ const EMAIL_JOIN = 'lower(trim(customers.email)) = lower(trim(crm_contacts.email
 describe('a join duplicated on both sides', () => {
   it('is not valid, with the figure measured on the source', async () => {
     await joinedMapping('customers', EMAIL_JOIN);
-    const res = await api('POST', '/api/mappings/customers/tables/validate', {});
+    const res = await api('POST', '/api/mappings/customers/tables/validate', { body: {} });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body.valid).toBe(false);
     // Customers 1 and 3 are both ann@x.com, and two contacts are too: each gets 2 rows.
@@ -127,28 +131,34 @@ describe('a join duplicated on both sides', () => {
   });
 
   it('cannot be committed until a person accepts it', async () => {
-    const refused = await api('POST', '/api/mappings/customers/commit-transformation', { message: 'join' });
+    const refused = await api('POST', '/api/mappings/customers/commit-transformation', {
+      body: { message: 'join' },
+    });
     expect(refused.status).toBe(422);
     expect(refused.body.message).toMatch(/multiplies rows: 2 of 4 primary rows/);
     expect(refused.body.message).toMatch(/6 rows instead of 4/);
 
     const accept = await api('POST', '/api/mappings/customers/tables', {
-      source_table: 'shop.crm_contacts',
-      relationship: 'join',
-      join_on: EMAIL_JOIN,
-      accept_fan_out: true,
+      body: {
+        source_table: 'shop.crm_contacts',
+        relationship: 'join',
+        join_on: EMAIL_JOIN,
+        accept_fan_out: true,
+      },
     });
     expect(accept.status, JSON.stringify(accept.body)).toBe(200);
     expect(
       accept.body.tables.find((t: { source_table: string }) => t.source_table === 'shop.crm_contacts'),
     ).toMatchObject({ accept_fan_out: true });
-    const valid = await api('POST', '/api/mappings/customers/tables/validate', {});
+    const valid = await api('POST', '/api/mappings/customers/tables/validate', { body: {} });
     expect(valid.body).toMatchObject({
       valid: true,
       problems: [],
       fan_out: [{ accepted: true, joined_rows: 6 }],
     });
-    const commit = await api('POST', '/api/mappings/customers/commit-transformation', { message: 'join' });
+    const commit = await api('POST', '/api/mappings/customers/commit-transformation', {
+      body: { message: 'join' },
+    });
     expect(commit.status, JSON.stringify(commit.body)).toBe(200);
   });
 
@@ -161,9 +171,11 @@ describe('a join duplicated on both sides', () => {
 
   it('refuses accept_fan_out on the primary table (400)', async () => {
     const res = await api('POST', '/api/mappings/customers/tables', {
-      source_table: 'shop.customers',
-      relationship: 'primary',
-      accept_fan_out: true,
+      body: {
+        source_table: 'shop.customers',
+        relationship: 'primary',
+        accept_fan_out: true,
+      },
     });
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/accept_fan_out apply to a join/);
@@ -173,10 +185,12 @@ describe('a join duplicated on both sides', () => {
 describe('a target without a primary key', () => {
   it('is checked against the primary table when the data changed after the commit', async () => {
     await joinedMapping('customer_list', 'customers.id = crm_contacts.id - 9');
-    const valid = await api('POST', '/api/mappings/customer_list/tables/validate', {});
+    const valid = await api('POST', '/api/mappings/customer_list/tables/validate', { body: {} });
     expect(valid.body).toMatchObject({ valid: true, fan_out: [{ joined_rows: 4, multiplied_rows: 0 }] });
     const commit = await api('POST', '/api/mappings/customer_list/commit-transformation', {
-      message: 'by id',
+      body: {
+        message: 'by id',
+      },
     });
     expect(commit.status, JSON.stringify(commit.body)).toBe(200);
     const first = await materializeAndWait('customer_list');

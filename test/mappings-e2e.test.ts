@@ -6,8 +6,15 @@ import { promisify } from 'node:util';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, materializeMapping, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  createTenant,
+  createWorkspace,
+  materializeMapping,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The whole path over HTTP on a real PostgreSQL warehouse: a target table mapped from two joined
@@ -23,15 +30,7 @@ const rawText = { getTypeParser: () => (value: string) => value } as unknown as 
 const sql = (db: ScratchDatabase, text: string, params: unknown[] = []) =>
   withClient(db.url, (client) => client.query(text, params), { types: rawText });
 
-const config = (database: string, schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (database: string, schemas: string[]) => pgConfig(database, { schemas });
 
 const schema = {
   name: 'crm',
@@ -102,20 +101,12 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   token = tenant.admin.token;
   workDir = mkdtempSync(join(tmpdir(), 'dimas-e2e-'));
-  const created = await call(server, 'POST', '/api/workspaces/create', {
-    token,
-    body: { name: workspace, select: true },
+  await createWorkspace(server, token, {
+    name: workspace,
+    source_config: config(source.name, ['shop']),
+    target_config: config(source.name, ['crm']),
+    target_schema: schema,
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const configured = await call(server, 'POST', `/api/workspaces/${workspace}/config`, {
-    token,
-    body: {
-      source_config: config(source.name, ['shop']),
-      target_config: config(source.name, ['crm']),
-      target_schema: schema,
-    },
-  });
-  expect(configured.status, JSON.stringify(configured.body)).toBe(200);
 });
 
 afterAll(async () => {
@@ -124,8 +115,10 @@ afterAll(async () => {
   for (const db of [source, otherTarget]) await db.drop();
 });
 
-const api = (method: string, path: string, body?: unknown, query?: Record<string, string>) =>
-  call(server, method, path, { token, body, query });
+const api = bindCall(
+  () => server,
+  () => token,
+);
 
 async function materializeAndWait(table: string) {
   const { started, run, mapping } = await materializeMapping(server, token, table);
@@ -141,15 +134,19 @@ async function targetRows(db: ScratchDatabase) {
 describe('a mapping from two joined tables, end to end over HTTP', () => {
   it('builds the mapping through the routes', async () => {
     let res = await api('POST', '/api/mappings/customer_profiles/tables', {
-      source_table: 'customers',
-      relationship: 'primary',
+      body: {
+        source_table: 'customers',
+        relationship: 'primary',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     res = await api('POST', '/api/mappings/customer_profiles/tables', {
-      source_table: 'shop.loyalty',
-      relationship: 'join',
-      join_type: 'left',
-      join_on: 'customers.id = loyalty.customer_id',
+      body: {
+        source_table: 'shop.loyalty',
+        relationship: 'join',
+        join_type: 'left',
+        join_on: 'customers.id = loyalty.customer_id',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toMatchObject({
@@ -160,18 +157,22 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       ],
     });
     res = await api('POST', '/api/mappings/customer_profiles/connection', {
-      connection: { source_field: 'customers.id', target_field: 'customer_id' },
+      body: {
+        connection: { source_field: 'customers.id', target_field: 'customer_id' },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     for (const [target_field, expression] of Object.entries(TRANSFORMATIONS)) {
       res = await api('POST', '/api/mappings/customer_profiles/transformation', {
-        transformation: { target_field, expression, description: `${target_field} cleaned` },
+        body: {
+          transformation: { target_field, expression, description: `${target_field} cleaned` },
+        },
       });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
     expect(res.body.version).toBe(9);
     expect(res.body.committed_version).toBeNull();
-    const valid = await api('POST', '/api/mappings/customer_profiles/tables/validate', {});
+    const valid = await api('POST', '/api/mappings/customer_profiles/tables/validate', { body: {} });
     expect(valid.body).toEqual({
       table_name: 'customer_profiles',
       valid: true,
@@ -193,14 +194,18 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
   });
 
   it('previews the whole table and one field on source rows', async () => {
-    const whole = await api('POST', '/api/mappings/customer_profiles/preview-transformation', { limit: 10 });
+    const whole = await api('POST', '/api/mappings/customer_profiles/preview-transformation', {
+      body: { limit: 10 },
+    });
     expect(whole.status, JSON.stringify(whole.body)).toBe(200);
     expect(whole.body.columns.map((c: { name: string }) => c.name)).toEqual(COLUMNS);
     expect(whole.body.row_count).toBe(4);
     const one = await api('POST', '/api/mappings/customer_profiles/preview-transformation', {
-      target_field: 'email',
-      expression: 'upper(trim(customers.email))',
-      limit: 2,
+      body: {
+        target_field: 'email',
+        expression: 'upper(trim(customers.email))',
+        limit: 2,
+      },
     });
     expect(one.status, JSON.stringify(one.body)).toBe(200);
     // E-mail is personal: with mask_pii_in_samples on (the default) the preview shows its shape only.
@@ -213,7 +218,9 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
   });
 
   it('diffs against nothing, commits, and the workspace files reflect the commit', async () => {
-    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', { limit: 50 });
+    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', {
+      body: { limit: 50 },
+    });
     expect(diff.status, JSON.stringify(diff.body)).toBe(200);
     expect(diff.body).toMatchObject({ committed_version: null, has_changes: true });
     expect(diff.body.sql_diff).toContain('+SELECT');
@@ -230,7 +237,9 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     );
 
     const commit = await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
-      message: 'first cut',
+      body: {
+        message: 'first cut',
+      },
     });
     expect(commit.status, JSON.stringify(commit.body)).toBe(200);
     expect(commit.body).toMatchObject({
@@ -248,7 +257,9 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(gitDiff.body.base_commit.message).toBe('customer_profiles v9: first cut');
 
     const again = await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
-      message: 'same',
+      body: {
+        message: 'same',
+      },
     });
     expect(again.status).toBe(409);
 
@@ -274,7 +285,7 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
   });
 
   it('gives the same rows with the generated Python script', async () => {
-    const code = await api('POST', '/api/mappings/customer_profiles/generate-code', {});
+    const code = await api('POST', '/api/mappings/customer_profiles/generate-code', { body: {} });
     expect(code.status, JSON.stringify(code.body)).toBe(200);
     writeFileSync(join(workDir, code.body.filename), code.body.code);
     for (const table of ['customers', 'loyalty']) {
@@ -306,10 +317,12 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
 
   it('diffs a change on the data, and a failed run leaves the previous content', async () => {
     let res = await api('POST', '/api/mappings/customer_profiles/transformation', {
-      transformation: { target_field: 'notes', expression: `'points: ' || loyalty.points` },
+      body: {
+        transformation: { target_field: 'notes', expression: `'points: ' || loyalty.points` },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', {});
+    const diff = await api('POST', '/api/mappings/customer_profiles/transformation-diff', { body: {} });
     expect(diff.body.data_diff).toMatchObject({
       rows_before: 4,
       rows_after: 4,
@@ -320,12 +333,17 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
 
     // A cast the data refuses only fails when it runs: the run fails, the table stays as it was.
     res = await api('POST', '/api/mappings/customer_profiles/transformation', {
-      transformation: { target_field: 'loyalty_points', expression: 'COALESCE(loyalty.tier::integer, 0)' },
+      body: {
+        transformation: { target_field: 'loyalty_points', expression: 'COALESCE(loyalty.tier::integer, 0)' },
+      },
     });
     expect(res.status).toBe(200);
     expect(
-      (await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'bad cast' }))
-        .status,
+      (
+        await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
+          body: { message: 'bad cast' },
+        })
+      ).status,
     ).toBe(200);
     const failed = await materializeAndWait('customer_profiles');
     expect(failed.run.status).toBe('failed');
@@ -340,17 +358,24 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
 
   it('materializes across databases with a streamed copy', async () => {
     let res = await api('POST', '/api/mappings/customer_profiles/transformation', {
-      transformation: { target_field: 'loyalty_points', expression: TRANSFORMATIONS.loyalty_points },
+      body: {
+        transformation: { target_field: 'loyalty_points', expression: TRANSFORMATIONS.loyalty_points },
+      },
     });
     expect(res.status).toBe(200);
     res = await api('DELETE', '/api/mappings/customer_profiles/transformation/notes');
     expect(res.status).toBe(200);
     expect(
-      (await api('POST', '/api/mappings/customer_profiles/commit-transformation', { message: 'fixed' }))
-        .status,
+      (
+        await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
+          body: { message: 'fixed' },
+        })
+      ).status,
     ).toBe(200);
     res = await api('POST', `/api/workspaces/${workspace}/config`, {
-      target_config: config(otherTarget.name, ['crm']),
+      body: {
+        target_config: config(otherTarget.name, ['crm']),
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const { run } = await materializeAndWait('customer_profiles');

@@ -1,8 +1,16 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
 
@@ -12,15 +20,7 @@ import { writeSuggestions } from '../src/modules/mappings/mappings.service.ts';
  */
 const warehouse = scratchDatabase('map');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const schema = {
   name: 'people',
@@ -59,28 +59,18 @@ const workspace = unique('maps');
 const problems = (body: { message?: string; issues?: { message: string }[] }) =>
   [body.message, ...(body.issues ?? []).map((i) => i.message)].join('\n');
 
-const api = (
-  method: string,
-  path: string,
-  options: { body?: unknown; query?: Record<string, string>; as?: string } = {},
-) => call(server, method, path, { token: options.as ?? token, body: options.body, query: options.query });
+const api = bindCall(
+  () => server,
+  () => token,
+);
 
-async function setUpWorkspace(t: Tenant, name: string, tables = schema.tables) {
-  const created = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: { name, select: true },
+const setUpWorkspace = (t: Tenant, name: string, tables = schema.tables) =>
+  createWorkspace(server, t.admin.token, {
+    name,
+    source_config: config(['shop']),
+    target_config: config(['mart']),
+    target_schema: { ...schema, tables },
   });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: {
-      source_config: config(['shop']),
-      target_config: config(['mart']),
-      target_schema: { ...schema, tables },
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-}
 
 beforeAll(async () => {
   await warehouse.create();
@@ -139,7 +129,7 @@ describe('guards', () => {
     const body = method === 'POST' ? {} : undefined;
     const anonymous = await call(server, method, path, { body });
     expect(anonymous.status).toBe(401);
-    const refused = await api(method, path, { body, as: guard === 'read' ? nobody.token : viewer.token });
+    const refused = await api(method, path, { body, token: guard === 'read' ? nobody.token : viewer.token });
     expect(refused.status, JSON.stringify(refused.body)).toBe(403);
     expect(refused.body.code).toBe('FORBIDDEN');
   });
@@ -584,7 +574,7 @@ describe('mapping writes and reads', () => {
 
   it('answers another organization with 404 for this workspace’s tables', async () => {
     const as = other.admin.token;
-    expect((await api('GET', '/api/mappings', { as })).body.mappings).toEqual([]);
+    expect((await api('GET', '/api/mappings', { token: as })).body.mappings).toEqual([]);
     for (const [method, path, body, query] of [
       ['GET', '/api/mappings/people', undefined, undefined],
       ['GET', '/api/mappings/people/transform-code', undefined, undefined],
@@ -630,11 +620,15 @@ describe('mapping writes and reads', () => {
       ['POST', '/api/mappings/people/commit-transformation', { message: 'x' }, undefined],
       ['POST', '/api/mappings/people/materialize', {}, undefined],
     ] as const) {
-      const res = await api(method, path, { as, body, query: query as Record<string, string> | undefined });
+      const res = await api(method, path, {
+        token: as,
+        body,
+        query: query as Record<string, string> | undefined,
+      });
       expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(404);
     }
     const batch = await api('POST', '/api/mappings/batch/transform-code', {
-      as,
+      token: as,
       body: { table_names: ['people'] },
     });
     expect(batch.body.results).toEqual([expect.objectContaining({ table_name: 'people', ok: false })]);
@@ -648,7 +642,7 @@ describe('mapping writes and reads', () => {
     expect(res.status).toBe(400);
     // Another organization's clear-all never reaches this workspace.
     res = await api('DELETE', '/api/mappings/clear-all', {
-      as: other.admin.token,
+      token: other.admin.token,
       query: { confirm_workspace_name: workspace },
     });
     expect(res.status).toBe(400);

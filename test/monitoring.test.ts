@@ -1,8 +1,8 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
 import { MetricSnapshot } from '../src/modules/monitoring/monitoring.entity.ts';
@@ -19,14 +19,7 @@ import { SchemaConfig } from '../src/modules/schemas/schemas.entity.ts';
  */
 const warehouse = scratchDatabase('mon');
 
-const connection = (schema: string) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: [schema],
-});
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
 
 const targetSchema = {
   name: 'shop',
@@ -81,24 +74,6 @@ let otherWorkspaceName: string;
 
 const em = () => server.deps.orm.em.fork() as EntityManager;
 
-async function createWorkspace(t: Tenant, name: string, schema: string, withSource: boolean) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: t.admin.token,
-    body: {
-      name,
-      target_config: connection(schema),
-      ...(withSource ? { source_config: connection(schema) } : {}),
-      select: true,
-    },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token: t.admin.token,
-    body: { target_schema: targetSchema },
-  });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
-}
-
 const finished = (runId: string, organizationId: string) =>
   until(
     `run ${runId}`,
@@ -131,8 +106,17 @@ beforeAll(async () => {
   viewerToken = (await tenant.addUser(['viewer'])).token;
   workspaceName = unique('mon');
   otherWorkspaceName = unique('mon');
-  await createWorkspace(tenant, workspaceName, 'shop', true);
-  await createWorkspace(other, otherWorkspaceName, 'elsewhere', false);
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    target_config: connection('shop'),
+    source_config: connection('shop'),
+    target_schema: targetSchema,
+  });
+  await createWorkspace(server, other.admin.token, {
+    name: otherWorkspaceName,
+    target_config: connection('elsewhere'),
+    target_schema: targetSchema,
+  });
   const select = await call(server, 'POST', '/api/workspaces/select', {
     token: viewerToken,
     body: { workspace_name: workspaceName },
@@ -149,11 +133,7 @@ beforeAll(async () => {
     reverse_etl_connections: [
       {
         name: 'copy_db',
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: warehouse.name,
-        user: 'postgres',
+        ...pgConfig(warehouse.name),
         schema: 'shop',
         ssl: false,
       },
@@ -179,8 +159,11 @@ afterAll(async () => {
   await warehouse.drop();
 });
 
-const api = (method: string, path: string, options: { token?: string; query?: Record<string, any> } = {}) =>
-  call(server, method, `/api/monitoring${path}`, { ...options, token: options.token ?? tenant.admin.token });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/monitoring',
+);
 
 describe('metrics', () => {
   it('measures the target tables of schema.json with hand-computed values and stores them for trends', async () => {

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, until, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, until, type Tenant, type TestUser } from './helpers/api.ts';
 import { mariadbUnavailable, MARIADB, scratchMysql } from './helpers/mariadb.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * Extract–load of a MariaDB source into the raw schema of a PostgreSQL target, queued by
@@ -66,23 +66,12 @@ describe.skipIf(unavailable)(`MySQL extract-load ${unavailable ? `(skipped: ${un
     server = await startTestServer();
     tenant = await createTenant(server);
     viewer = await tenant.addUser(['viewer']);
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: tenant.admin.token,
-      body: {
-        name: 'shop',
-        select: true,
-        source_config: { type: 'mysql', ...MARIADB, database: source.name },
-        target_config: {
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: target.name,
-          user: 'postgres',
-          schemas: ['analytics'],
-        },
-      },
+    await createWorkspace(server, tenant.admin.token, {
+      name: 'shop',
+      select: true,
+      source_config: { type: 'mysql', ...MARIADB, database: source.name },
+      target_config: pgConfig(target.name, { schemas: ['analytics'] }),
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
     await call(server, 'POST', '/api/workspaces/select', {
       token: viewer.token,
       body: { workspace_name: 'shop' },
@@ -260,6 +249,7 @@ describe.skipIf(unavailable)(`MySQL extract-load ${unavailable ? `(skipped: ${un
 
   it('maps, commits and materializes from the raw copy, in PostgreSQL SQL', async () => {
     const token = tenant.admin.token;
+    // Local on purpose: every setup call here must succeed, so it checks the 200 and answers the body.
     const api = async (method: string, path: string, body?: unknown) => {
       const res = await call(server, method, path, { token, body });
       expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(200);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, type Tenant } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, type Tenant } from './helpers/api.ts';
 import { mariadbUnavailable, MARIADB, scratchMysql } from './helpers/mariadb.ts';
 
 /*
@@ -36,15 +36,11 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     await db.sql('analyze table customers, orders');
     server = await startTestServer({ WAREHOUSE_ROW_CAP: '2' });
     tenant = await createTenant(server);
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: tenant.admin.token,
-      body: {
-        name: 'shop',
-        select: true,
-        source_config: { type: 'mysql', ...MARIADB, database: db.name, password: '' },
-      },
+    await createWorkspace(server, tenant.admin.token, {
+      name: 'shop',
+      select: true,
+      source_config: { type: 'mysql', ...MARIADB, database: db.name, password: '' },
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
   });
 
   afterAll(async () => {
@@ -144,11 +140,11 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     const strict = await startTestServer({ WAREHOUSE_REFUSE_SUPERUSER: 'true' });
     try {
       const other = await createTenant(strict);
-      const created = await call(strict, 'POST', '/api/workspaces/create', {
-        token: other.admin.token,
-        body: { name: 'shop', select: true, source_config: { type: 'mysql', ...MARIADB, database: db.name } },
+      await createWorkspace(strict, other.admin.token, {
+        name: 'shop',
+        select: true,
+        source_config: { type: 'mysql', ...MARIADB, database: db.name },
       });
-      expect(created.status, JSON.stringify(created.body)).toBe(200);
       // root holds SUPER on the test server.
       const res = await call(strict, 'POST', '/api/sources/execute-query', {
         token: other.admin.token,

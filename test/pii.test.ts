@@ -3,8 +3,16 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { fakeOpenAi } from './helpers/fake-openai.ts';
-import { call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  superAdminToken,
+  unique,
+  type Tenant,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 
 /*
@@ -26,8 +34,10 @@ let workspace: string;
 /** Every personal value of the demo source, as the warehouse gives it as text. */
 let personal: Set<string>;
 
-const api = (method: string, path: string, body?: unknown, query?: Record<string, string | number>) =>
-  call(server, method, path, { token: tenant.admin.token, body, query });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
 
 async function discoverAll(): Promise<unknown[]> {
   const res = await fetch(`${server.url}/api/workspaces/discover`, {
@@ -58,7 +68,7 @@ beforeAll(async () => {
   await source.create();
   await source.sql(demoSchemaSql());
   for (const statement of demoSourceStatements()) await source.sql(statement);
-  const client = new pg.Client({ host: '127.0.0.1', port: 5432, user: 'postgres', database: source.name });
+  const client = new pg.Client({ connectionString: source.url });
   await client.connect();
   const { rows } = await client.query(`
     select v from (
@@ -79,25 +89,17 @@ beforeAll(async () => {
   tenant = await createTenant(server);
   superAdmin = await superAdminToken(server);
   workspace = unique('pii');
-  const created = await api('POST', '/api/workspaces/create', { name: workspace, select: true });
-  expect(created.status, JSON.stringify(created.body)).toBe(200);
-  const config = await api('POST', `/api/workspaces/${workspace}/config`, {
-    source_config: {
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: source.name,
-      user: 'postgres',
-      password: 'trust',
-      schemas: ['shop'],
-    },
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspace,
+    source_config: pgConfig(source.name, { schemas: ['shop'] }),
     target_schema: customer360,
   });
-  expect(config.status, JSON.stringify(config.body)).toBe(200);
   const params = await api('POST', '/api/admin/llm-parameters', {
-    base_url: url,
-    model: 'test-model',
-    monthly_budget_usd: 1000,
+    body: {
+      base_url: url,
+      model: 'test-model',
+      monthly_budget_usd: 1000,
+    },
   });
   expect(params.status, JSON.stringify(params.body)).toBe(200);
   const mode = await call(server, 'POST', '/api/admin/set-llm-mode', {
@@ -135,7 +137,7 @@ describe('mask_pii_in_samples', () => {
   });
 
   it('on: sample values and previews show the shape of personal values, not the values', async () => {
-    const sample = await api('GET', '/api/sources/sample-values/customers/email', undefined, { limit: 50 });
+    const sample = await api('GET', '/api/sources/sample-values/customers/email', { query: { limit: 50 } });
     expect(sample.status, JSON.stringify(sample.body)).toBe(200);
     expect(sample.body.masked).toBe(true);
     expect(sample.body.values.length).toBeGreaterThan(0);
@@ -150,7 +152,9 @@ describe('mask_pii_in_samples', () => {
     expect(status.body.masked).toBe(false);
     expect(status.body.values.map((v: { value: string }) => v.value)).toContain('shipped');
 
-    const preview = await api('POST', '/api/mappings/customers/preview-transformation', { limit: 20 });
+    const preview = await api('POST', '/api/mappings/customers/preview-transformation', {
+      body: { limit: 20 },
+    });
     expect(preview.status, JSON.stringify(preview.body)).toBe(200);
     expect(preview.body.masked_columns).toEqual(expect.arrayContaining(['email', 'first_name', 'last_name']));
     const shown = JSON.stringify(preview.body.rows);
@@ -159,8 +163,10 @@ describe('mask_pii_in_samples', () => {
 
   it('off: the prompt carries sample values of personal columns, and the routes show them', async () => {
     const off = await api('PUT', '/api/workspaces/admin-settings', {
-      workspace_name: workspace,
-      mask_pii_in_samples: false,
+      body: {
+        workspace_name: workspace,
+        mask_pii_in_samples: false,
+      },
     });
     expect(off.status, JSON.stringify(off.body)).toBe(200);
     try {
@@ -172,8 +178,10 @@ describe('mask_pii_in_samples', () => {
       expect(sample.body.values.every((v: { value: string }) => personal.has(v.value))).toBe(true);
     } finally {
       await api('PUT', '/api/workspaces/admin-settings', {
-        workspace_name: workspace,
-        mask_pii_in_samples: true,
+        body: {
+          workspace_name: workspace,
+          mask_pii_in_samples: true,
+        },
       });
     }
   });

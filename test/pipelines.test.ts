@@ -1,8 +1,16 @@
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import {
+  bindCall,
+  call,
+  createTenant,
+  createWorkspace,
+  unique,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The transformation project: generated from committed mappings, its status, model SQL, drift and
@@ -10,15 +18,7 @@ import { scratchDatabase } from './helpers/scratch-db.ts';
  */
 const warehouse = scratchDatabase('pipe');
 
-const config = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const schema = (tierTests: Record<string, unknown>) => ({
   name: 'crm',
@@ -45,8 +45,10 @@ let nobody: TestUser;
 let token: string;
 const workspace = unique('pipes');
 
-const api = (method: string, path: string, options: { body?: unknown; as?: string } = {}) =>
-  call(server, method, path, { token: options.as ?? token, body: options.body });
+const api = bindCall(
+  () => server,
+  () => token,
+);
 
 async function saveSchema(tierTests: Record<string, unknown>) {
   const res = await api('POST', `/api/workspaces/${workspace}/config`, {
@@ -65,13 +67,11 @@ beforeAll(async () => {
   server = await startTestServer();
   tenant = await createTenant(server);
   token = tenant.admin.token;
-  expect(
-    (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
-  ).toBe(200);
-  const res = await api('POST', `/api/workspaces/${workspace}/config`, {
-    body: { source_config: config(['app']), target_config: config(['mart']) },
+  await createWorkspace(server, token, {
+    name: workspace,
+    source_config: config(['app']),
+    target_config: config(['mart']),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   await saveSchema({ accepted_values: ['GOLD', 'SILVER'] });
   viewer = await tenant.addUser(['viewer']);
   nobody = await tenant.addUserWithoutPermissions();
@@ -81,11 +81,7 @@ beforeAll(async () => {
       body: { workspace_name: workspace },
     });
   other = await createTenant(server);
-  const otherWs = unique('other');
-  await call(server, 'POST', '/api/workspaces/create', {
-    token: other.admin.token,
-    body: { name: otherWs, select: true },
-  });
+  await createWorkspace(server, other.admin.token, { name: unique('other') });
 
   const steps: [string, unknown][] = [
     ['tables', { source_table: 'users', relationship: 'primary' }],
@@ -119,7 +115,7 @@ describe('guards', () => {
   it.each(ROUTES)('%s %s: 401 without a token, 403 without the permission', async (method, path, guard) => {
     const body = method === 'POST' ? {} : undefined;
     expect((await call(server, method, path, { body })).status).toBe(401);
-    const refused = await api(method, path, { body, as: guard === 'read' ? nobody.token : viewer.token });
+    const refused = await api(method, path, { body, token: guard === 'read' ? nobody.token : viewer.token });
     expect(refused.status, JSON.stringify(refused.body)).toBe(403);
   });
 });
@@ -256,13 +252,14 @@ describe('the transformation project', () => {
 
   it('answers another organization as if nothing existed', async () => {
     const as = other.admin.token;
-    expect((await api('GET', '/api/pipelines/status', { as })).body.generated).toBe(false);
-    expect((await api('GET', '/api/pipelines/model/contacts', { as })).status).toBe(404);
+    expect((await api('GET', '/api/pipelines/status', { token: as })).body.generated).toBe(false);
+    expect((await api('GET', '/api/pipelines/model/contacts', { token: as })).status).toBe(404);
     expect(
-      (await api('POST', '/api/pipelines/test-model', { as, body: { table_name: 'contacts' } })).status,
+      (await api('POST', '/api/pipelines/test-model', { token: as, body: { table_name: 'contacts' } }))
+        .status,
     ).toBe(404);
-    expect((await api('DELETE', '/api/pipelines/project', { as })).status).toBe(404);
-    const generated = await api('POST', '/api/pipelines/generate-project', { as, body: {} });
+    expect((await api('DELETE', '/api/pipelines/project', { token: as })).status).toBe(404);
+    const generated = await api('POST', '/api/pipelines/generate-project', { token: as, body: {} });
     expect(generated.status).toBe(409);
     expect(generated.body.reason).toBe('NOTHING_COMMITTED');
   });

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
 import { runColumnTests } from '../src/quality/rules.ts';
 
@@ -13,16 +13,8 @@ import { runColumnTests } from '../src/quality/rules.ts';
  */
 const warehouse = scratchDatabase('qc');
 
-const connection = (schemas: string[], overrides: Record<string, unknown> = {}) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-  ...overrides,
-});
+const connection = (schemas: string[], overrides: Record<string, unknown> = {}) =>
+  pgConfig(warehouse.name, { schemas, ...overrides });
 
 const schemaDoc = () => ({
   name: 'shop-target',
@@ -78,11 +70,11 @@ beforeAll(async () => {
     [a, workspace],
     [b, 'other'],
   ] as const) {
-    const res = await call(server, 'POST', '/api/workspaces/create', {
-      token: tenant.admin.token,
-      body: { name, target_config: connection(['mart']), source_config: connection(['shop']) },
+    await createWorkspace(server, tenant.admin.token, {
+      name,
+      target_config: connection(['mart']),
+      source_config: connection(['shop']),
     });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
     const saved = await call(server, 'POST', '/api/schemas/workspace', {
       token: tenant.admin.token,
       body: { schema: schemaDoc() },
@@ -463,12 +455,7 @@ describe('reverse-ETL connections', () => {
   const destinations = () => [
     {
       name: 'crm-db',
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: warehouse.name,
-      user: 'postgres',
-      password: 's3cret-pw',
+      ...pgConfig(warehouse.name, { password: 's3cret-pw' }),
       schema: 'crm',
     },
     { name: 'hook', type: 'webhook', url: 'https://hooks.example.com/dimas', secret: 'tok-123' },

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, type Tenant, type TestUser } from './helpers/api.ts';
+import { bindCall, createTenant, type Tenant, type TestUser } from './helpers/api.ts';
 
 /*
  * Saved queries: visibility between users of one organization (own + shared) and across
@@ -13,13 +13,12 @@ let owner: TestUser;
 let colleague: TestUser;
 let viewer: TestUser;
 
-const api = (
-  method: string,
-  path: string,
-  token: string | undefined,
-  body?: unknown,
-  query?: Record<string, any>,
-) => call(server, method, `/api/queries${path}`, { token, body, query });
+// No default caller: every call below names its own token, or none.
+const api = bindCall(
+  () => server,
+  () => undefined,
+  '/api/queries',
+);
 
 beforeAll(async () => {
   server = await startTestServer();
@@ -39,11 +38,14 @@ describe('saved queries', () => {
   let sharedId: string;
 
   it('creates queries with the SQL checked, owned by the caller', async () => {
-    const priv = await api('POST', '', owner.token, {
-      name: 'Top customers',
-      description: 'by lifetime value',
-      sql: 'select customer_id from crm.customers order by lifetime_value desc limit 10',
-      schema_identifier: 'crm',
+    const priv = await api('POST', '', {
+      token: owner.token,
+      body: {
+        name: 'Top customers',
+        description: 'by lifetime value',
+        sql: 'select customer_id from crm.customers order by lifetime_value desc limit 10',
+        schema_identifier: 'crm',
+      },
     });
     expect(priv.status, JSON.stringify(priv.body)).toBe(200);
     expect(priv.body).toMatchObject({
@@ -57,20 +59,26 @@ describe('saved queries', () => {
     expect(typeof priv.body.created_at).toBe('string');
     privateId = priv.body.id;
 
-    const shared = await api('POST', '', owner.token, {
-      name: 'Countries',
-      sql: 'select country, count(*) from crm.customers group by country',
-      schema_identifier: 'crm',
-      visibility: 'shared',
+    const shared = await api('POST', '', {
+      token: owner.token,
+      body: {
+        name: 'Countries',
+        sql: 'select country, count(*) from crm.customers group by country',
+        schema_identifier: 'crm',
+        visibility: 'shared',
+      },
     });
     expect(shared.status).toBe(200);
     sharedId = shared.body.id;
 
-    const elsewhere = await api('POST', '', owner.token, {
-      name: 'Orders',
-      sql: 'select 1',
-      schema_identifier: 'shop',
-      visibility: 'shared',
+    const elsewhere = await api('POST', '', {
+      token: owner.token,
+      body: {
+        name: 'Orders',
+        sql: 'select 1',
+        schema_identifier: 'shop',
+        visibility: 'shared',
+      },
     });
     expect(elsewhere.status).toBe(200);
   });
@@ -82,37 +90,56 @@ describe('saved queries', () => {
       'with d as (delete from crm.customers returning *) select * from d',
       'selec 1',
     ]) {
-      const res = await api('POST', '', owner.token, { name: `bad ${sql.length}`, sql });
+      const res = await api('POST', '', { token: owner.token, body: { name: `bad ${sql.length}`, sql } });
       expect(res.status, sql).toBe(400);
       expect(res.body.message).toBeTruthy();
     }
-    expect((await api('POST', '', owner.token, { sql: 'select 1' })).status).toBe(400);
+    expect((await api('POST', '', { token: owner.token, body: { sql: 'select 1' } })).status).toBe(400);
     expect(
-      (await api('POST', '', owner.token, { name: 'x', sql: 'select 1', visibility: 'public' })).status,
+      (
+        await api('POST', '', {
+          token: owner.token,
+          body: { name: 'x', sql: 'select 1', visibility: 'public' },
+        })
+      ).status,
     ).toBe(400);
-    const update = await api('PUT', `/${privateId}`, owner.token, { sql: 'drop table crm.customers' });
+    const update = await api('PUT', `/${privateId}`, {
+      token: owner.token,
+      body: { sql: 'drop table crm.customers' },
+    });
     expect(update.status).toBe(400);
-    expect((await api('GET', `/${privateId}`, owner.token)).body.sql).toContain('order by lifetime_value');
+    expect((await api('GET', `/${privateId}`, { token: owner.token })).body.sql).toContain(
+      'order by lifetime_value',
+    );
   });
 
   it('refuses a second query of the same name by the same owner (409)', async () => {
-    const res = await api('POST', '', owner.token, { name: 'Top customers', sql: 'select 2' });
+    const res = await api('POST', '', {
+      token: owner.token,
+      body: { name: 'Top customers', sql: 'select 2' },
+    });
     expect(res.status).toBe(409);
     // Renaming another of the owner's queries to it is refused the same way, and changes nothing.
-    const second = await api('POST', '', owner.token, { name: 'Second', sql: 'select 3' });
-    const rename = await api('PUT', `/${second.body.id}`, owner.token, { name: 'Top customers' });
+    const second = await api('POST', '', { token: owner.token, body: { name: 'Second', sql: 'select 3' } });
+    const rename = await api('PUT', `/${second.body.id}`, {
+      token: owner.token,
+      body: { name: 'Top customers' },
+    });
     expect(rename.status).toBe(409);
     expect(rename.body.message).toMatch(/already have a saved query named Top customers/);
-    expect((await api('GET', `/${second.body.id}`, owner.token)).body.name).toBe('Second');
-    expect((await api('DELETE', `/${second.body.id}`, owner.token)).status).toBe(200);
+    expect((await api('GET', `/${second.body.id}`, { token: owner.token })).body.name).toBe('Second');
+    expect((await api('DELETE', `/${second.body.id}`, { token: owner.token })).status).toBe(200);
     // Another user may use the name.
-    const mine = await api('POST', '', colleague.token, { name: 'Top customers', sql: 'select 2' });
+    const mine = await api('POST', '', {
+      token: colleague.token,
+      body: { name: 'Top customers', sql: 'select 2' },
+    });
     expect(mine.status).toBe(200);
-    expect((await api('DELETE', `/${mine.body.id}`, colleague.token)).status).toBe(200);
+    expect((await api('DELETE', `/${mine.body.id}`, { token: colleague.token })).status).toBe(200);
   });
 
   it('lists own and shared queries of the organization, filtered by schema_identifier', async () => {
-    const mine = await api('GET', '', owner.token);
+    const mine = await api('GET', '', { token: owner.token });
     expect(mine.status).toBe(200);
     expect(mine.body.queries.map((q: any) => q.name).sort()).toEqual([
       'Countries',
@@ -120,75 +147,93 @@ describe('saved queries', () => {
       'Top customers',
     ]);
 
-    const theirs = await api('GET', '', colleague.token);
+    const theirs = await api('GET', '', { token: colleague.token });
     expect(theirs.body.queries.map((q: any) => q.name).sort()).toEqual(['Countries', 'Orders']);
     expect(theirs.body.queries.every((q: any) => !q.is_owner && !q.can_edit)).toBe(true);
 
-    const filtered = await api('GET', '', colleague.token, undefined, { schema_identifier: 'crm' });
+    const filtered = await api('GET', '', { token: colleague.token, query: { schema_identifier: 'crm' } });
     expect(filtered.body.queries.map((q: any) => q.name)).toEqual(['Countries']);
     expect(filtered.body.total).toBe(1);
 
-    const viewerList = await api('GET', '', viewer.token, undefined, { schema_identifier: 'crm' });
+    const viewerList = await api('GET', '', { token: viewer.token, query: { schema_identifier: 'crm' } });
     expect(viewerList.status).toBe(200);
     expect(viewerList.body.queries.map((q: any) => q.id)).toEqual([sharedId]);
 
-    const foreign = await api('GET', '', other.admin.token);
+    const foreign = await api('GET', '', { token: other.admin.token });
     expect(foreign.status).toBe(200);
     expect(foreign.body.queries).toEqual([]);
 
-    const page = await api('GET', '', owner.token, undefined, { limit: 1, offset: 1 });
+    const page = await api('GET', '', { token: owner.token, query: { limit: 1, offset: 1 } });
     expect(page.body.queries).toHaveLength(1);
     expect(page.body.total).toBe(3);
-    expect((await api('GET', '', owner.token, undefined, { limit: 0 })).status).toBe(400);
+    expect((await api('GET', '', { token: owner.token, query: { limit: 0 } })).status).toBe(400);
   });
 
   it("gets a visible query; another owner's private query and another tenant answer 404", async () => {
-    expect((await api('GET', `/${privateId}`, owner.token)).status).toBe(200);
-    expect((await api('GET', `/${sharedId}`, colleague.token)).status).toBe(200);
-    expect((await api('GET', `/${privateId}`, colleague.token)).status).toBe(404);
-    expect((await api('GET', `/${sharedId}`, other.admin.token)).status).toBe(404);
-    expect((await api('GET', '/not-a-uuid', owner.token)).status).toBe(404);
-    expect((await api('GET', '/00000000-0000-4000-8000-000000000000', owner.token)).status).toBe(404);
+    expect((await api('GET', `/${privateId}`, { token: owner.token })).status).toBe(200);
+    expect((await api('GET', `/${sharedId}`, { token: colleague.token })).status).toBe(200);
+    expect((await api('GET', `/${privateId}`, { token: colleague.token })).status).toBe(404);
+    expect((await api('GET', `/${sharedId}`, { token: other.admin.token })).status).toBe(404);
+    expect((await api('GET', '/not-a-uuid', { token: owner.token })).status).toBe(404);
+    expect((await api('GET', '/00000000-0000-4000-8000-000000000000', { token: owner.token })).status).toBe(
+      404,
+    );
   });
 
   it('lets only the owner or an org.admin update or delete', async () => {
-    const refused = await api('PUT', `/${sharedId}`, colleague.token, { name: 'Mine now' });
+    const refused = await api('PUT', `/${sharedId}`, { token: colleague.token, body: { name: 'Mine now' } });
     expect(refused.status).toBe(403);
-    expect((await api('DELETE', `/${sharedId}`, colleague.token)).status).toBe(403);
-    expect((await api('PUT', `/${privateId}`, colleague.token, { name: 'x' })).status).toBe(404);
+    expect((await api('DELETE', `/${sharedId}`, { token: colleague.token })).status).toBe(403);
+    expect((await api('PUT', `/${privateId}`, { token: colleague.token, body: { name: 'x' } })).status).toBe(
+      404,
+    );
 
-    const byOwner = await api('PUT', `/${privateId}`, owner.token, {
-      visibility: 'shared',
-      description: 'now for everyone',
-      sql: 'select customer_id from crm.customers limit 5',
+    const byOwner = await api('PUT', `/${privateId}`, {
+      token: owner.token,
+      body: {
+        visibility: 'shared',
+        description: 'now for everyone',
+        sql: 'select customer_id from crm.customers limit 5',
+      },
     });
     expect(byOwner.status).toBe(200);
     expect(byOwner.body).toMatchObject({ visibility: 'shared', description: 'now for everyone' });
-    expect((await api('GET', `/${privateId}`, colleague.token)).status).toBe(200);
+    expect((await api('GET', `/${privateId}`, { token: colleague.token })).status).toBe(200);
 
-    const byAdmin = await api('PUT', `/${sharedId}`, tenant.admin.token, { name: 'Countries (reviewed)' });
+    const byAdmin = await api('PUT', `/${sharedId}`, {
+      token: tenant.admin.token,
+      body: { name: 'Countries (reviewed)' },
+    });
     expect(byAdmin.status).toBe(200);
     expect(byAdmin.body).toMatchObject({ name: 'Countries (reviewed)', is_owner: false, can_edit: true });
     expect(byAdmin.body.owner.id).toBe(owner.id);
 
-    expect((await api('PUT', `/${sharedId}`, other.admin.token, { name: 'y' })).status).toBe(404);
-    expect((await api('DELETE', `/${sharedId}`, other.admin.token)).status).toBe(404);
-    expect((await api('PUT', `/${sharedId}`, owner.token, { visibility: 'everyone' })).status).toBe(400);
+    expect((await api('PUT', `/${sharedId}`, { token: other.admin.token, body: { name: 'y' } })).status).toBe(
+      404,
+    );
+    expect((await api('DELETE', `/${sharedId}`, { token: other.admin.token })).status).toBe(404);
+    expect(
+      (await api('PUT', `/${sharedId}`, { token: owner.token, body: { visibility: 'everyone' } })).status,
+    ).toBe(400);
 
-    const deleted = await api('DELETE', `/${sharedId}`, tenant.admin.token);
+    const deleted = await api('DELETE', `/${sharedId}`, { token: tenant.admin.token });
     expect(deleted.status).toBe(200);
-    expect((await api('GET', `/${sharedId}`, owner.token)).status).toBe(404);
-    expect((await api('DELETE', `/${privateId}`, owner.token)).status).toBe(200);
+    expect((await api('GET', `/${sharedId}`, { token: owner.token })).status).toBe(404);
+    expect((await api('DELETE', `/${privateId}`, { token: owner.token })).status).toBe(200);
   });
 
   it('answers 401 without credentials and 403 to a viewer that writes', async () => {
-    expect((await api('GET', '', undefined)).status).toBe(401);
-    expect((await api('POST', '', undefined, { name: 'x', sql: 'select 1' })).status).toBe(401);
-    expect((await api('GET', `/${privateId}`, undefined)).status).toBe(401);
-    expect((await api('PUT', `/${privateId}`, undefined, { name: 'x' })).status).toBe(401);
-    expect((await api('DELETE', `/${privateId}`, undefined)).status).toBe(401);
-    expect((await api('POST', '', viewer.token, { name: 'x', sql: 'select 1' })).status).toBe(403);
-    expect((await api('PUT', `/${privateId}`, viewer.token, { name: 'x' })).status).toBe(403);
-    expect((await api('DELETE', `/${privateId}`, viewer.token)).status).toBe(403);
+    expect((await api('GET', '', {})).status).toBe(401);
+    expect((await api('POST', '', { body: { name: 'x', sql: 'select 1' } })).status).toBe(401);
+    expect((await api('GET', `/${privateId}`, {})).status).toBe(401);
+    expect((await api('PUT', `/${privateId}`, { body: { name: 'x' } })).status).toBe(401);
+    expect((await api('DELETE', `/${privateId}`, {})).status).toBe(401);
+    expect(
+      (await api('POST', '', { token: viewer.token, body: { name: 'x', sql: 'select 1' } })).status,
+    ).toBe(403);
+    expect((await api('PUT', `/${privateId}`, { token: viewer.token, body: { name: 'x' } })).status).toBe(
+      403,
+    );
+    expect((await api('DELETE', `/${privateId}`, { token: viewer.token })).status).toBe(403);
   });
 });

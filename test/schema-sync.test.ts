@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { pgConfig, ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * Schema sync, sync status and DDL against a real PostgreSQL warehouse (a scratch database on
@@ -18,16 +18,8 @@ const columnsOf = (table: string) =>
     [table],
   );
 
-const targetConfig = (overrides: Record<string, unknown> = {}) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust-auth-ignores-it',
-  schemas: ['analytics'],
-  ...overrides,
-});
+const targetConfig = (overrides: Record<string, unknown> = {}) =>
+  pgConfig(warehouse.name, { password: 'trust-auth-ignores-it', schemas: ['analytics'], ...overrides });
 
 // A mixed-case table and a reserved word as a column: only quoted identifiers survive both.
 const schemaDoc = () => ({
@@ -83,15 +75,11 @@ beforeAll(async () => {
   b = await createTenant(server);
   viewer = await a.addUser(['viewer']);
   editor = await a.addUser(['editor']);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: a.admin.token,
-    body: {
-      name: workspace,
-      target_config: targetConfig(),
-      source_config: targetConfig({ schemas: ['public'] }),
-    },
+  await createWorkspace(server, a.admin.token, {
+    name: workspace,
+    target_config: targetConfig(),
+    source_config: targetConfig({ schemas: ['public'] }),
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   for (const user of [viewer, editor]) {
     const selected = await call(server, 'POST', '/api/workspaces/select', {
       token: user.token,

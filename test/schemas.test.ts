@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser } from './helpers/api.ts';
 import { registerWorkspaceExtension } from '../src/modules/workspaces/workspace-extensions.ts';
 import type { TargetSchema } from '../src/modules/schemas/schemas.schemas.ts';
 
@@ -35,11 +35,7 @@ beforeAll(async () => {
   b = await createTenant(server);
   viewer = await a.addUser(['viewer']);
   workspace = unique('sch');
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: a.admin.token,
-    body: { name: workspace },
-  });
-  expect(res.status).toBe(200);
+  await createWorkspace(server, a.admin.token, { name: workspace });
   await call(server, 'POST', '/api/workspaces/select', {
     token: viewer.token,
     body: { workspace_name: workspace },

@@ -18,7 +18,7 @@ import {
   type Tenant,
   type TestUser,
 } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
  * Recognizable secrets are seeded through the real routes; then every GET route of the OpenAPI
@@ -143,15 +143,7 @@ beforeAll(async () => {
       source_config: source(SECRETS.source_password),
     }),
     await scan('POST', `/api/workspaces/${workspace}/config`, admin, {
-      target_config: {
-        type: 'postgres',
-        host: '127.0.0.1',
-        port: 5432,
-        database: warehouse.name,
-        user: 'postgres',
-        password: SECRETS.target_password,
-        schemas: ['crm'],
-      },
+      target_config: pgConfig(warehouse.name, { password: SECRETS.target_password, schemas: ['crm'] }),
       target_schema: {
         name: 'crm',
         version: '1.0.0',
@@ -188,12 +180,7 @@ beforeAll(async () => {
       reverse_etl_connections: [
         {
           name: 'crm-db',
-          type: 'postgres',
-          host: '127.0.0.1',
-          port: 5432,
-          database: warehouse.name,
-          user: 'postgres',
-          password: SECRETS.retl_password,
+          ...pgConfig(warehouse.name, { password: SECRETS.retl_password }),
           schema: 'crm',
         },
         {

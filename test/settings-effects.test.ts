@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.ts';
 
 /*
@@ -12,15 +12,7 @@ import type { DiscoveryEvent } from '../src/modules/discovery/discovery.schemas.
  */
 const warehouse = scratchDatabase('sett');
 
-const connection = (schemas: string[]) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  password: 'trust',
-  schemas,
-});
+const connection = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
 const contacts = {
   name: 'contacts',
@@ -60,20 +52,13 @@ afterAll(async () => {
 
 /** A selected workspace of the tenant's admin over the scratch source (app) and target (mart). */
 async function workspaceOf(tenant: Tenant, settings: Record<string, unknown> = {}) {
-  const name = unique('sett');
   const token = tenant.admin.token;
-  expect(
-    (await call(server, 'POST', '/api/workspaces/create', { token, body: { name, select: true } })).status,
-  ).toBe(200);
-  const res = await call(server, 'POST', `/api/workspaces/${name}/config`, {
-    token,
-    body: {
-      source_config: connection(['app']),
-      target_config: connection(['mart']),
-      target_schema: { name: 'crm', tables: [contacts] },
-    },
+  const name = await createWorkspace(server, token, {
+    name: unique('sett'),
+    source_config: connection(['app']),
+    target_config: connection(['mart']),
+    target_schema: { name: 'crm', tables: [contacts] },
   });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
   if (Object.keys(settings).length) {
     const saved = await call(server, 'PUT', '/api/workspaces/admin-settings', {
       token,

@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * POST /api/admin/setup-environment over a real PostgreSQL source: a scratch database on
@@ -43,16 +43,8 @@ afterAll(async () => {
   await sourceDb.drop();
 });
 
-const source = (overrides: Record<string, unknown> = {}) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: sourceDb.name,
-  user: 'postgres',
-  password: SOURCE_PASSWORD,
-  schemas: ['public'],
-  ...overrides,
-});
+const source = (overrides: Record<string, unknown> = {}) =>
+  pgConfig(sourceDb.name, { password: SOURCE_PASSWORD, schemas: ['public'], ...overrides });
 
 function request(overrides: Record<string, unknown> = {}) {
   const domain = `${unique('setup')}.test`;

@@ -3,8 +3,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, login, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import {
+  call,
+  createTenant,
+  createWorkspace,
+  login,
+  unique,
+  type Tenant,
+  type TestUser,
+} from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { loadEnv } from '../src/env.ts';
@@ -21,37 +29,25 @@ import type { EntityManager } from '@mikro-orm/postgresql';
  */
 const source = scratchDatabase('src');
 
-const sourceConfig = (overrides: Record<string, unknown> = {}) => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: source.name,
-  user: 'postgres',
-  password: 'not-needed-with-trust',
-  schemas: ['shop'],
-  tables: ['customers', 'shop.orders'],
-  ctes: [
-    {
-      name: 'big_spenders',
-      sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500;',
-      description: 'Customers above 500 in total',
-    },
-    { name: 'broken', sql: 'select * from shop.no_such_table' },
-  ],
-  ...overrides,
-});
+const sourceConfig = (overrides: Record<string, unknown> = {}) =>
+  pgConfig(source.name, {
+    password: 'not-needed-with-trust',
+    schemas: ['shop'],
+    tables: ['customers', 'shop.orders'],
+    ctes: [
+      {
+        name: 'big_spenders',
+        sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500;',
+        description: 'Customers above 500 in total',
+      },
+      { name: 'broken', sql: 'select * from shop.no_such_table' },
+    ],
+    ...overrides,
+  });
 
 let server: TestServer;
 let tenant: Tenant;
 let viewer: TestUser;
-
-async function createWorkspace(token: string, name: string, config?: Record<string, unknown>) {
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token,
-    body: { name, ...(config ? { source_config: config } : {}), select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-}
 
 async function select(token: string, name: string) {
   const res = await call(server, 'POST', '/api/workspaces/select', { token, body: { workspace_name: name } });
@@ -66,7 +62,7 @@ beforeAll(async () => {
   });
   server = await startTestServer({ WAREHOUSE_STATEMENT_TIMEOUT_MS: '1000', WAREHOUSE_ROW_CAP: '200' });
   tenant = await createTenant(server);
-  await createWorkspace(tenant.admin.token, 'shop', sourceConfig());
+  await createWorkspace(server, tenant.admin.token, { name: 'shop', source_config: sourceConfig() });
   viewer = await tenant.addUser(['viewer']);
   await select(viewer.token, 'shop');
 });
@@ -323,7 +319,7 @@ describe('workspace state and tenancy', () => {
     const none = await call(server, 'GET', '/api/sources/source-schema', { token: other.admin.token });
     expect(none.status).toBe(409);
     // Same workspace name, another organization: its own (empty) workspace, not ours.
-    await createWorkspace(other.admin.token, 'shop');
+    await createWorkspace(server, other.admin.token, { name: 'shop' });
     const res = await call(server, 'GET', '/api/sources/unified-schema', { token: other.admin.token });
     expect(res.status).toBe(409);
     expect(res.body.message).toMatch(/no source database configured/);
@@ -335,16 +331,18 @@ describe('workspace state and tenancy', () => {
 
   it('answers 422 with the driver’s reason for an unreachable or refused source', async () => {
     const token = tenant.admin.token;
-    await createWorkspace(token, unique('refused'), sourceConfig({ port: 1 }));
+    await createWorkspace(server, token, {
+      name: unique('refused'),
+      source_config: sourceConfig({ port: 1 }),
+    });
     const refused = await call(server, 'GET', '/api/sources/unified-schema', { token });
     expect(refused.status).toBe(422);
     expect(refused.body.message).toMatch(/connection refused/);
 
-    await createWorkspace(
-      token,
-      unique('badrole'),
-      sourceConfig({ user: 'no_such_role', password: 'wrong' }),
-    );
+    await createWorkspace(server, token, {
+      name: unique('badrole'),
+      source_config: sourceConfig({ user: 'no_such_role', password: 'wrong' }),
+    });
     const role = await call(server, 'GET', '/api/sources/sample-values/customers/email', { token });
     expect(role.status).toBe(422);
     expect(role.body.message).toMatch(/no_such_role/);
@@ -361,17 +359,16 @@ describe('workspace state and tenancy', () => {
     async () => {
       const url = new URL(inject('databaseUrl'));
       const token = tenant.admin.token;
-      await createWorkspace(
-        token,
-        unique('sneaky'),
-        sourceConfig({
+      await createWorkspace(server, token, {
+        name: unique('sneaky'),
+        source_config: sourceConfig({
           host: 'localhost',
           port: Number(url.port || 5432),
           database: url.pathname.slice(1),
           schemas: ['public'],
           tables: undefined,
         }),
-      );
+      });
       const res = await call(server, 'POST', '/api/sources/execute-query', {
         token,
         body: { sql: 'select username from users' },

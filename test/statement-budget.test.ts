@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, superAdminToken, unique, until, type Tenant } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /**
  * Each route's SQL statements on the control-plane database (every statement MikroORM sends for it,
@@ -321,14 +321,7 @@ describe('statement budget per route', () => {
       return onQuery(sql, params);
     });
     [tenant, superAdmin] = await Promise.all([createTenant(server), superAdminToken(server)]);
-    const config = (schemas: string[]) => ({
-      type: 'postgres',
-      host: '127.0.0.1',
-      port: 5432,
-      database: warehouse.name,
-      user: 'postgres',
-      schemas,
-    });
+    const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
     ids.workspace = unique('w');
     await ok('POST', '/api/workspaces/create', {
       name: ids.workspace,

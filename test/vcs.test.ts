@@ -2,8 +2,8 @@ import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
-import { scratchDatabase } from './helpers/scratch-db.ts';
+import { bindCall, call, createTenant, unique, type Tenant, type TestUser } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { readZip } from './helpers/zip.ts';
 import { startGitHttpServer, type GitHttpServer } from './helpers/git-http-server.ts';
 import { pushWorkspaceFiles } from '../src/vcs/push-workspace.ts';
@@ -350,17 +350,11 @@ describe('pushing the workspace', () => {
   const warehouse = scratchDatabase('vcs');
   const workspace = unique('vcsws');
   const directory = `dimas/${workspace}`;
-  const api = (method: string, path: string, body?: unknown) =>
-    call(server, method, path, { token: a.admin.token, body });
-  const connection = (schemas: string[]) => ({
-    type: 'postgres',
-    host: '127.0.0.1',
-    port: 5432,
-    database: warehouse.name,
-    user: 'postgres',
-    password: 'trust',
-    schemas,
-  });
+  const api = bindCall(
+    () => server,
+    () => a.admin.token,
+  );
+  const connection = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
 
   async function downloaded(): Promise<Map<string, Buffer>> {
     const res = await fetch(new URL(`/api/workspaces/${workspace}/download`, server.url), {
@@ -371,7 +365,7 @@ describe('pushing the workspace', () => {
   }
 
   async function commitTable(table: string, message: string) {
-    const res = await api('POST', `/api/mappings/${table}/commit-transformation`, { message });
+    const res = await api('POST', `/api/mappings/${table}/commit-transformation`, { body: { message } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     return res.body;
   }
@@ -393,39 +387,41 @@ describe('pushing the workspace', () => {
       insert into app.users values (1, 'a@x.io', 'gold'), (2, 'b@x.io', 'tin');
       create table app.groups (id integer primary key, title text);
       insert into app.groups values (1, 'first'), (2, 'second');`);
-    const saved = await api(
-      'POST',
-      '/api/admin/vcs-config',
-      config({ enabled: true, username: 'dimas-bot' }),
-    );
+    const saved = await api('POST', '/api/admin/vcs-config', {
+      body: config({ enabled: true, username: 'dimas-bot' }),
+    });
     expect(saved.status, JSON.stringify(saved.body)).toBe(200);
-    expect((await api('POST', '/api/workspaces/create', { name: workspace, select: true })).status).toBe(200);
+    expect(
+      (await api('POST', '/api/workspaces/create', { body: { name: workspace, select: true } })).status,
+    ).toBe(200);
     const res = await api('POST', `/api/workspaces/${workspace}/config`, {
-      source_config: connection(['app']),
-      target_config: connection(['mart']),
-      system_prompt: 'Map the shop into the CRM.\n',
-      success_criteria_prompt: 'Every contact has an e-mail.\n',
-      target_schema: {
-        name: 'crm',
-        tables: [
-          {
-            name: 'contacts',
-            primary_key: ['id'],
-            columns: [
-              { name: 'id', type: 'integer', nullable: false },
-              { name: 'email', type: 'text', pii: true },
-              { name: 'tier', type: 'text' },
-            ],
-          },
-          {
-            name: 'segments',
-            primary_key: ['id'],
-            columns: [
-              { name: 'id', type: 'integer', nullable: false },
-              { name: 'label', type: 'text' },
-            ],
-          },
-        ],
+      body: {
+        source_config: connection(['app']),
+        target_config: connection(['mart']),
+        system_prompt: 'Map the shop into the CRM.\n',
+        success_criteria_prompt: 'Every contact has an e-mail.\n',
+        target_schema: {
+          name: 'crm',
+          tables: [
+            {
+              name: 'contacts',
+              primary_key: ['id'],
+              columns: [
+                { name: 'id', type: 'integer', nullable: false },
+                { name: 'email', type: 'text', pii: true },
+                { name: 'tier', type: 'text' },
+              ],
+            },
+            {
+              name: 'segments',
+              primary_key: ['id'],
+              columns: [
+                { name: 'id', type: 'integer', nullable: false },
+                { name: 'label', type: 'text' },
+              ],
+            },
+          ],
+        },
       },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -443,7 +439,7 @@ describe('pushing the workspace', () => {
       ['segments', 'connection', { connection: { source_field: 'groups.title', target_field: 'label' } }],
     ];
     for (const [table, route, body] of steps) {
-      const step = await api('POST', `/api/mappings/${table}/${route}`, body);
+      const step = await api('POST', `/api/mappings/${table}/${route}`, { body });
       expect(step.status, `${table} ${route}: ${JSON.stringify(step.body)}`).toBe(200);
     }
   });
@@ -481,7 +477,7 @@ describe('pushing the workspace', () => {
 
   it('a later push carries the transformation project and keeps every earlier file', async () => {
     const before = gitServer.git('project', ['rev-parse', 'main']);
-    const project = await api('POST', '/api/pipelines/generate-project', {});
+    const project = await api('POST', '/api/pipelines/generate-project', { body: {} });
     expect(project.status, JSON.stringify(project.body)).toBe(200);
     let diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
     const added = diff.body.files.map((f: { path: string }) => f.path);
@@ -512,7 +508,9 @@ describe('pushing the workspace', () => {
 
   it('git-diff compares the same projection: an edited prompt is the only change, and the next push carries it', async () => {
     let res = await api('POST', `/api/workspaces/${workspace}/config`, {
-      system_prompt: 'Map the shop, carefully.\n',
+      body: {
+        system_prompt: 'Map the shop, carefully.\n',
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const diff = await api('GET', `/api/workspaces/${workspace}/git-diff`);
@@ -520,7 +518,9 @@ describe('pushing the workspace', () => {
       expect.objectContaining({ path: 'prompts/system_prompt.md', status: 'modified' }),
     ]);
     res = await api('POST', '/api/mappings/contacts/transformation', {
-      transformation: { target_field: 'tier', expression: 'lower(users.plan)' },
+      body: {
+        transformation: { target_field: 'tier', expression: 'lower(users.plan)' },
+      },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     await commitTable('contacts', 'lower-case tiers');

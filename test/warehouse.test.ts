@@ -7,7 +7,7 @@ import { assertReadOnlySql, parseSqlExpression } from '../src/warehouse/sql-guar
 import { ddlScript, diffSchema, generateDdl, syncSchema, type SchemaDocument } from '../src/warehouse/ddl.ts';
 import type { Warehouse } from '../src/warehouse/warehouse.ts';
 import { unique } from './helpers/api.ts';
-import { ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
  * The warehouse layer against a real PostgreSQL server: a database of its own on 127.0.0.1:5432
@@ -15,16 +15,8 @@ import { ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
  */
 const scratch = scratchDatabase('wh');
 
-const config = (overrides: Partial<ConnectionConfig> = {}): ConnectionConfig => ({
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: scratch.name,
-  user: 'postgres',
-  schemas: ['small'],
-  ssl: false,
-  ...overrides,
-});
+const config = (overrides: Partial<ConnectionConfig> = {}): ConnectionConfig =>
+  pgConfig(scratch.name, { schemas: ['small'], ssl: false, ...overrides });
 
 async function expectAppError(promise: Promise<unknown>, code: string, message?: RegExp): Promise<AppError> {
   const error = await promise.then(

@@ -41,19 +41,40 @@ export async function call<T = any>(
   return { status: res.status, body: parsed as T, headers: res.headers };
 }
 
-/** Polls `read` until `done` holds of what it returns; past `timeoutMs`, fails with the last value. */
+/** The options of `call`, where `token: null` sends no token instead of the bound caller's. */
+export type ApiOptions = Omit<CallOptions, 'token'> & { token?: string | null };
+
+export type Api = <T = any>(method: string, path: string, options?: ApiOptions) => Promise<ApiResponse<T>>;
+
+/**
+ * `call` bound to a server and a default caller, with `prefix` before every path. Both are read at
+ * each call, so a file can bind them at module level before its beforeAll has started the server.
+ */
+export function bindCall(server: () => TestServer, token: () => string | undefined, prefix = ''): Api {
+  return (method, path, options = {}) =>
+    call(server(), method, prefix + path, {
+      ...options,
+      token: options.token === null ? undefined : (options.token ?? token()),
+    });
+}
+
+/**
+ * Polls `read` every `intervalMs` until `done` holds of what it returns; past `timeoutMs`, fails
+ * with the last value. An error `read` throws ends the wait at once.
+ */
 export async function until<T>(
   what: string,
   read: () => Promise<T>,
   done: (value: T) => boolean,
   timeoutMs = 45_000,
+  intervalMs = 150,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();
     if (done(value)) return value;
     if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 
@@ -76,6 +97,40 @@ export async function materializeMapping(server: TestServer, token: string, tabl
     60_000,
   );
   return { started: started.body, run: mapping.materialization.last_run, mapping };
+}
+
+export interface WorkspaceSetup {
+  /** A unique one by default. */
+  name?: string;
+  /** Make it the caller's current workspace: the server's default (true) unless false. */
+  select?: boolean;
+  source_config?: Record<string, unknown>;
+  target_config?: Record<string, unknown>;
+  target_schema?: unknown;
+}
+
+/**
+ * A workspace of the caller's organization, created with its connections and then given its
+ * target schema through the config route, as a client does; answers its name and throws on any
+ * refusal, so a setup step that fails is never mistaken for the behaviour under test.
+ */
+export async function createWorkspace(
+  server: TestServer,
+  token: string,
+  { name = unique('ws'), target_schema, ...created }: WorkspaceSetup = {},
+): Promise<string> {
+  const res = await call(server, 'POST', '/api/workspaces/create', { token, body: { name, ...created } });
+  if (res.status !== 200)
+    throw new Error(`creating workspace ${name} answered ${res.status}: ${JSON.stringify(res.body)}`);
+  if (target_schema !== undefined) {
+    const saved = await call(server, 'POST', `/api/workspaces/${name}/config`, {
+      token,
+      body: { target_schema },
+    });
+    if (saved.status !== 200)
+      throw new Error(`the target schema of ${name} answered ${saved.status}: ${JSON.stringify(saved.body)}`);
+  }
+  return name;
 }
 
 let counter = 0;

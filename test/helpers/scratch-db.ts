@@ -14,6 +14,37 @@ function databaseUrl(name: string): string {
   return url.toString();
 }
 
+// A type rather than an interface: it must pass where a Record<string, unknown> is asked for.
+export type PgConfig = {
+  type: 'postgres';
+  host: string;
+  port: number;
+  database: string;
+  user: string;
+  password?: string;
+};
+
+/**
+ * The connection config of database `database` on the ADMIN_URL server, as a workspace source or
+ * target, a destination or the warehouse layer takes it; `overrides` adds or replaces fields.
+ */
+export function pgConfig<O extends Record<string, unknown> = Record<never, never>>(
+  database: string,
+  overrides?: O,
+): PgConfig & O {
+  const url = new URL(ADMIN_URL);
+  const password = decodeURIComponent(url.password);
+  return {
+    type: 'postgres',
+    host: url.hostname,
+    port: Number(url.port || 5432),
+    database,
+    user: decodeURIComponent(url.username) || 'postgres',
+    ...(password ? { password } : {}),
+    ...(overrides as O),
+  };
+}
+
 /** `fn` with a connection of its own to `url`, closed afterwards. */
 export async function withClient<T>(
   url: string,

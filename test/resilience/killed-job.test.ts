@@ -3,7 +3,7 @@ import { createAdmin, postgresConfig, setUpMapping, signIn, type JsonApi } from 
 import { startChildServer, type ChildServer } from '../helpers/child-server.ts';
 import { ADMIN_URL, postgresUnavailable, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 import { TEST_PASSWORD } from '../helpers/constants.ts';
-import { unique } from '../helpers/api.ts';
+import { unique, until } from '../helpers/api.ts';
 
 /*
  * A server process killed (SIGKILL) while it materializes a mapping: a new process on the same
@@ -15,6 +15,8 @@ const skip = await postgresUnavailable();
 // About five seconds of INSERT … SELECT on the test machines: long enough to be killed mid-way.
 const ROWS = 1_000_000;
 const HEARTBEAT_TIMEOUT_SECONDS = 4;
+/** Fast enough to catch the run in the middle of its load, before it ends on its own. */
+const POLL_MS = 50;
 
 describe.skipIf(skip)(`a server killed during a job${skip ? ` (${skip})` : ''}`, () => {
   const controlPlane = scratchDatabase('cp');
@@ -72,27 +74,19 @@ describe.skipIf(skip)(`a server killed during a job${skip ? ` (${skip})` : ''}`,
       return rows[0] as Record<string, any>;
     });
 
-  async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, limitMs: number): Promise<T> {
-    const started = Date.now();
-    for (;;) {
-      const value = await probe();
-      if (value !== undefined) return value;
-      if (Date.now() - started > limitMs) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-
   it('retries the run on a new process and completes it once', async () => {
     const { api: first } = await signIn(server!.url, admin);
     const { run_id: runId } = await first('POST', '/api/mappings/events_clean/materialize', {});
-    await waitFor(
+    await until(
       'the run to load',
       async () => {
         const row = await runRow(runId);
         if (row.status === 'succeeded') throw new Error('the run finished before it could be killed');
-        return row.status === 'running' && row.progress?.phase === 'loading' ? row : undefined;
+        return row;
       },
+      (row) => row.status === 'running' && row.progress?.phase === 'loading',
       30_000,
+      POLL_MS,
     );
     // Mid-load: the INSERT … SELECT is under way in the warehouse.
     await new Promise((r) => setTimeout(r, 1000));
@@ -104,13 +98,12 @@ describe.skipIf(skip)(`a server killed during a job${skip ? ` (${skip})` : ''}`,
     server = await startChildServer(controlPlane.url, serverOptions);
     const startedAt = Date.now();
     const { api: second } = await signIn(server.url, admin);
-    const done = await waitFor(
+    const done = await until(
       'the retried run to end',
-      async () => {
-        const row = await runRow(runId);
-        return ['succeeded', 'failed', 'cancelled'].includes(row.status) ? row : undefined;
-      },
+      () => runRow(runId),
+      (row) => ['succeeded', 'failed', 'cancelled'].includes(row.status),
       120_000,
+      POLL_MS,
     );
     console.log(
       `killed mid-load; a new server started in ${((startedAt - killedAt) / 1000).toFixed(1)} s; ` +

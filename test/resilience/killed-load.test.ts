@@ -4,7 +4,7 @@ import { startChildServer, type ChildServer } from '../helpers/child-server.ts';
 import { ADMIN_URL, postgresUnavailable, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 import { mariadbUnavailable, MARIADB, scratchMysql } from '../helpers/mariadb.ts';
 import { TEST_PASSWORD } from '../helpers/constants.ts';
-import { unique } from '../helpers/api.ts';
+import { unique, until } from '../helpers/api.ts';
 
 /*
  * A server process killed (SIGKILL) while it extract-loads a MariaDB table into the raw schema: the
@@ -16,6 +16,8 @@ const skip = (await postgresUnavailable()) ?? (await mariadbUnavailable());
 // A few seconds of loading on the test machines: long enough to be killed mid-way.
 const ROWS = 1_000_000;
 const HEARTBEAT_TIMEOUT_SECONDS = 4;
+/** Fast enough to catch the load while its rows stream, before it ends on its own. */
+const POLL_MS = 25;
 
 describe.skipIf(skip)(`a server killed during a MySQL load${skip ? ` (${skip})` : ''}`, () => {
   const controlPlane = scratchDatabase('cp');
@@ -67,30 +69,22 @@ describe.skipIf(skip)(`a server killed during a MySQL load${skip ? ` (${skip})` 
       return rows[0] as Record<string, any>;
     });
 
-  async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, limitMs: number): Promise<T> {
-    const started = Date.now();
-    for (;;) {
-      const value = await probe();
-      if (value !== undefined) return value;
-      if (Date.now() - started > limitMs) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-
   it('retries the load on a new process and ends with every row once', async () => {
     const { api } = await signIn(server!.url, admin);
     const { source_load } = await api('POST', '/api/schemas/workspace/sync', {
       load_source: { mode: 'full' },
     });
     const runId = source_load.run_id as string;
-    await waitFor(
+    await until(
       'rows to stream',
       async () => {
         const row = await runRow(runId);
         if (row.status === 'succeeded') throw new Error('the load finished before it could be killed');
-        return Number(row.progress?.rows_loaded ?? 0) > 0 ? row : undefined;
+        return row;
       },
+      (row) => Number(row.progress?.rows_loaded ?? 0) > 0,
       60_000,
+      POLL_MS,
     );
     await server!.stop('SIGKILL');
     // The killed attempt's transaction rolled back: no raw table (it was created in that transaction).
@@ -101,13 +95,12 @@ describe.skipIf(skip)(`a server killed during a MySQL load${skip ? ` (${skip})` 
     expect(left.rows[0].t).toBeNull();
 
     server = await startChildServer(controlPlane.url, serverOptions);
-    const done = await waitFor(
+    const done = await until(
       'the retried load to end',
-      async () => {
-        const row = await runRow(runId);
-        return ['succeeded', 'failed', 'cancelled'].includes(row.status) ? row : undefined;
-      },
+      () => runRow(runId),
+      (row) => ['succeeded', 'failed', 'cancelled'].includes(row.status),
       120_000,
+      POLL_MS,
     );
     expect(done, JSON.stringify(done)).toMatchObject({ status: 'succeeded', retry_count: 1 });
     expect(done.result).toMatchObject({ rows: ROWS });

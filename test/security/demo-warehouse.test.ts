@@ -6,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDemoWarehouse, type DemoWarehouse } from '../../src/warehouse/demo.ts';
 import { createLogger } from '../../src/logger.ts';
+import { until } from '../helpers/api.ts';
 
 /*
  * The embedded mode's demo warehouse (a second PGlite) trusts every client of its socket server, so
@@ -74,20 +75,22 @@ async function rawSession(): Promise<{ socket: Socket; received: () => string; c
   startup.writeInt32BE(8 + params.length, 0);
   startup.writeInt32BE(196608, 4);
   socket.write(Buffer.concat([startup, params]));
-  await until(() => text.includes('R\0\0\0\x08\0\0\0\x03'));
+  await untilReceived('the password request', () => text, 'R\0\0\0\x08\0\0\0\x03');
   socket.write(message('p', `${demo.password}\0`));
-  await until(() => text.includes('Z\0\0\0\x05I'));
+  await untilReceived('ready for a query', () => text, 'Z\0\0\0\x05I');
   text = '';
   return { socket, received: () => text, closed };
 }
 
-async function until(check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out waiting for the demo warehouse');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
+/** Waits for the raw protocol bytes `received` holds to include `expected`. */
+const untilReceived = (what: string, received: () => string, expected: string) =>
+  until(
+    what,
+    async () => received(),
+    (text) => text.includes(expected),
+    10_000,
+    20,
+  );
 
 async function othersStillServed(): Promise<void> {
   const other = new pg.Client({
@@ -110,14 +113,14 @@ describe('a client that breaks the protocol loses only its own connection', () =
   it('refuses COPY FROM STDIN with an error to that client, whose connection goes on', async () => {
     const { socket, received } = await rawSession();
     socket.write(message('Q', 'create temp table copied(x text); copy copied from stdin\0'));
-    await until(() => received().includes('Z\0\0\0\x05'));
+    await untilReceived('ready for a query', received, 'Z\0\0\0\x05');
     expect(received()).toContain('C0A000');
     expect(received()).toContain('COPY FROM is not supported by the demo warehouse');
     // Whatever the client sends as COPY data afterwards is not COPY data to anyone.
     socket.write(message('d', 'a line\n'));
     socket.write(message('c', ''));
     socket.write(message('Q', 'select 42 as answer\0'));
-    await until(() => received().includes('SELECT 1'));
+    await untilReceived('the answer', received, 'SELECT 1');
     socket.destroy();
     await othersStillServed();
   });
@@ -132,7 +135,7 @@ describe('a client that breaks the protocol loses only its own connection', () =
         message('S', ''),
       ]),
     );
-    await until(() => received().includes('Z\0\0\0\x05'));
+    await untilReceived('ready for a query', received, 'Z\0\0\0\x05');
     expect(received()).toContain('C0A000');
     socket.destroy();
     await othersStillServed();

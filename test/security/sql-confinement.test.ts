@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.ts';
-import { call, createTenant, unique, until, type Tenant } from '../helpers/api.ts';
-import { scratchDatabase, withClient } from '../helpers/scratch-db.ts';
+import { call, createTenant, createWorkspace, unique, until, type Tenant } from '../helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 
 /*
  * User SQL is confined by what the warehouse's catalog says of each function it calls (volatile
@@ -14,14 +14,7 @@ let server: TestServer;
 let tenant: Tenant;
 const workspaceName = unique('sqlc');
 
-const config = {
-  type: 'postgres',
-  host: '127.0.0.1',
-  port: 5432,
-  database: warehouse.name,
-  user: 'postgres',
-  schemas: ['app'],
-};
+const config = pgConfig(warehouse.name, { schemas: ['app'] });
 
 beforeAll(async () => {
   await warehouse.create();
@@ -35,31 +28,25 @@ beforeAll(async () => {
   });
   server = await startTestServer();
   tenant = await createTenant(server);
-  const res = await call(server, 'POST', '/api/workspaces/create', {
-    token: tenant.admin.token,
-    body: { name: workspaceName, source_config: config, target_config: config, select: true },
-  });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  const cfg = await call(server, 'POST', `/api/workspaces/${workspaceName}/config`, {
-    token: tenant.admin.token,
-    body: {
-      target_schema: {
-        name: 'app',
-        version: '1.0.0',
-        tables: [
-          {
-            name: 't',
-            primary_key: ['id'],
-            columns: [
-              { name: 'id', type: 'integer', nullable: false },
-              { name: 'name', type: 'text' },
-            ],
-          },
-        ],
-      },
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    source_config: config,
+    target_config: config,
+    target_schema: {
+      name: 'app',
+      version: '1.0.0',
+      tables: [
+        {
+          name: 't',
+          primary_key: ['id'],
+          columns: [
+            { name: 'id', type: 'integer', nullable: false },
+            { name: 'name', type: 'text' },
+          ],
+        },
+      ],
     },
   });
-  expect(cfg.status, JSON.stringify(cfg.body)).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
