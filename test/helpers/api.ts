@@ -42,7 +42,7 @@ export async function call<T = any>(
 }
 
 /** The options of `call`, where `token: null` sends no token instead of the bound caller's. */
-export type ApiOptions = Omit<CallOptions, 'token'> & { token?: string | null };
+type ApiOptions = Omit<CallOptions, 'token'> & { token?: string | null };
 
 export type Api = <T = any>(method: string, path: string, options?: ApiOptions) => Promise<ApiResponse<T>>;
 
