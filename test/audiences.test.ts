@@ -811,6 +811,13 @@ describe('audience definitions', () => {
     expect(listed.body).toMatchObject({ target_database: warehouse.name, target_schema: 'crm' });
     expect(listed.body.total).toBeGreaterThan(0);
     expect(listed.body.audiences.some((a: any) => a.id === otherAudienceId)).toBe(false);
+    // Pages in one order; the total holds on every page, past the last one too.
+    const total = listed.body.total;
+    const names = listed.body.audiences.map((a: any) => a.name);
+    const second = await api('GET', '', { query: { limit: 1, offset: 1 } });
+    expect(second.body).toMatchObject({ total, audiences: [{ name: names[1] }] });
+    const past = await api('GET', '', { query: { limit: 5, offset: total + 3 } });
+    expect(past.body).toMatchObject({ total, audiences: [] });
     const dup = await api('POST', '', {
       body: {
         name: listed.body.audiences[0].name,

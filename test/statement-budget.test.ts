@@ -152,6 +152,21 @@ const routes: Record<string, Route> = {
       definition: { type: 'rules', rules: { all: [{ field: 'country', op: '=', value: 'DE' }] } },
     }),
   },
+  'POST /api/api/audiences/performance-metrics': {
+    method: 'POST',
+    path: () => '/api/api/audiences/performance-metrics',
+    body: () => ({
+      audience_segment_id: ids.audience,
+      ad_platform: 'google',
+      campaign_id: unique('c'),
+      date: '2026-01-01',
+      impressions: 1000,
+      clicks: 25,
+      spend: 12.5,
+      conversions: 2,
+      revenue: 80,
+    }),
+  },
   'PUT /api/api/audiences/{audience_id}': {
     method: 'PUT',
     path: () => `/api/api/audiences/${ids.audience}`,

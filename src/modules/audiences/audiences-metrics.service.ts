@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { AppError } from '../../app-error.ts';
+import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
+import { UUID, currentWorkspace, selectedWorkspaceIdOrFail } from '../workspaces/workspaces.service.ts';
 import { RATIOS_SQL, figuresOf, findAudience } from './audiences.service.ts';
 
 const asDate = (v: unknown) => (v instanceof Date ? v : new Date(v as string));
@@ -44,7 +44,6 @@ export async function recordMetric(
     currency: string;
   },
 ) {
-  const { audience, workspace } = await findAudience(scope, input.audience_segment_id);
   if (input.clicks > input.impressions)
     throw new AppError(
       'BAD_REQUEST',
@@ -58,11 +57,17 @@ export async function recordMetric(
         ],
       },
     );
+  const organization = organizationOf(scope.principal);
+  const workspaceId = await selectedWorkspaceIdOrFail(scope);
+  if (!UUID.test(input.audience_segment_id)) throw notFound('Audience');
+  // One statement: the audience is looked up (in the selected workspace) by the insert itself.
   const [row] = await scope.em.execute(
     `insert into audience_performance_metrics
        (id, organization_id, workspace_id, audience_id, ad_platform, campaign_id, date, impressions, clicks, spend,
         conversions, revenue, currency, created_at, updated_at)
-     values (?, ?, ?, ?, ?, ?, ?::date, ?, ?, ?, ?, ?, ?, now(), now())
+     select ?, a.organization_id, a.workspace_id, a.id, ?, ?, ?::date, ?, ?, ?, ?, ?, ?, now(), now()
+       from audiences a
+      where a.id = ? and a.organization_id = ? and a.workspace_id = ?
      on conflict (audience_id, ad_platform, campaign_id, date) do update set
        impressions = excluded.impressions, clicks = excluded.clicks, spend = excluded.spend,
        conversions = excluded.conversions, revenue = excluded.revenue, currency = excluded.currency,
@@ -70,9 +75,6 @@ export async function recordMetric(
      returning ${METRIC_COLUMNS}, (xmax = 0) as inserted`,
     [
       randomUUID(),
-      organizationOf(scope.principal),
-      workspace.id,
-      audience.id,
       input.ad_platform,
       input.campaign_id,
       input.date,
@@ -82,8 +84,16 @@ export async function recordMetric(
       input.conversions,
       input.revenue,
       input.currency,
+      input.audience_segment_id,
+      organization,
+      workspaceId,
     ],
   );
+  if (!row) {
+    // Nothing written: a selected workspace that is gone answers 409, otherwise the audience is unknown.
+    await currentWorkspace(scope);
+    throw notFound('Audience');
+  }
   return { metric: metricView(row), created: row.inserted === true || row.inserted === 't' };
 }
 

@@ -10,7 +10,6 @@ import { MATERIALIZE_KIND } from './audience-materialize.job.ts';
 import { exportFilePath } from './audience-export.job.ts';
 import {
   UUID,
-  connectionConfig,
   requiredConnectionConfig,
   currentWorkspace,
   selectedWorkspaceGone,
@@ -197,24 +196,60 @@ async function assertNameFree(
 // ---- routes ----
 
 export async function listAudiences(scope: CallerScope, input: { limit: number; offset: number }) {
-  const workspace = await currentWorkspace(scope);
-  const config = connectionConfig(scope, workspace, 'target');
-  const where = {
-    organization: organizationOf(scope.principal),
-    workspace: workspace.id,
-    ...(config ? { targetDatabase: config.database, targetSchema: config.schemas[0] } : {}),
-  };
-  const [audiences, total] = await scope.em.findAndCount(Audience, where, {
-    orderBy: { name: 'asc' },
-    limit: input.limit,
-    offset: input.offset,
-  });
+  const organization = organizationOf(scope.principal);
+  const workspaceId = await selectedWorkspaceIdOrFail(scope);
+  // One statement: the selected workspace, its target (audiences of another target database or schema
+  // are not listed), the page and the total; the workspace row alone when the page is empty.
+  const rows: Record<string, unknown>[] = await scope.em.execute(
+    `select w.name as workspace_name, w.target_config->>'database' as workspace_target_database,
+            w.target_config->'schemas'->>0 as workspace_target_schema, page.*
+       from workspaces w
+       left join lateral (
+         select a.*, count(*) over () as total_count
+           from audiences a
+          where a.organization_id = w.organization_id and a.workspace_id = w.id
+            and (w.target_config->>'database' is null
+                 or (a.target_database = w.target_config->>'database'
+                     and a.target_schema = w.target_config->'schemas'->>0))
+          order by a.name asc
+          limit ? offset ?
+       ) page on true
+      where w.id = ? and w.organization_id = ?`,
+    [input.limit, input.offset, workspaceId, organization],
+  );
+  if (!rows.length) throw selectedWorkspaceGone(scope);
+  const [first] = rows;
+  const page = rows.filter((r) => r.id != null);
+  // Past the last page the window has no row to carry the total: count on its own (rare).
+  const total = page.length
+    ? Number(page[0].total_count)
+    : input.offset > 0
+      ? await scope.em.count(Audience, {
+          organization,
+          workspace: workspaceId,
+          ...(first.workspace_target_database != null
+            ? {
+                targetDatabase: String(first.workspace_target_database),
+                targetSchema: String(first.workspace_target_schema),
+              }
+            : {}),
+        })
+      : 0;
   return {
-    workspace_name: workspace.name,
-    target_database: config?.database ?? null,
-    target_schema: config?.schemas[0] ?? null,
+    workspace_name: String(first.workspace_name),
+    target_database: (first.workspace_target_database as string | null) ?? null,
+    target_schema: (first.workspace_target_schema as string | null) ?? null,
     total,
-    audiences: audiences.map(audienceView),
+    audiences: page.map((r) => {
+      const {
+        workspace_name: _name,
+        workspace_target_database: _database,
+        workspace_target_schema: _schema,
+        total_count: _total,
+        ...columns
+      } = r;
+      return audienceView(scope.em.map(Audience, columns));
+    }),
   };
 }
 
