@@ -6,6 +6,7 @@ import { bindCall, call, createTenant, createWorkspace, unique, until, type Tena
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
+import { parseCsv } from './helpers/csv.ts';
 
 /*
  * Audiences end to end over HTTP against a real PostgreSQL warehouse: a scratch database on
@@ -72,33 +73,6 @@ async function exportFinished(audienceId: string, exportId: string, runId: strin
     async () => (await api('GET', `/${audienceId}/exports`)).body.exports.find((e: any) => e.id === exportId),
     (e) => e?.last_run?.run_id === runId && ['succeeded', 'failed', 'cancelled'].includes(e.last_run.status),
   );
-}
-
-/** A small CSV reader for what the writer produces (quoted cells may hold delimiters, quotes, newlines). */
-function parseCsv(text: string): string[][] {
-  const rows: string[][] = [];
-  let row: string[] = [];
-  let cell = '';
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const ch = text[i];
-    if (quoted) {
-      if (ch === '"' && text[i + 1] === '"') {
-        cell += '"';
-        i++;
-      } else if (ch === '"') quoted = false;
-      else cell += ch;
-    } else if (ch === '"') quoted = true;
-    else if (ch === ',' || ch === '\n') {
-      row.push(cell);
-      cell = '';
-      if (ch === '\n') {
-        rows.push(row);
-        row = [];
-      }
-    } else cell += ch;
-  }
-  return rows;
 }
 
 const HAND_COUNT_SQL = `select count(*)::int as n from crm.customers

@@ -14,6 +14,7 @@ import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/genera
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { parseCsv } from './helpers/csv.ts';
 
 /*
  * Discovery's cleaning proposals on a real PostgreSQL source: each kind is proposed from the profiled
@@ -99,34 +100,6 @@ const CONNECTIONS: Record<string, string> = {
   amount: 'amount',
 };
 
-function parseCsv(text: string): (string | null)[][] {
-  const rows: (string | null)[][] = [];
-  let row: (string | null)[] = [];
-  let cell = '';
-  let quoted = false;
-  let wasQuoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const ch = text[i];
-    if (quoted) {
-      if (ch === '"' && text[i + 1] === '"') {
-        cell += '"';
-        i++;
-      } else if (ch === '"') quoted = false;
-      else cell += ch;
-    } else if (ch === '"') quoted = wasQuoted = true;
-    else if (ch === ',' || ch === '\n') {
-      row.push(!wasQuoted && cell === '\\N' ? null : cell);
-      cell = '';
-      wasQuoted = false;
-      if (ch === '\n') {
-        rows.push(row);
-        row = [];
-      }
-    } else cell += ch;
-  }
-  return rows;
-}
-
 /** CSV export of a table as COPY writes it, NULL as \N. */
 async function exportCsv(url: string, table: string): Promise<string> {
   const c = new pg.Client({ connectionString: url, types: rawText, options: '-c TimeZone=UTC' });
@@ -172,7 +145,7 @@ async function sqlAndPython(url: string, mapping: Mapping, t: TargetTable, table
   await run('python3', [scriptPath, '--input-dir', workDir, '--null', '\\N', '--output', out], {
     maxBuffer: 1 << 26,
   });
-  const [header, ...pyRows] = parseCsv(readFileSync(out, 'utf8'));
+  const [header, ...pyRows] = parseCsv(readFileSync(out, 'utf8'), '\\N');
   expect(header).toEqual(t.columns.map((col) => col.name));
   const index = t.columns.findIndex((col) => col.name === key);
   const byKey = (a: (string | null)[], b: (string | null)[]) => Number(a[index]) - Number(b[index]);

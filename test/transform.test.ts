@@ -12,6 +12,7 @@ import { generatePythonScript } from '../src/transform/python.ts';
 import { generateDbtProject, projectFingerprint } from '../src/transform/dbt.ts';
 import { parse as parseYaml } from 'yaml';
 import { scratchDatabase } from './helpers/scratch-db.ts';
+import { parseCsv } from './helpers/csv.ts';
 
 const run = promisify(execFile);
 
@@ -144,41 +145,6 @@ const mapping: Mapping = {
   },
 };
 
-/** A CSV reader for the files in this test (RFC 4180 quoting; `\N` is NULL). */
-function parseCsv(text: string): (string | null)[][] {
-  const rows: (string | null)[][] = [];
-  let row: (string | null)[] = [];
-  let field = '';
-  let quoted = false;
-  let wasQuoted = false;
-  const endField = () => {
-    row.push(!wasQuoted && field === '\\N' ? null : field);
-    field = '';
-    wasQuoted = false;
-  };
-  for (let i = 0; i < text.length; i++) {
-    const ch = text[i];
-    if (quoted) {
-      if (ch === '"' && text[i + 1] === '"') {
-        field += '"';
-        i++;
-      } else if (ch === '"') quoted = false;
-      else field += ch;
-    } else if (ch === '"') quoted = wasQuoted = true;
-    else if (ch === ',') endField();
-    else if (ch === '\n') {
-      endField();
-      rows.push(row);
-      row = [];
-    } else if (ch !== '\r') field += ch;
-  }
-  if (field || row.length) {
-    endField();
-    rows.push(row);
-  }
-  return rows;
-}
-
 /** What COPY … (FORMAT csv, HEADER, NULL '\N') writes. */
 function toCsv(columns: string[], rows: Record<string, string | null>[]): string {
   const cell = (v: string | null) =>
@@ -253,7 +219,7 @@ describe('generated SQL and Python agree on a real PostgreSQL database', () => {
     writeFileSync(scriptPath, script);
     const outPath = join(workDir, 'out.csv');
     await run('python3', [scriptPath, '--input-dir', workDir, '--null', '\\N', '--output', outPath]);
-    const [header, ...pyRows] = parseCsv(readFileSync(outPath, 'utf8'));
+    const [header, ...pyRows] = parseCsv(readFileSync(outPath, 'utf8'), '\\N');
     expect(header).toEqual(target.columns.map((c) => c.name));
     pyRows.sort((a, b) => Number(a[0]) - Number(b[0]));
     expect(pyRows).toEqual(sqlRows);

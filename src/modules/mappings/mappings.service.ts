@@ -36,6 +36,20 @@ export const WILDCARD_FIELD = '*';
 
 // ---- loading and viewing ----
 
+/** A table's mapping before anyone mapped anything: version 0, so the first change makes it 1. */
+function emptyMapping(scope: Scope, workspace: WorkspaceEntity, tableName: string): TableMappingEntity {
+  return scope.em.create(TableMapping, {
+    organization: workspace.organization.id,
+    workspace: workspace.id,
+    tableName,
+    tables: {},
+    connections: [],
+    transformations: {},
+    ambiguities: [],
+    version: 0,
+  });
+}
+
 export async function findMapping(
   em: EntityManager,
   workspace: WorkspaceEntity,
@@ -191,16 +205,7 @@ export async function editMapping<T>(
   let mapping = await findMapping(scope.em, workspace, tableName);
   if (!mapping) {
     if (!options.create) throw notFound(`Mapping of table ${tableName}`);
-    mapping = scope.em.create(TableMapping, {
-      organization: workspace.organization.id,
-      workspace: workspace.id,
-      tableName,
-      tables: {},
-      connections: [],
-      transformations: {},
-      ambiguities: [],
-      version: 0,
-    });
+    mapping = emptyMapping(scope, workspace, tableName);
   }
   const result = await change({ workspace, target, mapping });
   mapping.version += 1;
@@ -482,17 +487,7 @@ export async function writeSuggestions(
   options: { autoConfirm?: number | null } = {},
 ) {
   let mapping = await findMapping(scope.em, workspace, tableName);
-  if (!mapping)
-    mapping = scope.em.create(TableMapping, {
-      organization: workspace.organization.id,
-      workspace: workspace.id,
-      tableName,
-      tables: {},
-      connections: [],
-      transformations: {},
-      ambiguities: [],
-      version: 0,
-    });
+  if (!mapping) mapping = emptyMapping(scope, workspace, tableName);
   const before = mapping.version === 0 ? null : canonicalMapping(mapping);
   const merged = mergeDiscovery(mapping, found, options);
   const changed = before !== canonicalMapping(merged);
