@@ -41,7 +41,10 @@ export interface ProfileQuery {
   columns: ProfileColumnInput[];
 }
 
-const DEFAULTS = { rowLimit: 10_000, sampleSize: 20, maxSampleLength: 200 };
+/** Longest sampled value kept by default, in characters; whatever compares with samples cuts the same way. */
+export const MAX_SAMPLE_LENGTH = 200;
+
+const DEFAULTS = { rowLimit: 10_000, sampleSize: 20, maxSampleLength: MAX_SAMPLE_LENGTH };
 
 /**
  * Columns per statement. Planning and aggregating grows faster than linearly with the number of

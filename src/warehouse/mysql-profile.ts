@@ -1,4 +1,5 @@
 import {
+  MAX_SAMPLE_LENGTH,
   parseProfileRow,
   PROFILE_COLUMNS_PER_QUERY,
   type ColumnProfile,
@@ -25,7 +26,7 @@ export async function mysqlProfileTable(
 ): Promise<ColumnProfile[]> {
   const rowLimit = options.rowLimit === undefined ? 10_000 : options.rowLimit;
   const sampleSize = Math.max(0, Math.floor(options.sampleSize ?? 20));
-  const maxLen = Math.max(1, Math.floor(options.maxSampleLength ?? 200));
+  const maxLen = Math.max(1, Math.floor(options.maxSampleLength ?? MAX_SAMPLE_LENGTH));
   const out: ColumnProfile[] = [];
   for (let start = 0; start < columns.length; start += PROFILE_COLUMNS_PER_QUERY) {
     const slice = columns.slice(start, start + PROFILE_COLUMNS_PER_QUERY);

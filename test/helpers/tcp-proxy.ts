@@ -8,14 +8,18 @@ export interface TcpProxy {
   /** Connections pass again (on the same port, so clients reconnect to the same URL). */
   restore(): void;
   close(): Promise<void>;
+  /** Everything clients sent through the proxy so far (latin1), when started with `record`. */
+  sent(): string;
 }
 
 /**
  * A TCP relay in front of a PostgreSQL server, so a test can make the database vanish for one
- * dimas server and come back (the shared PostgreSQL server must stay up for every other test).
+ * dimas server and come back (the shared PostgreSQL server must stay up for every other test), or
+ * see what a dimas server sent to it.
  */
-export async function startTcpProxy(target: URL): Promise<TcpProxy> {
+export async function startTcpProxy(target: URL, options: { record?: boolean } = {}): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
+  const recorded: Buffer[] = [];
   let open = true;
   const relay = createServer((client) => {
     client.on('error', () => {});
@@ -34,6 +38,7 @@ export async function startTcpProxy(target: URL): Promise<TcpProxy> {
         upstream.destroy();
       });
     }
+    if (options.record) client.on('data', (chunk: Buffer) => recorded.push(chunk));
     client.pipe(upstream).pipe(client);
   });
   await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
@@ -56,6 +61,10 @@ export async function startTcpProxy(target: URL): Promise<TcpProxy> {
       open = false;
       destroyAll();
       return new Promise((resolve) => relay.close(() => resolve()));
+    },
+    sent() {
+      if (!options.record) throw new Error('this proxy was started without record');
+      return Buffer.concat(recorded).toString('latin1');
     },
   };
 }

@@ -11,6 +11,7 @@ import type { WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { proposeCleaning } from './cleaning.ts';
 import { planMapping } from './discovery-plan.ts';
 import { explainPlan } from './discovery-evidence.ts';
+import type { OverlapOf } from './discovery-overlap.ts';
 
 // What discovery writes for one target table: its suggestions, ambiguities and cleaning proposals.
 
@@ -56,7 +57,7 @@ export async function writeTable(
   scope: CallerScope,
   workspace: WorkspaceEntity,
   target: TargetTable,
-  outcome: Pick<MatchOutcome, 'match' | 'modelPicks'>,
+  outcome: Pick<MatchOutcome, 'match' | 'modelPicks'> & { overlapOf: OverlapOf },
   sources: ReadonlyMap<string, IntrospectedTable>,
   autoConfirm: number | null,
   cleaning: { run: QueryRunner; sources: SourceTable[]; rowLimit: number | null } | null,
@@ -83,7 +84,12 @@ export async function writeTable(
     const tx = { em: em as EntityManager, deps: scope.deps };
     const existing = await findMapping(tx.em, workspace, target.name);
     const plan = {
-      ...explainPlan(planMapping(match, sources, existing?.tables ?? {}), match, outcome.modelPicks),
+      ...explainPlan(
+        planMapping(match, sources, existing?.tables ?? {}),
+        match,
+        outcome.modelPicks,
+        outcome.overlapOf,
+      ),
       transformations: proposals,
     };
     if (!existing && plan.connections.length === 0 && plan.ambiguities.length === 0) return null;

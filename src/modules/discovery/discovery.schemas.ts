@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { timestamp } from '../../trpc/common-schemas.ts';
 import { LLM_MODES } from '../../llm/provider.ts';
-import { suggestionEvidence } from '../mappings/mappings.schemas.ts';
+import { suggestionEvidence, suggestionSignal } from '../mappings/mappings.schemas.ts';
 import { CLEANING_KINDS } from './cleaning-kinds.ts';
 
 const tableList = z.array(z.string().trim().min(1).max(127)).min(1).max(5000);
@@ -94,8 +94,10 @@ export const discoveryEvent = z.discriminatedUnion('type', [
       .enum(['offline', 'openai'])
       .describe('openai only when the model itself named this column for this field'),
     signals: z
-      .array(z.enum(['name', 'type', 'pattern', 'model']))
-      .describe('What produced the suggestion: name, type and value-pattern evidence, and the model'),
+      .array(suggestionSignal)
+      .describe(
+        'What produced the suggestion: name, type and value-pattern evidence, values the target already holds, and the model',
+      ),
     evidence: suggestionEvidence,
     cleaning: z
       .object({

@@ -26,6 +26,7 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { tableKey } from './discovery-plan.ts';
 import { evidenceOf } from './discovery-evidence.ts';
+import { SampleOverlap } from './discovery-overlap.ts';
 import { cleaningOf, writeTable } from './discovery-write.ts';
 import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
 import type { CompletionResult } from '../../llm/openai.ts';
@@ -395,6 +396,10 @@ export async function* discover(
       threshold: settings.discovery_confidence_threshold,
       ambiguityMargin: settings.ambiguity_margin,
     };
+    const overlap = new SampleOverlap(scope, workspace, sources, {
+      targetTables: targets.map((t) => t.name),
+      rowLimit: settings.sample_size,
+    });
     const systemPrompt = systemPromptOf(workspace);
     const successCriteria = workspace.successCriteriaPrompt ?? null;
     for (const [i, target] of targets.entries()) {
@@ -458,13 +463,14 @@ export async function* discover(
         }
       }
 
+      const overlapOf = await overlap.forTable(target, outcome.match);
       why = await control.halt(scope.em);
       if (why) return yield* stopped(why);
       const written = await writeTable(
         scope,
         workspace,
         target,
-        outcome,
+        { ...outcome, overlapOf },
         byKey,
         settings.auto_confirm_threshold,
         // An engine with its own SQL (MySQL) cannot run the PostgreSQL share measurement: no proposals.
@@ -475,7 +481,8 @@ export async function* discover(
       for (const c of written.connections) {
         summary.fields_suggested++;
         const evidence =
-          c.evidence ?? evidenceOf(outcome.match, outcome.modelPicks, c.target_field, c.source_field);
+          c.evidence ??
+          evidenceOf(outcome.match, outcome.modelPicks, overlapOf, c.target_field, c.source_field);
         yield event({
           type: 'suggestion',
           target_table: target.name,

@@ -51,7 +51,21 @@ export function mergeDiscovery(
 ): Pick<MappingState, 'tables' | 'connections' | 'ambiguities' | 'transformations'> & {
   kept: KeptDecision[];
 } {
-  const confirmed = current.connections.filter((c) => c.status === 'confirmed');
+  const pair = (target: string, source: string) => `${target}\u0000${source}`;
+  const explained = new Map<string, SuggestionEvidence>();
+  for (const c of [
+    ...found.connections,
+    ...found.ambiguities.flatMap((a) => a.candidates.map((k) => ({ ...k, target_field: a.target_field }))),
+  ])
+    if (c.evidence) explained.set(pair(c.target_field, c.source_field), c.evidence);
+  // A confirmed proposal is explained by this run's evidence when the run finds the same source (the
+  // target may hold its values by now); one a person made by hand has no evidence and gets none.
+  const confirmed = current.connections
+    .filter((c) => c.status === 'confirmed')
+    .map((c) => {
+      const evidence = c.evidence ? explained.get(pair(c.target_field, c.source_field)) : undefined;
+      return evidence ? { ...c, evidence } : c;
+    });
   const owner = new Map<string, KeptDecision['decision']>();
   for (const c of confirmed) owner.set(c.target_field, 'confirmed');
   // A proposal of an earlier discovery owns nothing: this run proposes again or drops it.

@@ -18,11 +18,16 @@ export interface SuggestionEvidence {
   pattern: number;
   /** The value pattern that spoke, e.g. "email" or "country_code"; null when values said nothing. */
   value_pattern: string | null;
+  /**
+   * Share of the source's sampled distinct values the target column already holds, 0–1; null when
+   * not measured (no target table or column, an empty table, or no samples).
+   */
+  overlap: number | null;
   /** Whether the LLM named this very source for this field. */
   llm: boolean;
   matched_by: 'offline' | 'openai';
   /** The pieces of evidence that spoke for the suggestion. */
-  signals: ('name' | 'type' | 'pattern' | 'model')[];
+  signals: ('name' | 'type' | 'pattern' | 'overlap' | 'model')[];
 }
 
 export interface StoredConnection {

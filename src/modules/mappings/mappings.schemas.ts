@@ -42,6 +42,9 @@ const tableRelation = z.object({
 });
 
 /** Why discovery proposed a source (the stream's suggestion events carry the same object). */
+/** A piece of evidence that spoke for a suggestion. */
+export const suggestionSignal = z.enum(['name', 'type', 'pattern', 'overlap', 'model']);
+
 export const suggestionEvidence = z
   .object({
     name: z.number().describe('How much the names mean the same, 0–1'),
@@ -55,11 +58,15 @@ export const suggestionEvidence = z
       .string()
       .nullable()
       .describe('The value pattern that spoke (email, phone, country_code, timestamp…); null when none did'),
+    overlap: z
+      .number()
+      .nullable()
+      .describe(
+        "Share (0–1) of the source column's sampled distinct non-blank values that the target column already holds in the target table (trimmed, case-insensitive, over the table's first sample_size rows); null when not measured: no target warehouse, the table or column missing there, a table without rows, or a source column without samples",
+      ),
     llm: z.boolean().describe('Whether the LLM named this very source for this field'),
     matched_by: z.enum(['offline', 'openai']),
-    signals: z
-      .array(z.enum(['name', 'type', 'pattern', 'model']))
-      .describe('The pieces of evidence that spoke for the suggestion'),
+    signals: z.array(suggestionSignal).describe('The pieces of evidence that spoke for the suggestion'),
   })
   .describe('Why discovery proposed this source; absent for a connection a person made');
 
