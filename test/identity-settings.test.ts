@@ -208,7 +208,7 @@ describe('identity_resolution settings, changed and observed through the API', (
   it('incremental: a build reads only the added records, and falls back to a full build when it must', async () => {
     const full = await buildWith({ incremental: true });
     // The previous build read the same sources under the same limits: this one is already incremental.
-    expect(full.last_build.result.mode).toBe('incremental');
+    expect(full.last_build.result).toMatchObject({ mode: 'incremental', full_reason: null });
     expect(full.clusters).toBe(baseline.clusters);
 
     const email = `${unique('new')}@example.org`;
@@ -225,20 +225,21 @@ describe('identity_resolution settings, changed and observed through the API', (
       );
     });
     const added = await buildWith({ incremental: true });
-    expect(added.last_build.result.mode).toBe('incremental');
+    expect(added.last_build.result).toMatchObject({ mode: 'incremental', full_reason: null });
     // One e-mail and two phones, merged into one new cluster.
     expect(added.identifiers).toBe(baseline.identifiers + 3);
     expect(added.clusters).toBe(baseline.clusters + 1);
 
     // Other limits than the last build's: the incremental step cannot apply them, so it rebuilds.
     const changed = await buildWith({ incremental: true, max_degree: 50 });
-    expect(changed.last_build.result.mode).toBe('full');
+    expect(changed.last_build.result).toMatchObject({ mode: 'full', full_reason: 'limits_changed' });
     expect(changed.identifiers).toBe(added.identifiers);
     expect(changed.clusters).toBe(added.clusters);
 
     // Off (the default): every build is a full one, and gives what the incremental one gave.
     const off = await buildWith({ max_degree: 50 });
-    expect(off.last_build.result.mode).toBe('full');
+    // Nobody asked for an incremental build, so there is nothing to explain.
+    expect(off.last_build.result).toMatchObject({ mode: 'full', full_reason: null });
     expect(off.clusters).toBe(added.clusters);
 
     // Other sources than the last build's: rebuilt, then incremental again over the new sources.
@@ -251,10 +252,10 @@ describe('identity_resolution settings, changed and observed through the API', (
     };
     const narrowed = await buildWith(customersOnly);
     expect(narrowed.last_build.result.sources_origin).toBe('confirmed');
-    expect(narrowed.last_build.result.mode).toBe('full');
+    expect(narrowed.last_build.result).toMatchObject({ mode: 'full', full_reason: 'sources_changed' });
     expect(Object.keys(narrowed.identifiers_by_type)).toEqual(['email']);
     const again = await buildWith(customersOnly);
-    expect(again.last_build.result.mode).toBe('incremental');
+    expect(again.last_build.result).toMatchObject({ mode: 'incremental', full_reason: null });
     expect(again.identifiers).toBe(narrowed.identifiers);
   });
 });

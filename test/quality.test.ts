@@ -587,7 +587,12 @@ describe('identity graph', () => {
     await db.query(`insert into qt.hub values (4, 'h4@h.io', '555 777 0000')`);
     const updated = await updateIdentities(db, options);
     // The shared phone now has 4 neighbours: its earlier merges are undone, as a full build would.
-    expect(updated).toMatchObject({ mode: 'full', clusters: 5, flagged_nodes: 1 });
+    expect(updated).toMatchObject({
+      mode: 'full',
+      full_reason: 'degree_limit_crossed',
+      clusters: 5,
+      flagged_nodes: 1,
+    });
   });
 
   it('builds golden records by each survivorship rule, with the record each value came from', async () => {

@@ -3,6 +3,7 @@ import { toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
 import {
   type ResolveOptions,
   type ResolutionResult,
+  type FullBuildReason,
   TYPE_NAME,
   names,
   dropKeysStatements,
@@ -214,6 +215,7 @@ async function recordRun(
     duration_ms: Math.round(performance.now() - run.started),
     built_at: run.startedAt,
     mode: run.mode,
+    full_reason: null,
   };
 }
 
@@ -239,9 +241,9 @@ export async function updateIdentities(
     // A fallback discards what the incremental attempt staged, temporary tables included.
     await runner.query('savepoint incremental');
     const incremental = await incrementalBuild(runner, options, started);
-    if (incremental) return incremental;
+    if (typeof incremental !== 'string') return incremental;
     await runner.query('rollback to savepoint incremental');
-    return fullBuild(runner, options, started);
+    return { ...(await fullBuild(runner, options, started)), full_reason: incremental };
   });
 }
 
@@ -249,19 +251,16 @@ async function incrementalBuild(
   runner: CopyOutRunner,
   options: ResolveOptions,
   started: number,
-): Promise<ResolutionResult | null> {
+): Promise<ResolutionResult | FullBuildReason> {
   const ctx = buildContext(runner, options);
   const { q, t, maxDegree, maxClusterSize, sourceTables, rules } = ctx;
   const startedAt = new Date();
-  if (options.sources.some((s) => !s.keyColumn)) return null;
+  if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(`select max_degree, max_cluster_size from ${t.runs} order by run_id desc limit 1`);
   const previous = last.rows[0];
-  if (
-    !previous ||
-    toNumber(previous.max_degree) !== maxDegree ||
-    toNumber(previous.max_cluster_size) !== maxClusterSize
-  )
-    return null;
+  if (!previous) return 'no_previous_build';
+  if (toNumber(previous.max_degree) !== maxDegree || toNumber(previous.max_cluster_size) !== maxClusterSize)
+    return 'limits_changed';
   await buildSettings(q, options);
   await q(
     `create temp table _id_stage (src int not null, rid bigint not null, record_key text, id_type text not null,
@@ -302,7 +301,7 @@ async function incrementalBuild(
   const oldDegree = new Map<number, number>();
   for (const row of fresh) {
     const [a, b] = [Number(row.node_a), Number(row.node_b)];
-    if (row.oversized) return null;
+    if (row.oversized) return 'oversized_component_touched';
     degreeGain.set(a, (degreeGain.get(a) ?? 0) + 1);
     degreeGain.set(b, (degreeGain.get(b) ?? 0) + 1);
     oldDegree.set(a, Number(row.degree_a));
@@ -310,7 +309,7 @@ async function incrementalBuild(
   }
   const newDegree = (node: number) => (oldDegree.get(node) ?? 0) + (degreeGain.get(node) ?? 0);
   for (const node of degreeGain.keys())
-    if ((oldDegree.get(node) ?? 0) <= maxDegree && newDegree(node) > maxDegree) return null;
+    if ((oldDegree.get(node) ?? 0) <= maxDegree && newDegree(node) > maxDegree) return 'degree_limit_crossed';
   // Union-find over cluster ids; a cluster id is its smallest member, so the merged id is the minimum.
   const parent = new Map<number, number>();
   const find = (x: number): number => {
@@ -341,7 +340,7 @@ async function incrementalBuild(
          union all select node_id from _id_obs where first_seen) m
        join _id_remap r on r.old = m.c group by r.new) s`,
   );
-  if ((toNumber(sizes.rows[0]?.largest) ?? 0) > maxClusterSize) return null;
+  if ((toNumber(sizes.rows[0]?.largest) ?? 0) > maxClusterSize) return 'cluster_limit_crossed';
 
   const gains = [...degreeGain.keys()];
   await q(`create temp table _id_degree (node_id bigint primary key, degree int not null) on commit drop`);

@@ -62,7 +62,19 @@ export interface ResolutionResult {
   built_at: Date;
   /** `incremental` when only the records added since the last build were read. */
   mode: 'full' | 'incremental';
+  /** Why a build read everything: null for an incremental build, and for a full one nobody asked to avoid. */
+  full_reason: FullBuildReason | null;
 }
+
+/** What sends an incremental build (setting `incremental: true`) back to a full one. */
+export type FullBuildReason =
+  | 'sources_changed'
+  | 'no_previous_build'
+  | 'source_without_record_key'
+  | 'limits_changed'
+  | 'oversized_component_touched'
+  | 'degree_limit_crossed'
+  | 'cluster_limit_crossed';
 
 export const TYPE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 

@@ -432,14 +432,18 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
   // Append-only sources (the `incremental` setting) read only the records added since the last
   // build, when that build read the same sources the same way; otherwise the graph is rebuilt.
   // Compared by value: the recorded result comes back from jsonb with its keys reordered.
-  const sameSources =
-    identityConfig(workspace).incremental === true &&
-    isDeepStrictEqual(graph.lastResult?.sources ?? null, used);
+  const incremental = identityConfig(workspace).incremental === true;
+  const sameSources = incremental && isDeepStrictEqual(graph.lastResult?.sources ?? null, used);
   const { result, profiles } = await warehouse.transaction(async (tx) => {
     const runner = transactionRunner(tx);
     const built = sameSources
       ? await updateIdentities(runner, options)
-      : await resolveIdentities(runner, options);
+      : incremental
+        ? {
+            ...(await resolveIdentities(runner, options)),
+            full_reason: graph.lastResult ? ('sources_changed' as const) : ('no_previous_build' as const),
+          }
+        : await resolveIdentities(runner, options);
     const count = await buildGoldenRecords(runner, {
       schema,
       sources,
