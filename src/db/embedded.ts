@@ -1,7 +1,9 @@
-import { mkdirSync } from 'node:fs';
+import { fork } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { PGlite, Results, types as pgliteTypes } from '@electric-sql/pglite';
 import { PostgresDialect } from 'kysely';
 import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
@@ -12,30 +14,74 @@ import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
  * from BEGIN to COMMIT, which is exactly the isolation a single connection gives.
  */
 export async function openEmbeddedPostgres(dataDir?: string, loadDataDir?: Blob): Promise<PGlite> {
-  if (dataDir) mkdirSync(dataDir, { recursive: true });
+  if (dataDir && !loadDataDir) await createDataDirInChildProcess(dataDir);
   // Loaded here rather than imported: a server-mode process never pays for PGlite's module.
   const { PGlite, types } = await import('@electric-sql/pglite');
   return PGlite.create(dataDir, {
+    ...(await embeddedInstanceOptions()),
     parsers: embeddedParsers(types),
     loadDataDir,
-    pgliteWasmModule: await pgliteWasmModule(),
   });
 }
 
-let compiledPostgres: Promise<WebAssembly.Module> | undefined;
+/**
+ * What every PGlite of the process (the control plane and the demo warehouse) starts with. A PGlite's
+ * WASM memory never shrinks, so whatever PostgreSQL touches once stays resident: 16 MB of
+ * `shared_buffers` instead of the default 128 MB keeps each instance's buffer cache from growing
+ * into its full default size (README, "Memory", has the figures and what it costs the test suite).
+ */
+export async function embeddedInstanceOptions() {
+  const { PGlite } = await import('@electric-sql/pglite');
+  const [pgliteWasmModule, initdbWasmModule] = await Promise.all([
+    compiledWasm('pglite.wasm'),
+    compiledWasm('initdb.wasm'),
+  ]);
+  return {
+    pgliteWasmModule,
+    initdbWasmModule,
+    startParams: [...PGlite.defaultStartParams, '-c', 'shared_buffers=16MB'],
+  };
+}
 
 /**
- * PostgreSQL's WASM module, compiled once per process and shared by every PGlite of it (the control
- * plane and the demo warehouse): left to itself, each PGlite compiles its own copy, and the machine
- * code of one is about 200 MB of resident memory (two instances at rest: 532 MB, shared: 269 MB).
+ * Runs initdb for a new data directory in a short-lived child process, as PostgreSQL itself does.
+ * In this process initdb left about 120 MB of freed but fragmented C heap that the server would
+ * have carried for the rest of its life (README, "Memory").
  */
-export function pgliteWasmModule(): Promise<WebAssembly.Module> {
-  compiledPostgres ??= (async () => {
-    const require = createRequire(import.meta.url);
-    const dist = dirname(require.resolve('@electric-sql/pglite'));
-    return WebAssembly.compile(await readFile(join(dist, 'pglite.wasm')));
-  })();
-  return compiledPostgres;
+export async function createDataDirInChildProcess(dataDir: string): Promise<void> {
+  if (existsSync(join(dataDir, 'PG_VERSION'))) return;
+  mkdirSync(dataDir, { recursive: true });
+  const child = fork(new URL('./embedded-initdb.ts', import.meta.url), [dataDir], {
+    execArgv: ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href],
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', resolve);
+  });
+  if (code !== 0) throw new Error(`initdb of ${dataDir} failed (exit ${code}): ${stderr.trim()}`);
+}
+
+const compiledModules = new Map<string, Promise<WebAssembly.Module>>();
+
+/**
+ * PGlite's WASM modules, compiled once per process and shared by every instance: left to itself,
+ * each PGlite compiles its own copy, and the machine code of one is about 200 MB of resident memory
+ * (two instances at rest: 532 MB, shared: 269 MB).
+ */
+function compiledWasm(file: 'pglite.wasm' | 'initdb.wasm'): Promise<WebAssembly.Module> {
+  let compiled = compiledModules.get(file);
+  if (!compiled) {
+    compiled = (async () => {
+      const require = createRequire(import.meta.url);
+      const dist = dirname(require.resolve('@electric-sql/pglite'));
+      return WebAssembly.compile(await readFile(join(dist, file)));
+    })();
+    compiledModules.set(file, compiled);
+  }
+  return compiled;
 }
 
 /** Parse values the way `pg` does against a real server, so both modes return the same shapes. */

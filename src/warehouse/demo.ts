@@ -15,7 +15,7 @@ import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import type { Logger } from '../logger.ts';
 import type { ConnectionConfig } from './config.ts';
 import { startAuthenticatingFront } from './demo-auth.ts';
-import { pgliteWasmModule } from '../db/embedded.ts';
+import { createDataDirInChildProcess, embeddedInstanceOptions } from '../db/embedded.ts';
 import {
   DEMO_SOURCE_SCHEMA,
   DEMO_TARGET_SCHEMA,
@@ -73,8 +73,8 @@ export async function startDemoWarehouse(options: {
   port?: number;
 }): Promise<DemoWarehouse> {
   const dir = join(options.dataDir, 'warehouse');
-  mkdirSync(dir, { recursive: true });
-  const db = await PGlite.create(dir, { pgliteWasmModule: await pgliteWasmModule() });
+  await createDataDirInChildProcess(dir);
+  const db = await PGlite.create(dir, await embeddedInstanceOptions());
   await seedDemo(db, options.logger);
   // PGlite's socket server trusts every client: it listens only on a Unix socket in a directory
   // only the owner may enter, behind a TCP front that asks for the password.
