@@ -109,22 +109,30 @@ export function rssMb(pid: number): number {
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
- * `npm start` (`tsx [node options] src/main.ts`) as `node [node options] --import tsx src/main.ts`:
- * the same server with the same V8 options, without the tsx launcher's parent process, so that the
- * child's pid is the server's own.
+ * `npm start` (`[VAR=value …] tsx [node options] src/main.ts`) as
+ * `node [node options] --import tsx src/main.ts` with the same variables: the same server with the
+ * same V8 and allocator options, without the tsx launcher's parent process, so that the child's pid
+ * is the server's own.
  */
-function startArguments(): string[] {
+function startCommand(): { args: string[]; env: Record<string, string> } {
   const start: string = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
-  const [launcher, ...rest] = start.trim().split(/\s+/);
+  const words = start.trim().split(/\s+/);
+  const env: Record<string, string> = {};
+  while (/^[A-Z_][A-Z0-9_]*=/.test(words[0] ?? '')) {
+    const [name, ...value] = words.shift()!.split('=');
+    env[name] = value.join('=');
+  }
+  const [launcher, ...rest] = words;
   if (launcher !== 'tsx' || !rest.length) throw new Error(`unexpected start script: ${start}`);
-  return [...rest.slice(0, -1), '--import', 'tsx', rest.at(-1)!];
+  return { args: [...rest.slice(0, -1), '--import', 'tsx', rest.at(-1)!], env };
 }
 
 /** The dimas server as a child process (so its memory is measured alone), resolved once it listens. */
 export function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, startArguments(), {
+  const command = startCommand();
+  const child = spawn(process.execPath, command.args, {
     cwd: root,
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...command.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   return new Promise((resolve, reject) => {
