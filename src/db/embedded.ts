@@ -32,13 +32,8 @@ export async function openEmbeddedPostgres(dataDir?: string, loadDataDir?: Blob)
  */
 export async function embeddedInstanceOptions() {
   const { PGlite } = await import('@electric-sql/pglite');
-  const [pgliteWasmModule, initdbWasmModule] = await Promise.all([
-    compiledWasm('pglite.wasm'),
-    compiledWasm('initdb.wasm'),
-  ]);
   return {
-    pgliteWasmModule,
-    initdbWasmModule,
+    pgliteWasmModule: await pgliteWasmModule(),
     startParams: [...PGlite.defaultStartParams, '-c', 'shared_buffers=16MB'],
   };
 }
@@ -64,24 +59,21 @@ export async function createDataDirInChildProcess(dataDir: string): Promise<void
   if (code !== 0) throw new Error(`initdb of ${dataDir} failed (exit ${code}): ${stderr.trim()}`);
 }
 
-const compiledModules = new Map<string, Promise<WebAssembly.Module>>();
+let compiledPostgres: Promise<WebAssembly.Module> | undefined;
 
 /**
- * PGlite's WASM modules, compiled once per process and shared by every instance: left to itself,
- * each PGlite compiles its own copy, and the machine code of one is about 200 MB of resident memory
- * (two instances at rest: 532 MB, shared: 269 MB).
+ * PostgreSQL's WASM module, compiled once per process and shared by every PGlite of it (the control
+ * plane and the demo warehouse): left to itself, each PGlite compiles its own copy, and the machine
+ * code of one is about 200 MB of resident memory (two instances at rest: 532 MB, shared: 269 MB).
+ * initdb's module (300 KB) is left to PGlite: the server's instances never run initdb in-process.
  */
-function compiledWasm(file: 'pglite.wasm' | 'initdb.wasm'): Promise<WebAssembly.Module> {
-  let compiled = compiledModules.get(file);
-  if (!compiled) {
-    compiled = (async () => {
-      const require = createRequire(import.meta.url);
-      const dist = dirname(require.resolve('@electric-sql/pglite'));
-      return WebAssembly.compile(await readFile(join(dist, file)));
-    })();
-    compiledModules.set(file, compiled);
-  }
-  return compiled;
+function pgliteWasmModule(): Promise<WebAssembly.Module> {
+  compiledPostgres ??= (async () => {
+    const require = createRequire(import.meta.url);
+    const dist = dirname(require.resolve('@electric-sql/pglite'));
+    return WebAssembly.compile(await readFile(join(dist, 'pglite.wasm')));
+  })();
+  return compiledPostgres;
 }
 
 /** Parse values the way `pg` does against a real server, so both modes return the same shapes. */
