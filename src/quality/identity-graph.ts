@@ -1,5 +1,5 @@
 import { connectedComponents, readPairs, type Components } from './components.ts';
-import { toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
+import { qualified, toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
 import {
   type ResolveOptions,
   type ResolutionResult,
@@ -105,6 +105,7 @@ async function fullBuild(
   const { q, t, maxDegree, maxClusterSize, sourceTables, rules } = buildContext(runner, options);
   const startedAt = new Date();
   await buildSettings(q, options);
+  const { sourceXmin } = await sourceSnapshot(q, null);
   // Staged and numbered in one statement (no staging table written and read back). Numbered in
   // (type, value) order, so identical inputs give identical node and cluster ids; both windows share
   // one sort, and the first observation of each identifier stands for its node.
@@ -167,6 +168,7 @@ async function fullBuild(
     oversizedComponents: components.oversizedComponents,
     largestOversized: components.largestOversized,
     mode: 'full',
+    sourceXmin,
   });
 }
 
@@ -184,20 +186,29 @@ async function recordRun(
     oversizedComponents: number;
     largestOversized: number;
     mode: 'full' | 'incremental';
+    sourceXmin: string;
   },
 ): Promise<ResolutionResult> {
   const { rows } = await q(
     `insert into ${t.runs} (started_at, finished_at, identifiers, edges, ignored_edges, flagged_nodes, clusters,
        largest_cluster, singletons, merged_identifiers, oversized_components, largest_oversized_component,
-       iterations, max_degree, max_cluster_size)
+       iterations, max_degree, max_cluster_size, source_xmin)
      select $1, $2, n.identifiers, e.edges, e.ignored, n.flagged, c.clusters, c.largest, c.singletons,
-       n.identifiers - c.clusters, $3, $4, 1, $5, $6
+       n.identifiers - c.clusters, $3, $4, 1, $5, $6, $7
      from (select count(*) as identifiers, count(*) filter (where flagged is not null) as flagged from ${t.nodes}) n,
           (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
           (select count(*) as clusters, coalesce(max(size), 0) as largest,
                   count(*) filter (where size = 1) as singletons from ${t.clusters}) c
      returning *`,
-    [run.startedAt, new Date(), run.oversizedComponents, run.largestOversized, maxDegree, maxClusterSize],
+    [
+      run.startedAt,
+      new Date(),
+      run.oversizedComponents,
+      run.largestOversized,
+      maxDegree,
+      maxClusterSize,
+      run.sourceXmin,
+    ],
   );
   const r = rows[0];
   return {
@@ -256,18 +267,39 @@ async function incrementalBuild(
   const { q, t, maxDegree, maxClusterSize, sourceTables, rules } = ctx;
   const startedAt = new Date();
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
-  const last = await q(`select max_degree, max_cluster_size from ${t.runs} order by run_id desc limit 1`);
+  const last = await q(
+    `select max_degree, max_cluster_size, source_xmin from ${t.runs} order by run_id desc limit 1`,
+  );
   const previous = last.rows[0];
   if (!previous) return 'no_previous_build';
   if (toNumber(previous.max_degree) !== maxDegree || toNumber(previous.max_cluster_size) !== maxClusterSize)
     return 'limits_changed';
   await buildSettings(q, options);
+  const { sourceXmin, writtenWithin } = await sourceSnapshot(q, previous.source_xmin);
+  const heapTables =
+    writtenWithin === null ? new Set<string>() : await tablesWithRowVersions(q, options.sources);
   await q(
     `create temp table _id_stage (src int not null, rid bigint not null, record_key text, id_type text not null,
        id_value text not null) on commit drop`,
   );
   for (const [i, source] of options.sources.entries())
-    await q(stageSourceSql(source, i, { newSince: t.records, sourceTable: sourceTables[i] }));
+    await q(
+      stageSourceSql(source, i, {
+        newSince: t.records,
+        sourceTable: sourceTables[i],
+        ...(heapTables.has(sourceTables[i]) ? { writtenWithin: writtenWithin! } : {}),
+      }),
+    );
+  if (heapTables.size) {
+    // The recently written rows include rows the graph already holds (rewritten ones, and those
+    // of transactions that ran alongside the last build): they are few, each found by its key.
+    // A subquery per staged row (not a join the planner could turn into a hash of the whole graph).
+    await q(
+      `delete from _id_stage s where (select true from ${t.records} x
+         where x.source_table = ($1::text[])[s.src] and x.record_key = s.record_key limit 1)`,
+      [sourceTables],
+    );
+  }
   // New identifiers are numbered after the existing ones.
   await q(
     `create temp table _id_obs on commit drop as
@@ -396,7 +428,47 @@ async function incrementalBuild(
     oversizedComponents: 0,
     largestOversized: 0,
     mode: 'incremental',
+    sourceXmin,
   });
+}
+
+/** Transaction ids further apart than this no longer compare by `age()` (which wraps at 2^31). */
+const XID_HORIZON = 2_000_000_000;
+
+/**
+ * The oldest transaction still running as this build starts (`pg_snapshot_xmin`, as a 64-bit id
+ * that never wraps): every row this build's statements cannot see was written by it or a later
+ * one. Recorded with the run; the next incremental build reads only rows written since
+ * (`writtenWithin`: their `age(xmin)` is at most the age of the recorded id), or, without a
+ * recorded id or when too many transactions have passed to compare, every row (null).
+ */
+async function sourceSnapshot(
+  q: Query,
+  previousXmin: unknown,
+): Promise<{ sourceXmin: string; writtenWithin: number | null }> {
+  const previous = previousXmin === null || previousXmin === undefined ? null : String(previousXmin);
+  const { rows } = await q(
+    `select pg_snapshot_xmin(s)::text as xmin,
+       case when $1::text is not null and pg_snapshot_xmax(s)::text::numeric - $1::text::numeric < $2
+         then age(xid($1::text::xid8)) end as written_within
+     from pg_current_snapshot() s`,
+    [previous, XID_HORIZON],
+  );
+  const within = rows[0].written_within;
+  return { sourceXmin: rows[0].xmin, writtenWithin: within === null ? null : Number(within) };
+}
+
+/**
+ * The sources (`schema.table`) whose rows carry the transaction that wrote them: tables,
+ * partitioned tables and materialized views, by the catalog (views and foreign tables do not).
+ */
+async function tablesWithRowVersions(q: Query, sources: ResolveOptions['sources']): Promise<Set<string>> {
+  const { rows } = await q(
+    `select t.name from unnest($1::text[], $2::text[]) t(name, quoted)
+     join pg_class c on c.oid = to_regclass(t.quoted) where c.relkind in ('r', 'p', 'm')`,
+    [sources.map((s) => `${s.table.schema}.${s.table.name}`), sources.map((s) => qualified(s.table))],
+  );
+  return new Set(rows.map((r) => String(r.name)));
 }
 
 /** Comma-separated decimal integers written into one reused buffer: no string per number. */

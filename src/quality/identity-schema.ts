@@ -141,7 +141,10 @@ function identitySchemaStatements(schema: string): string[] {
       largest_oversized_component bigint not null,
       iterations integer not null,
       max_degree integer not null,
-      max_cluster_size integer not null)`,
+      max_cluster_size integer not null,
+      source_xmin bigint)`,
+    // Graphs built before incremental builds read only recently written rows.
+    `alter table ${t.runs} add column if not exists source_xmin bigint`,
     `create or replace view ${t.profiles} as
       select c.cluster_id, c.size,
         (select jsonb_object_agg(g.id_type, g.id_values) from (
@@ -239,12 +242,32 @@ function defaultNormalizer(type: string): Normalizer {
   return type === 'email' ? 'email' : type === 'phone' ? 'phone' : 'trim';
 }
 
+/**
+ * Which rows of a source an incremental build stages: those whose key is not in the graph
+ * (`newSince`, an anti-join over the graph's records of that table), or, when `writtenWithin` is
+ * set, those written by a transaction at most that many transaction ids before this one
+ * (`age(xmin)`): a superset of the rows added since the last build, found without reading the
+ * graph, whose rows already in the graph the build then removes by key.
+ */
+export interface NewRecordsFilter {
+  newSince: string;
+  sourceTable: string;
+  writtenWithin?: number;
+}
+
+function newRecordsCondition(only: NewRecordsFilter, key: string): string {
+  if (only.writtenWithin !== undefined) {
+    if (!Number.isSafeInteger(only.writtenWithin)) throw new Error('writtenWithin must be an integer');
+    return `  where age(t.xmin) <= ${only.writtenWithin}`;
+  }
+  return (
+    `  where not exists (select 1 from ${only.newSince} x where x.source_table = ${quoteLiteral(only.sourceTable)}\n` +
+    `    and x.record_key = ${key})`
+  );
+}
+
 /** One SELECT per source: a single scan that unpivots the identifier columns of each row. */
-export function stageSelectSql(
-  source: IdentitySource,
-  index: number,
-  only?: { newSince: string; sourceTable: string },
-): string {
+export function stageSelectSql(source: IdentitySource, index: number, only?: NewRecordsFilter): string {
   if (source.identifiers.length === 0)
     throw new Error(`Source ${source.table.name} has no identifier columns`);
   const projections = source.identifiers.map(
@@ -255,10 +278,7 @@ export function stageSelectSql(
   return (
     `select ${index + 1} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
     `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
-    (only
-      ? `  where not exists (select 1 from ${only.newSince} x where x.source_table = ${quoteLiteral(only.sourceTable)}\n` +
-        `    and x.record_key = ${key})`
-      : '') +
+    (only ? newRecordsCondition(only, key) : '') +
     `) r\n` +
     `cross join lateral (values ${values}) as v(id_type, id_value)\n` +
     `where v.id_value is not null`
@@ -266,11 +286,7 @@ export function stageSelectSql(
 }
 
 /** The same rows into the temporary `_id_stage`. */
-export function stageSourceSql(
-  source: IdentitySource,
-  index: number,
-  only?: { newSince: string; sourceTable: string },
-): string {
+export function stageSourceSql(source: IdentitySource, index: number, only?: NewRecordsFilter): string {
   return `insert into _id_stage (src, rid, record_key, id_type, id_value)\n${stageSelectSql(source, index, only)}`;
 }
 
