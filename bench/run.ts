@@ -24,7 +24,9 @@ if (unknown.length) {
 const failed: string[] = [];
 for (const name of wanted.length ? wanted : all) {
   console.log(`\n== ${name} ==`);
-  const run = spawnSync(process.execPath, ['--import', 'tsx', join(here, `${name}.ts`)], {
+  // With this process's flags (`npm run bench` gives the server's V8 flags), so that a benchmark that
+  // does a job's work in its own process measures it as the server would run it.
+  const run = spawnSync(process.execPath, [...process.execArgv, join(here, `${name}.ts`)], {
     stdio: 'inherit',
   });
   if (run.status !== 0) failed.push(name);

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { LLM_MODES } from './llm/provider.ts';
 import { DEFAULT_BLOCKED_NETWORKS, parseNetworkList } from './warehouse/network-guard.ts';
+import { DEFAULT_IN_PROCESS_LIMIT } from './quality/identity-graph.ts';
 
 const booleanFlag = z.stringbool().default(true);
 
@@ -65,6 +66,9 @@ const envSchema = z.object({
   LLM_MODE: z.enum(LLM_MODES).default('offline'),
   // A running job whose worker has not written a heartbeat for this long is retried elsewhere.
   JOB_HEARTBEAT_TIMEOUT_SECONDS: z.coerce.number().int().min(2).default(60),
+  // Identity graphs up to this many identifiers get their components in the job's process
+  // (~60 bytes each); larger ones in the warehouse, so that the process does not grow with them.
+  IDENTITY_IN_PROCESS_IDENTIFIERS: z.coerce.number().int().min(0).default(DEFAULT_IN_PROCESS_LIMIT),
 });
 
 export type Env = z.infer<typeof envSchema> & { dataDir: string };

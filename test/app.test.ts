@@ -139,6 +139,19 @@ describe('an internal error', () => {
   });
 });
 
+describe('environment', () => {
+  it('reads IDENTITY_IN_PROCESS_IDENTIFIERS as a non-negative integer, 1,000,000 by default', () => {
+    const base = { DIMAS_SECRET_KEY: TEST_SECRET_KEY };
+    expect(loadEnv(base).IDENTITY_IN_PROCESS_IDENTIFIERS).toBe(1_000_000);
+    expect(loadEnv({ ...base, IDENTITY_IN_PROCESS_IDENTIFIERS: '0' }).IDENTITY_IN_PROCESS_IDENTIFIERS).toBe(
+      0,
+    );
+    expect(() => loadEnv({ ...base, IDENTITY_IN_PROCESS_IDENTIFIERS: '-1' })).toThrow(
+      /IDENTITY_IN_PROCESS_IDENTIFIERS/,
+    );
+  });
+});
+
 describe('a server whose database is gone', () => {
   let broken: TestServer;
   let token: string;

@@ -130,6 +130,8 @@ describe('identity_resolution settings, changed and observed through the API', (
     baseline = await buildWith({});
     const result = baseline.last_build.result;
     expect(result.mode).toBe('full');
+    // Far under IDENTITY_IN_PROCESS_IDENTIFIERS: the components come from the union-find in the job.
+    expect(result).toMatchObject({ components_in: 'process', iterations: 1 });
     expect(result.sources_origin).toBe('proposed');
     expect(result.oversized_components).toBe(0);
     expect(baseline.flagged_identifiers).toBe(0);

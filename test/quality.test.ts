@@ -508,6 +508,83 @@ describe('identity graph', () => {
     expect(canon(got.map((r) => r.members))).toEqual(canon([...expected.values()]));
   });
 
+  it('computes the same graph in the warehouse as in the process, guards and long chains included', async () => {
+    // Pairs from a small pool (components of every shape), a hub shared by 30 records (over the
+    // degree limit), and a 300-identifier chain whose node ids are shuffled along it (over the
+    // cluster-size limit in the first build; many label rounds in the second).
+    let seed = 11;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const rows: [string, string | null][] = Array.from({ length: 500 }, () => [
+      `p${Math.floor(next() * 450)}@w.io`,
+      next() < 0.2 ? null : `p${Math.floor(next() * 450)}@w.io`,
+    ]);
+    for (let i = 0; i < 30; i++) rows.push([`hub${i}@w.io`, 'hub@w.io']);
+    const chain = Array.from({ length: 300 }, (_, i) => `c${Math.floor(next() * 1e9)}x${i}@w.io`);
+    for (let i = 0; i + 1 < chain.length; i++) rows.push([chain[i], chain[i + 1]]);
+    await db.query('create table qt.both_ways (a text, b text)');
+    await db.query(`insert into qt.both_ways select * from unnest($1::text[], $2::text[])`, [
+      rows.map((r) => r[0]),
+      rows.map((r) => r[1]),
+    ]);
+    const sources = [
+      {
+        table: { schema: 'qt', name: 'both_ways' },
+        identifiers: [
+          { column: 'a', type: 'email' },
+          { column: 'b', type: 'email' },
+        ],
+      },
+    ];
+    const graph = async (schema: string) => ({
+      nodes: (
+        await db.query(
+          `select node_id::int, cluster_id::int, degree, flagged from ${schema}.identity_nodes order by node_id`,
+        )
+      ).rows,
+      ignored: (await db.query(`select count(*)::int as n from ${schema}.identity_edges where ignored`))
+        .rows[0].n,
+    });
+    for (const maxClusterSize of [40, 1000]) {
+      const limits = { sources, maxDegree: 10, maxClusterSize };
+      const inProcess = await resolveIdentities(db, { ...limits, schema: 'idg_in_process' });
+      const inWarehouse = await resolveIdentities(db, {
+        ...limits,
+        schema: 'idg_in_warehouse',
+        inProcessLimit: 0,
+      });
+      expect(inProcess).toMatchObject({ components_in: 'process', iterations: 1 });
+      expect(inWarehouse.components_in).toBe('warehouse');
+      const counts = (r: typeof inProcess) => ({
+        identifiers: r.identifiers,
+        edges: r.edges,
+        ignored_edges: r.ignored_edges,
+        flagged_nodes: r.flagged_nodes,
+        clusters: r.clusters,
+        largest_cluster: r.largest_cluster,
+        singletons: r.singletons,
+        oversized_components: r.oversized_components,
+        largest_oversized_component: r.largest_oversized_component,
+      });
+      expect(counts(inWarehouse)).toEqual(counts(inProcess));
+      expect(await graph('idg_in_warehouse')).toEqual(await graph('idg_in_process'));
+      const flagged = (await graph('idg_in_warehouse')).nodes.filter((n) => n.flagged);
+      expect(flagged.some((n) => n.flagged === 'high_degree')).toBe(true);
+      if (maxClusterSize === 40) {
+        expect(inWarehouse.oversized_components).toBeGreaterThan(0);
+      } else {
+        // The chain is one cluster, found in a few rounds, not in one per link.
+        const { rows: chainClusters } = await db.query(
+          `select count(distinct cluster_id)::int as clusters from idg_in_warehouse.identity_nodes
+           where id_value = any($1::text[])`,
+          [chain],
+        );
+        expect(chainClusters[0].clusters).toBe(1);
+        expect(inWarehouse.iterations).toBeGreaterThan(1);
+        expect(inWarehouse.iterations).toBeLessThan(20);
+      }
+    }
+  });
+
   it('adds new records incrementally with the same clusters as a full rebuild', async () => {
     const incrementalSchema = 'idg_incr';
     await db.query('create table qt.incr (id int primary key, email text, phone text)');

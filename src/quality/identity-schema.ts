@@ -44,6 +44,11 @@ export interface ResolveOptions {
   maxClusterSize?: number;
   /** work_mem for the build's transaction (default 256MB). */
   workMem?: string;
+  /**
+   * Largest graph (identifiers) whose components a full build computes in this process; larger
+   * ones are computed in the warehouse (default DEFAULT_IN_PROCESS_LIMIT of identity-graph.ts).
+   */
+  inProcessLimit?: number;
 }
 
 export interface ResolutionResult {
@@ -57,7 +62,10 @@ export interface ResolutionResult {
   singletons: number;
   oversized_components: number;
   largest_oversized_component: number;
+  /** Rounds of the components step (1 for the union-find in this process). */
   iterations: number;
+  /** Where a full build computed the components; null for an incremental build (it merges in this process). */
+  components_in: 'process' | 'warehouse' | null;
   duration_ms: number;
   built_at: Date;
   /** `incremental` when only the records added since the last build were read. */

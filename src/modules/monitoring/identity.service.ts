@@ -428,6 +428,7 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     sources,
     maxClusterSize: limits.max_cluster_size,
     maxDegree: limits.max_degree,
+    inProcessLimit: deps.env.IDENTITY_IN_PROCESS_IDENTIFIERS,
   };
   // Append-only sources (the `incremental` setting) read only the records added since the last
   // build, when that build read the same sources the same way; otherwise the graph is rebuilt.

@@ -1,0 +1,107 @@
+/**
+ * Connected components of the identity graph computed inside the warehouse, for graphs too large
+ * to hold in the job's process: the process sends a few statements per round and holds nothing
+ * in proportion to the graph. Same input and output as the in-process union-find: the distinct
+ * pairs of `_id_edge` in, `_id_label` (cluster, degree and flag of every node with a neighbour) out,
+ * with the same guards (an identifier with more than `maxDegree` neighbours links nothing; a
+ * component over `maxClusterSize` is not merged) and the same cluster ids (a component's smallest
+ * node id).
+ *
+ * Each round, every node takes the smallest label among its neighbours, and the label a node's
+ * label points at takes the smallest label among the neighbours of the nodes pointing at it
+ * (hooking whole trees, not only single nodes); then labels jump to their label's label until
+ * none moves. Labels only ever name nodes of the same component and only decrease, so when a
+ * round moves nothing every component carries its smallest node id. Rounds grow with the
+ * logarithm of a component's size rather than with its diameter.
+ */
+
+type Query = (sql: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount?: number | null }>;
+
+export interface WarehouseComponents {
+  oversizedComponents: number;
+  largestOversized: number;
+  /** Nodes with more than `maxDegree` neighbours. */
+  highDegree: number[];
+  /** Rounds until no label moved. */
+  iterations: number;
+}
+
+/** A round bound far above what any graph needs (~2·log2 of the largest component), against a bug looping forever. */
+const MAX_ROUNDS = 200;
+
+export async function componentsInWarehouse(
+  q: Query,
+  options: { maxDegree: number; maxClusterSize: number },
+): Promise<WarehouseComponents> {
+  await q(
+    'create temp table _cc_pair on commit drop as select node_a as a, node_b as b from _id_edge group by 1, 2',
+  );
+  await q(
+    `create temp table _cc_degree on commit drop as
+     select v, count(*)::int as degree from (select a as v from _cc_pair union all select b from _cc_pair) p
+     group by v`,
+  );
+  await q('alter table _cc_degree add primary key (v)');
+  // Both directions of every pair whose two ends stay under the degree limit.
+  await q(
+    `create temp table _cc_adj on commit drop as
+     with linked as (
+       select p.a, p.b from _cc_pair p join _cc_degree da on da.v = p.a join _cc_degree db on db.v = p.b
+       where da.degree <= $1 and db.degree <= $1)
+     select a as v, b as w from linked union all select b, a from linked`,
+    [options.maxDegree],
+  );
+  // Half-empty pages: a label's new version fits beside the old one (a HOT update, no index
+  // entry), which makes the rounds' updates several times cheaper.
+  await q(
+    'create temp table _cc_label with (fillfactor = 50) on commit drop as select v, v as l from _cc_degree',
+  );
+  await q('alter table _cc_label add primary key (v)');
+  await q('analyze _cc_adj');
+  await q('analyze _cc_label');
+  let iterations = 0;
+  for (;;) {
+    if (++iterations > MAX_ROUNDS)
+      throw new Error(`Identity components did not settle in ${MAX_ROUNDS} rounds`);
+    const hooked = await q(
+      `update _cc_label t set l = m.l from (
+         select a.v, min(n.l) as l from _cc_adj a join _cc_label n on n.v = a.w group by a.v) m
+       where t.v = m.v and m.l < t.l`,
+    );
+    const trees = await q(
+      `update _cc_label t set l = m.l from (
+         select s.l as root, min(n.l) as l from _cc_adj a
+         join _cc_label s on s.v = a.v join _cc_label n on n.v = a.w group by s.l) m
+       where t.v = m.root and m.l < t.l`,
+    );
+    for (;;) {
+      const jumped = await q(`update _cc_label t set l = p.l from _cc_label p where p.v = t.l and p.l < t.l`);
+      if (!jumped.rowCount) break;
+    }
+    if (!hooked.rowCount && !trees.rowCount) break;
+  }
+  await q(
+    `create temp table _cc_oversized on commit drop as
+     select l, count(*)::int as size from _cc_label group by l having count(*) > $1`,
+    [options.maxClusterSize],
+  );
+  const { rows: summary } = await q(
+    `select count(*)::int as components, coalesce(max(size), 0)::int as largest from _cc_oversized`,
+  );
+  await q(
+    `create temp table _id_label on commit drop as
+     select c.v as node_id, case when o.l is null then c.l else c.v end as cluster_id, d.degree,
+       case when d.degree > $1 then 'high_degree' when o.l is not null then 'oversized_cluster' end as flagged
+     from _cc_label c join _cc_degree d on d.v = c.v left join _cc_oversized o on o.l = c.l`,
+    [options.maxDegree],
+  );
+  const { rows: high } = await q('select v from _cc_degree where degree > $1 order by v', [
+    options.maxDegree,
+  ]);
+  return {
+    oversizedComponents: summary[0].components,
+    largestOversized: summary[0].largest,
+    highDegree: high.map((r) => Number(r.v)),
+    iterations,
+  };
+}
