@@ -29,7 +29,22 @@ import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
 import { type IdentitySource } from '../src/quality/identity-schema.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
-import { benchDatabaseUrl, runIfMain, urlFor } from './harness.ts';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  benchDatabaseUrl,
+  createAdmin,
+  postgresConfig,
+  rssMb,
+  runIfMain,
+  serverEnv,
+  signIn,
+  startServer,
+  stopServer,
+  urlFor,
+  withClient,
+} from './harness.ts';
 
 const TARGET_RATIO = 2;
 
@@ -152,6 +167,71 @@ async function baseline(client: pg.Client): Promise<number> {
   return performance.now() - started;
 }
 
+/**
+ * The build as users run it: POST identity-graph/create-schema on a dimas server started as
+ * `npm start` starts it (`env` added), whose workspace targets `database` with the three tables as
+ * confirmed identity sources; elapsed time until the job's run is over, and the server's RSS
+ * sampled from /proc all along (the job runs in the server's process).
+ */
+async function throughServer(serverUrl: string, database: string, env: Record<string, string>) {
+  const controlDb = `dimas_bench_icp_${process.pid}_${Date.now()}`;
+  await withClient(serverUrl, (c) => c.query(`create database "${controlDb}"`));
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
+  try {
+    const controlUrl = urlFor(serverUrl, controlDb);
+    server = await startServer({
+      ...serverEnv(controlUrl, mkdtempSync(join(tmpdir(), 'dimas-bench-'))),
+      WAREHOUSE_STATEMENT_TIMEOUT_MS: '600000',
+      ...env,
+    });
+    const admin = {
+      domain: `bench-${controlDb}.test`,
+      username: 'bench',
+      password: 'bench-identity-password',
+    };
+    await createAdmin(controlUrl, admin);
+    const { api } = await signIn(server.url, admin);
+    await api('POST', '/api/workspaces/create', {
+      name: 'bench',
+      select: true,
+      target_config: postgresConfig(serverUrl, database, ['bench']),
+    });
+    await api('PUT', '/api/workspaces/admin-settings', {
+      workspace_name: 'bench',
+      identity_resolution: {
+        sources: SOURCES.map((source) => ({
+          table: `${source.table.schema}.${source.table.name}`,
+          key_column: source.keyColumn,
+          identifiers: source.identifiers.map(({ column, type }) => ({ column, type })),
+        })),
+      },
+    });
+    const pid = server.child.pid!;
+    const rssBefore = rssMb(pid);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, rssMb(pid))), 10);
+    const started = performance.now();
+    try {
+      const created = await api('POST', '/api/monitoring/identity-graph/create-schema');
+      for (;;) {
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        const graph = await api('GET', '/api/monitoring/identity-graph/workspace');
+        const build = graph.last_build;
+        if (build?.run_id !== created.build.run_id) continue;
+        if (build.status === 'succeeded')
+          return { ms: performance.now() - started, result: build.result, rssBefore, rssPeak };
+        if (['failed', 'cancelled'].includes(build.status))
+          throw new Error(`the build ${build.status}: ${build.error}`);
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+  } finally {
+    if (server) await stopServer(server.child);
+    await withClient(serverUrl, (c) => c.query(`drop database if exists "${controlDb}" with (force)`));
+  }
+}
+
 export async function runIdentityBench() {
   const serverUrl = benchDatabaseUrl();
   const identifiers = Number(process.env.BENCH_IDENTIFIERS ?? 1_000_000);
@@ -218,6 +298,13 @@ export async function runIdentityBench() {
       await client.query(`delete from bench.${table} where id >= $1`, [persons]);
     await client.query('vacuum analyze');
 
+    // Through the server, as users run it: once as configured by default, once with every graph's
+    // components in the warehouse.
+    const viaServer = await throughServer(serverUrl, name, {});
+    const viaServerInWarehouse = await throughServer(serverUrl, name, {
+      IDENTITY_IN_PROCESS_IDENTIFIERS: '0',
+    });
+
     await baseline(client);
     const baseCpu = await cpuOf(() => baseline(client));
     base.push(baseCpu.value);
@@ -253,6 +340,13 @@ export async function runIdentityBench() {
       `RSS of the resolving process: ${mb(rssBefore)} before any build; peak with the components in ` +
         `the warehouse ${mb(warehousePeak)}, in this process ${mb(peak)} (incremental ${mb(incrementalPeak)}) ` +
         `(target < 300 MB)`,
+    );
+    const serverLine = (run: Awaited<ReturnType<typeof throughServer>>) =>
+      `${(run.ms / 1000).toFixed(1)} s (components ${run.result.components_in}, ${run.result.profiles} profiles), ` +
+      `server RSS ${run.rssBefore.toFixed(0)} MB before, peak ${run.rssPeak.toFixed(0)} MB`;
+    console.log(
+      `through the server (create-schema, the job, unified profiles): ${serverLine(viaServer)}; ` +
+        `with IDENTITY_IN_PROCESS_IDENTIFIERS=0: ${serverLine(viaServerInWarehouse)} (target < 300 MB)`,
     );
     const ratio = oursMs / baseMs;
     console.log(

@@ -19,6 +19,7 @@ import {
 import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
 import { buildGoldenRecords } from '../src/quality/golden-records.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
+import { until } from './helpers/api.ts';
 
 /**
  * The engines run against a real PostgreSQL server when TEST_DATABASE_URL is set (a scratch
@@ -761,6 +762,71 @@ describe('identity graph', () => {
     expect(added).toMatchObject({ mode: 'incremental', identifiers: 12, clusters: 12 });
     const rows = await db.query(`select id_value from ${schema}.identity_nodes order by 1`);
     expect(rows.rows.map((r) => r.id_value)).toEqual(expect.arrayContaining(['late@o.io', 'after@o.io']));
+  });
+
+  it('lets a reader of the graph finish while a build in one transaction waits for it', async (context) => {
+    if (!serverUrl) return context.skip(); // two connections needed
+    const schema = 'idg_reader';
+    await db.query('create table qt.read_while (id int primary key, email text, phone text)');
+    await db.query(`insert into qt.read_while select g, 'r' || g || '@r.io', '555 04' || lpad(g::text, 4, '0')
+      from generate_series(1, 30) g`);
+    const options = {
+      schema,
+      sources: [
+        {
+          table: { schema: 'qt', name: 'read_while' },
+          keyColumn: 'id',
+          identifiers: [
+            { column: 'email', type: 'email' },
+            { column: 'phone', type: 'phone' },
+          ],
+        },
+      ],
+    };
+    await resolveIdentities(db, options);
+    const reader = new pg.Client({ connectionString: serverUrl });
+    const builder = new pg.Client({ connectionString: serverUrl });
+    await Promise.all([reader.connect(), builder.connect()]);
+    try {
+      // The reader as GET identity-graph/workspace reads: statistics, then the profiles view, in one
+      // transaction.
+      await reader.query('begin');
+      await reader.query(
+        `select (select count(*) from ${schema}.identity_nodes), (select count(*) from ${schema}.identity_edges),
+           (select count(*) from ${schema}.identity_clusters), (select count(*) from ${schema}.identity_runs)`,
+      );
+      // The build as the job runs it: schema statements and build in the job's one transaction.
+      const builderPid = (await builder.query('select pg_backend_pid() as pid')).rows[0].pid;
+      await builder.query('begin');
+      const building = resolveIdentities(
+        {
+          query: (sql, params) =>
+            /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
+              ? Promise.resolve({ rows: [], rowCount: 0 })
+              : builder.query(sql, params as unknown[]),
+          copyOut: (sql) => builder.query(copyTo(sql)),
+        },
+        options,
+      ).then(async (result) => {
+        await builder.query('commit');
+        return result;
+      });
+      // Until the build waits for the reader's tables.
+      await until(
+        'the build waits for a lock',
+        async () =>
+          (await db.query(`select wait_event_type, query from pg_stat_activity where pid = $1`, [builderPid]))
+            .rows[0],
+        (row) => row?.wait_event_type === 'Lock' && /^truncate/i.test(row.query),
+      );
+      const profiles = await reader.query(`select count(*)::int as n from ${schema}.identity_profiles`);
+      expect(profiles.rows[0].n).toBe(30);
+      await reader.query('commit');
+      expect(await building).toMatchObject({ clusters: 30 });
+    } finally {
+      await reader.end();
+      await builder.end();
+    }
   });
 
   it('falls back to a full build when new records turn an identifier into a high-degree one', async () => {

@@ -151,9 +151,12 @@ function identitySchemaStatements(schema: string): string[] {
       max_degree integer not null,
       max_cluster_size integer not null,
       source_xmin bigint)`,
-    // Graphs built before incremental builds read only recently written rows.
-    `alter table ${t.runs} add column if not exists source_xmin bigint`,
-    `create or replace view ${t.profiles} as
+  ];
+}
+
+function profilesViewStatement(schema: string): string {
+  const t = names(schema);
+  return `create or replace view ${t.profiles} as
       select c.cluster_id, c.size,
         (select jsonb_object_agg(g.id_type, g.id_values) from (
           select n.id_type, jsonb_agg(n.id_value order by n.id_value) as id_values
@@ -161,8 +164,7 @@ function identitySchemaStatements(schema: string): string[] {
         (select count(distinct (r.source_table, r.record_key)) from ${t.records} r
           join ${t.nodes} n on n.node_id = r.node_id where n.cluster_id = c.cluster_id) as records,
         c.built_at
-      from ${t.clusters} c`,
-  ];
+      from ${t.clusters} c`;
 }
 
 /** The keys and indexes of the graph's tables, as `create` made them (names are PostgreSQL's defaults). */
@@ -228,6 +230,20 @@ export async function inTransaction<T>(
 export async function createIdentitySchema(runner: SqlRunner, schema: string): Promise<void> {
   await inTransaction(runner, `dimas.identity:${schema}`, async () => {
     for (const statement of identitySchemaStatements(schema)) await runner.query(statement);
+    // The view and the column of graphs built before incremental builds recorded their snapshot
+    // only when missing: replacing a view or altering a table locks its readers out until the
+    // build commits, even when there is nothing to change, and a reader of the graph's statistics
+    // that holds the tables from its first statement then waits for the view while the build waits
+    // for the tables to truncate them: a deadlock.
+    const { rows } = await runner.query(
+      `select to_regclass($1) is not null as view,
+         exists (select 1 from pg_attribute where attrelid = to_regclass($2) and attname = 'source_xmin'
+           and not attisdropped) as source_xmin`,
+      [names(schema).profiles, names(schema).runs],
+    );
+    if (!rows[0].source_xmin)
+      await runner.query(`alter table ${names(schema).runs} add column source_xmin bigint`);
+    if (!rows[0].view) await runner.query(profilesViewStatement(schema));
   });
 }
 
