@@ -439,6 +439,32 @@ describe('connections', () => {
   });
 });
 
+describe('concurrent work', () => {
+  it('answers the transaction that loses a deadlock with SERVICE_UNAVAILABLE, to retry', async () => {
+    await warehouse.transaction(async (tx) => {
+      await tx.query('create table small.lock_a (id int)');
+      await tx.query('create table small.lock_b (id int)');
+    });
+    // Each transaction locks one table, then, once the other holds its own, asks for the other's.
+    let held = 0;
+    const bothHeld = async () => {
+      held++;
+      while (held < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+    };
+    const crossing = (first: string, second: string) =>
+      warehouse.transaction(async (tx) => {
+        await tx.query(`lock table small.${first} in access exclusive mode`);
+        await bothHeld();
+        await tx.query(`lock table small.${second} in access exclusive mode`);
+      });
+    const outcomes = await Promise.allSettled([crossing('lock_a', 'lock_b'), crossing('lock_b', 'lock_a')]);
+    const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    expect(failed[0].reason).toBeInstanceOf(AppError);
+    expect(failed[0].reason).toMatchObject({ code: 'SERVICE_UNAVAILABLE', details: { reason: '40P01' } });
+  });
+});
+
 describe('DDL and schema sync', () => {
   const document: SchemaDocument = {
     name: 'crm',

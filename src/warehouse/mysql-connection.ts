@@ -80,6 +80,13 @@ export function translate(error: unknown, config: ConnectionConfig, context: Err
         reason: 'STATEMENT_TIMEOUT',
       },
     );
+  // Deadlock and lock wait timeout: lost to concurrent work, the same request can succeed when retried.
+  if (e.errno === 1213 || e.errno === 1205)
+    return new AppError(
+      'SERVICE_UNAVAILABLE',
+      `The source aborted the query because of concurrent work; retry: ${e.message}`,
+      { reason: code },
+    );
   if (e.errno === 1792)
     return new AppError(
       'BAD_REQUEST',

@@ -75,6 +75,14 @@ export function translate(error: unknown, config: ConnectionConfig, context: Err
         reason: 'STATEMENT_TIMEOUT',
       },
     );
+  // Class 40 (serialization failure, deadlock): the statement lost to concurrent work; the same
+  // request can succeed when retried, so it is not the query's fault.
+  if (code.startsWith('40'))
+    return new AppError(
+      'SERVICE_UNAVAILABLE',
+      `The warehouse aborted the query because of concurrent work; retry: ${e.message}`,
+      { reason: code },
+    );
   if (context === 'user-sql' && /^[0-9A-Z]{5}$/.test(code)) {
     const at = e.position ? ` (position ${e.position})` : '';
     return new AppError('BAD_REQUEST', `The database rejected the query: ${e.message}${at}`, {
