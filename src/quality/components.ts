@@ -6,8 +6,13 @@
 
 /** A growable list of (a, b) node pairs kept in one Int32Array. */
 export class PairList {
-  #data = new Int32Array(1 << 16);
+  #data: Int32Array;
   length = 0;
+
+  /** `capacity` pairs are held without growing (a list that grows doubles, and holds both copies meanwhile). */
+  constructor(capacity = 1 << 15) {
+    this.#data = new Int32Array(Math.max(1, capacity) * 2);
+  }
 
   push(a: number, b: number) {
     if (this.length * 2 + 2 > this.#data.length) {
@@ -30,8 +35,8 @@ export class PairList {
 }
 
 /** Reads `a\tb\n` lines of non-negative integers from COPY text output, chunk by chunk. */
-export async function readPairs(chunks: AsyncIterable<Buffer>): Promise<PairList> {
-  const pairs = new PairList();
+export async function readPairs(chunks: AsyncIterable<Buffer>, expected?: number): Promise<PairList> {
+  const pairs = new PairList(expected);
   let first = 0;
   let current = 0;
   let inSecond = false;
@@ -52,6 +57,9 @@ export async function readPairs(chunks: AsyncIterable<Buffer>): Promise<PairList
   }
   return pairs;
 }
+
+/** The mark of a component over the size limit (sizes and −smallest are never this). */
+const OVERSIZED = -0x80000000;
 
 export interface Components {
   /** label[i] = the smallest node id of i's component (i itself for a singleton or an unmerged node). */
@@ -104,26 +112,30 @@ export function connectedComponents(
     parent[rb] = ra;
     size[ra] += size[rb];
   }
-  // Nodes are visited in increasing order, so the first member seen of a component is its smallest.
-  const smallest = new Int32Array(n);
-  const label = new Int32Array(n);
+  // Every node's parent becomes its root; then, visiting nodes in increasing order, the first member
+  // seen of a component is its smallest: its root's `size` becomes the component's mark (−smallest,
+  // or OVERSIZED), and `parent` becomes the labels. Two arrays fewer than a label and a smallest
+  // array of their own (8 MB at a million identifiers).
+  for (let i = 1; i < n; i++) parent[i] = find(i);
+  const label = parent;
   const oversized = new Uint8Array(n);
   let oversizedComponents = 0;
   let largestOversized = 0;
   for (let i = 1; i < n; i++) {
-    const root = find(i);
-    if (size[root] > options.maxClusterSize) {
-      if (smallest[root] === 0) {
-        smallest[root] = i;
+    const root = parent[i];
+    let mark = size[root];
+    if (mark > 0) {
+      if (mark > options.maxClusterSize) {
         oversizedComponents++;
-        largestOversized = Math.max(largestOversized, size[root]);
-      }
+        largestOversized = Math.max(largestOversized, mark);
+        mark = OVERSIZED;
+      } else mark = -i;
+      size[root] = mark;
+    }
+    if (mark === OVERSIZED) {
       label[i] = i;
       oversized[i] = 1;
-      continue;
-    }
-    if (smallest[root] === 0) smallest[root] = i;
-    label[i] = smallest[root];
+    } else label[i] = -mark;
   }
   return { label, degree, oversized, oversizedComponents, largestOversized };
 }

@@ -124,12 +124,12 @@ async function fullBuild(
   // Without statistics the planner expects millions of pairs and merge-joins two full sorts; with
   // them it hashes the records once (half the time at a million identifiers).
   await q('analyze _id_obs');
-  await q(EDGES_FROM_OBS);
+  const edgeRows = (await q(EDGES_FROM_OBS)).rowCount ?? undefined;
   const counted = await q('select coalesce(max(node_id), 0) as n from _id_obs');
   const nodeCount = toNumber(counted.rows[0]?.n) ?? 0;
   const inProcess = nodeCount <= (options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT);
   const components = inProcess
-    ? await componentsInProcess(runner, nodeCount, { maxDegree, maxClusterSize })
+    ? await componentsInProcess(runner, nodeCount, edgeRows, { maxDegree, maxClusterSize })
     : await componentsInWarehouse(q, { maxDegree, maxClusterSize });
   await q('analyze _id_label');
 
@@ -187,9 +187,11 @@ export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
 async function componentsInProcess(
   runner: CopyOutRunner,
   nodeCount: number,
+  edgeRows: number | undefined,
   limits: { maxDegree: number; maxClusterSize: number },
 ): Promise<WarehouseComponents> {
-  const pairs = await readPairs(runner.copyOut(PAIRS_COPY));
+  // The distinct pairs are at most the rows of `_id_edge` (a pair per source that saw it).
+  const pairs = await readPairs(runner.copyOut(PAIRS_COPY), edgeRows);
   const components = connectedComponents(nodeCount, pairs, limits);
   await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
   const highDegree: number[] = [];
