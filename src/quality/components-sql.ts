@@ -17,7 +17,8 @@
 
 type Query = (sql: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount?: number | null }>;
 
-export interface WarehouseComponents {
+/** What either way of computing the components reports (the labels themselves are in `_id_label`). */
+export interface GraphComponents {
   oversizedComponents: number;
   largestOversized: number;
   /** Nodes with more than `maxDegree` neighbours. */
@@ -32,7 +33,7 @@ const MAX_ROUNDS = 200;
 export async function componentsInWarehouse(
   q: Query,
   options: { maxDegree: number; maxClusterSize: number },
-): Promise<WarehouseComponents> {
+): Promise<GraphComponents> {
   await q(
     'create temp table _cc_pair on commit drop as select node_a as a, node_b as b from _id_edge group by 1, 2',
   );

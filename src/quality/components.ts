@@ -1,11 +1,16 @@
+import type { GraphComponents } from './components-sql.ts';
+import type { CopyOutRunner } from './sql.ts';
+
 /**
- * Connected components of an identity graph whose nodes are numbered 1..n, by union-find over
- * typed arrays: edges arrive as COPY text lines (`a\tb\n`) and are parsed straight from the bytes,
- * so a million identifiers cost a few megabytes and no per-edge object.
+ * Connected components of an identity graph whose nodes are numbered 1..n, computed in this process
+ * by union-find over typed arrays: edges arrive as COPY text lines (`a\tb\n`) and are parsed
+ * straight from the bytes, so a million identifiers cost a few megabytes and no per-edge object;
+ * the labels go back as `_id_label`. The same tables as components-sql.ts, which computes them in
+ * the warehouse for graphs too large for this.
  */
 
 /** A growable list of (a, b) node pairs kept in one Int32Array. */
-export class PairList {
+class PairList {
   #data: Int32Array;
   length = 0;
 
@@ -35,7 +40,7 @@ export class PairList {
 }
 
 /** Reads `a\tb\n` lines of non-negative integers from COPY text output, chunk by chunk. */
-export async function readPairs(chunks: AsyncIterable<Buffer>, expected?: number): Promise<PairList> {
+async function readPairs(chunks: AsyncIterable<Buffer>, expected?: number): Promise<PairList> {
   const pairs = new PairList(expected);
   let first = 0;
   let current = 0;
@@ -61,7 +66,7 @@ export async function readPairs(chunks: AsyncIterable<Buffer>, expected?: number
 /** The mark of a component over the size limit (sizes and −smallest are never this). */
 const OVERSIZED = -0x80000000;
 
-export interface Components {
+interface Components {
   /** label[i] = the smallest node id of i's component (i itself for a singleton or an unmerged node). */
   label: Int32Array;
   /** Distinct neighbours of each node (the pairs are distinct). */
@@ -77,7 +82,7 @@ export interface Components {
  * identifier, e.g. a shared call-centre phone, links nothing); a component larger than
  * `maxClusterSize` is not merged at all.
  */
-export function connectedComponents(
+function connectedComponents(
   nodeCount: number,
   pairs: PairList,
   options: { maxDegree: number; maxClusterSize: number },
@@ -138,4 +143,113 @@ export function connectedComponents(
     } else label[i] = -mark;
   }
   return { label, degree, oversized, oversizedComponents, largestOversized };
+}
+
+/** The distinct node pairs out of `_id_edge`, read by COPY into the union-find. */
+const PAIRS_COPY = 'copy (select node_a, node_b from _id_edge group by 1, 2) to stdout';
+/** Labels go back in batches of this many nodes (one statement each, arrays as text parameters). */
+const LABEL_BATCH = 100_000;
+
+/** The union-find over the distinct pairs copied out, its labels written back as `_id_label`. */
+export async function componentsInProcess(
+  runner: CopyOutRunner,
+  nodeCount: number,
+  edgeRows: number | undefined,
+  limits: { maxDegree: number; maxClusterSize: number },
+): Promise<GraphComponents> {
+  // The distinct pairs are at most the rows of `_id_edge` (a pair per source that saw it).
+  const pairs = await readPairs(runner.copyOut(PAIRS_COPY), edgeRows);
+  const components = connectedComponents(nodeCount, pairs, limits);
+  await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
+  const highDegree: number[] = [];
+  components.degree.forEach((d, node) => {
+    if (d > limits.maxDegree) highDegree.push(node);
+  });
+  return {
+    oversizedComponents: components.oversizedComponents,
+    largestOversized: components.largestOversized,
+    highDegree,
+    iterations: 1,
+  };
+}
+
+/** Comma-separated decimal integers written into one reused buffer: no string per number. */
+class IntListText {
+  #bytes: Buffer;
+  #length = 0;
+
+  constructor(capacity: number) {
+    // Up to 11 characters per int32 and its comma.
+    this.#bytes = Buffer.allocUnsafe(capacity * 12);
+  }
+
+  push(value: number) {
+    if (this.#length) this.#bytes[this.#length++] = 44;
+    let n = value;
+    if (n < 0) {
+      this.#bytes[this.#length++] = 45;
+      n = -n;
+    }
+    const start = this.#length;
+    do {
+      this.#bytes[this.#length++] = 48 + (n % 10);
+      n = Math.floor(n / 10);
+    } while (n > 0);
+    this.#bytes.subarray(start, this.#length).reverse();
+  }
+
+  /** The text so far, emptied for the next batch. */
+  take(): string {
+    const text = this.#bytes.toString('latin1', 0, this.#length);
+    this.#length = 0;
+    return text;
+  }
+}
+
+/** `flagged` by the code sent for it (0: none). */
+const FLAGS = [null, 'high_degree', 'oversized_cluster'];
+
+/**
+ * `_id_label`: cluster, degree and flag of every node that has a neighbour (the others are
+ * singletons with degree 0), sent as comma-separated text arrays: no COPY FROM, which not every
+ * warehouse front end carries, and one statement per batch. The text is written straight from the
+ * typed arrays into reused buffers, so the process holds one batch of text whatever the graph's
+ * size (JS arrays of numbers and joined strings made the process grow by ~100 MB at a million
+ * nodes). The table has no key: it is read once, by a hash join.
+ */
+async function writeLabels(
+  q: (sql: string, params?: unknown[]) => Promise<unknown>,
+  components: Components,
+  maxDegree: number,
+) {
+  await q(
+    `create temp table _id_label (node_id bigint not null, cluster_id bigint not null, degree int not null,
+       flagged text) on commit drop`,
+  );
+  const { label, degree, oversized } = components;
+  const ids = new IntListText(LABEL_BATCH);
+  const clusters = new IntListText(LABEL_BATCH);
+  const degrees = new IntListText(LABEL_BATCH);
+  const flags = new IntListText(LABEL_BATCH);
+  let count = 0;
+  const flush = async () => {
+    if (!count) return;
+    count = 0;
+    await q(
+      `insert into _id_label
+       select l.node_id, l.cluster_id, l.degree, ($5::text[])[l.flag + 1]
+       from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[],
+         string_to_array($3, ',')::int[], string_to_array($4, ',')::int[]) l(node_id, cluster_id, degree, flag)`,
+      [ids.take(), clusters.take(), degrees.take(), flags.take(), FLAGS],
+    );
+  };
+  for (let i = 1; i < label.length; i++) {
+    if (degree[i] === 0) continue;
+    ids.push(i);
+    clusters.push(label[i]);
+    degrees.push(degree[i]);
+    flags.push(degree[i] > maxDegree ? 1 : oversized[i] ? 2 : 0);
+    if (++count >= LABEL_BATCH) await flush();
+  }
+  await flush();
 }

@@ -1,5 +1,5 @@
-import { connectedComponents, readPairs, type Components } from './components.ts';
-import { componentsInWarehouse, type WarehouseComponents } from './components-sql.ts';
+import { componentsInProcess } from './components.ts';
+import { componentsInWarehouse } from './components-sql.ts';
 import { qualified, toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
 import {
   type ResolveOptions,
@@ -39,11 +39,6 @@ function validate(options: ResolveOptions) {
   if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 0))
     throw new Error('inProcessLimit must be a non-negative integer');
 }
-
-/** The distinct node pairs out of `_id_edge`, read by COPY into the union-find. */
-const PAIRS_COPY = 'copy (select node_a, node_b from _id_edge group by 1, 2) to stdout';
-/** Labels go back in batches of this many nodes (one statement each, arrays as text parameters). */
-const LABEL_BATCH = 100_000;
 
 /**
  * Rebuilds the graph from the sources in one transaction (readers see the previous build until
@@ -182,29 +177,6 @@ async function fullBuild(
  * warehouse, which takes about twice as long and leaves the process's memory where it was.
  */
 export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
-
-/** The union-find over the distinct pairs copied out, its labels written back as `_id_label`. */
-async function componentsInProcess(
-  runner: CopyOutRunner,
-  nodeCount: number,
-  edgeRows: number | undefined,
-  limits: { maxDegree: number; maxClusterSize: number },
-): Promise<WarehouseComponents> {
-  // The distinct pairs are at most the rows of `_id_edge` (a pair per source that saw it).
-  const pairs = await readPairs(runner.copyOut(PAIRS_COPY), edgeRows);
-  const components = connectedComponents(nodeCount, pairs, limits);
-  await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
-  const highDegree: number[] = [];
-  components.degree.forEach((d, node) => {
-    if (d > limits.maxDegree) highDegree.push(node);
-  });
-  return {
-    oversizedComponents: components.oversizedComponents,
-    largestOversized: components.largestOversized,
-    highDegree,
-    iterations: 1,
-  };
-}
 
 /** Pairs of identifiers seen in one source record, from `_id_obs`. */
 const EDGES_FROM_OBS = `create temp table _id_edge on commit drop as
@@ -509,85 +481,4 @@ async function tablesWithRowVersions(q: Query, sources: ResolveOptions['sources'
     [sources.map((s) => `${s.table.schema}.${s.table.name}`), sources.map((s) => qualified(s.table))],
   );
   return new Set(rows.map((r) => String(r.name)));
-}
-
-/** Comma-separated decimal integers written into one reused buffer: no string per number. */
-class IntListText {
-  #bytes: Buffer;
-  #length = 0;
-
-  constructor(capacity: number) {
-    // Up to 11 characters per int32 and its comma.
-    this.#bytes = Buffer.allocUnsafe(capacity * 12);
-  }
-
-  push(value: number) {
-    if (this.#length) this.#bytes[this.#length++] = 44;
-    let n = value;
-    if (n < 0) {
-      this.#bytes[this.#length++] = 45;
-      n = -n;
-    }
-    const start = this.#length;
-    do {
-      this.#bytes[this.#length++] = 48 + (n % 10);
-      n = Math.floor(n / 10);
-    } while (n > 0);
-    this.#bytes.subarray(start, this.#length).reverse();
-  }
-
-  /** The text so far, emptied for the next batch. */
-  take(): string {
-    const text = this.#bytes.toString('latin1', 0, this.#length);
-    this.#length = 0;
-    return text;
-  }
-}
-
-/** `flagged` by the code sent for it (0: none). */
-const FLAGS = [null, 'high_degree', 'oversized_cluster'];
-
-/**
- * `_id_label`: cluster, degree and flag of every node that has a neighbour (the others are
- * singletons with degree 0), sent as comma-separated text arrays: no COPY FROM, which not every
- * warehouse front end carries, and one statement per batch. The text is written straight from the
- * typed arrays into reused buffers, so the process holds one batch of text whatever the graph's
- * size (JS arrays of numbers and joined strings made the process grow by ~100 MB at a million
- * nodes). The table has no key: it is read once, by a hash join.
- */
-async function writeLabels(
-  q: (sql: string, params?: unknown[]) => Promise<unknown>,
-  components: Components,
-  maxDegree: number,
-) {
-  await q(
-    `create temp table _id_label (node_id bigint not null, cluster_id bigint not null, degree int not null,
-       flagged text) on commit drop`,
-  );
-  const { label, degree, oversized } = components;
-  const ids = new IntListText(LABEL_BATCH);
-  const clusters = new IntListText(LABEL_BATCH);
-  const degrees = new IntListText(LABEL_BATCH);
-  const flags = new IntListText(LABEL_BATCH);
-  let count = 0;
-  const flush = async () => {
-    if (!count) return;
-    count = 0;
-    await q(
-      `insert into _id_label
-       select l.node_id, l.cluster_id, l.degree, ($5::text[])[l.flag + 1]
-       from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[],
-         string_to_array($3, ',')::int[], string_to_array($4, ',')::int[]) l(node_id, cluster_id, degree, flag)`,
-      [ids.take(), clusters.take(), degrees.take(), flags.take(), FLAGS],
-    );
-  };
-  for (let i = 1; i < label.length; i++) {
-    if (degree[i] === 0) continue;
-    ids.push(i);
-    clusters.push(label[i]);
-    degrees.push(degree[i]);
-    flags.push(degree[i] > maxDegree ? 1 : oversized[i] ? 2 : 0);
-    if (++count >= LABEL_BATCH) await flush();
-  }
-  await flush();
 }
