@@ -107,14 +107,18 @@ async function fullBuild(
   const { sourceXmin } = await sourceSnapshot(q, null);
   // Staged and numbered in one statement (no staging table written and read back). Numbered in
   // (type, value) order, so identical inputs give identical node and cluster ids; both windows share
-  // one sort, and the first observation of each identifier stands for its node.
+  // one sort, and the first observation of each identifier stands for its node. Types are numbered
+  // in name order (names are lower-case ASCII: the same order as "C"): a narrower row to sort and
+  // write (0.7 s of 4.5 at a million identifiers).
+  const types = [...new Set(options.sources.flatMap((s) => s.identifiers.map((id) => id.type)))].sort();
+  const typeNumbers = new Map(types.map((type, i) => [type, i + 1]));
   await q(
     `create temp table _id_obs on commit drop as
      select src, rid, record_key, id_type, id_value,
        dense_rank() over w as node_id,
-       row_number() over (partition by id_type collate "C", id_value collate "C") = 1 as first_seen
-     from (${options.sources.map((source, i) => stageSelectSql(source, i)).join('\nunion all\n')}) s
-     window w as (order by id_type collate "C", id_value collate "C")`,
+       row_number() over (partition by id_type, id_value collate "C") = 1 as first_seen
+     from (${options.sources.map((source, i) => stageSelectSql(source, i, undefined, typeNumbers)).join('\nunion all\n')}) s
+     window w as (order by id_type, id_value collate "C")`,
   );
   // Without statistics the planner expects millions of pairs and merge-joins two full sorts; with
   // them it hashes the records once (half the time at a million identifiers).
@@ -134,9 +138,11 @@ async function fullBuild(
   for (const statement of dropKeysStatements(options.schema)) await q(statement);
   await q(
     `insert into ${t.nodes} (node_id, id_type, id_value, cluster_id, degree, flagged)
-     select n.node_id, n.id_type, n.id_value, coalesce(l.cluster_id, n.node_id), coalesce(l.degree, 0), l.flagged
+     select n.node_id, ($1::text[])[n.id_type], n.id_value, coalesce(l.cluster_id, n.node_id),
+       coalesce(l.degree, 0), l.flagged
      from _id_obs n left join _id_label l on l.node_id = n.node_id
      where n.first_seen`,
+    [types],
   );
   // High-degree identifiers are few: the edges at them are found by a hash lookup, not a join.
   await q(

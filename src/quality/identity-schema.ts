@@ -291,16 +291,23 @@ function newRecordsCondition(only: NewRecordsFilter, key: string): string {
 }
 
 /** One SELECT per source: a single scan that unpivots the identifier columns of each row. */
-export function stageSelectSql(source: IdentitySource, index: number, only?: NewRecordsFilter): string {
+export function stageSelectSql(
+  source: IdentitySource,
+  index: number,
+  only?: NewRecordsFilter,
+  /** Identifier types as small numbers instead of their names (a narrower row to sort and write). */
+  typeNumbers?: Map<string, number>,
+): string {
   if (source.identifiers.length === 0)
     throw new Error(`Source ${source.table.name} has no identifier columns`);
   const projections = source.identifiers.map(
     (id, i) => `${normalizeSql(quoteIdent(id.column), id.normalize ?? defaultNormalizer(id.type))} as v${i}`,
   );
   const key = source.keyColumn ? `${quoteIdent(source.keyColumn)}::text` : 'null::text';
-  const values = source.identifiers.map((id, i) => `(${quoteLiteral(id.type)}, r.v${i})`).join(', ');
+  const typeOf = (type: string) => (typeNumbers ? `${typeNumbers.get(type)}::smallint` : quoteLiteral(type));
+  const values = source.identifiers.map((id, i) => `(${typeOf(id.type)}, r.v${i})`).join(', ');
   return (
-    `select ${index + 1} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
+    `select ${index + 1}${typeNumbers ? '::smallint' : ''} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
     `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
     (only ? newRecordsCondition(only, key) : '') +
     `) r\n` +
