@@ -20,8 +20,9 @@
  *
  * Last line: `identity: <seconds> s for <n> identifiers; ratio <r> of baseline`.
  */
-import { readFileSync } from 'node:fs';
-import { loadavg } from 'node:os';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
@@ -29,9 +30,6 @@ import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
 import { type IdentitySource } from '../src/quality/identity-schema.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   benchDatabaseUrl,
   createAdmin,
@@ -262,12 +260,10 @@ export async function runIdentityBench() {
       const used = process.cpuUsage(own);
       return { value, server: serverCpu() - server, own: (used.user + used.system) / 1000 };
     };
-    // Ours first (warm-up, then two measured builds) and the incremental build, so that the peak
-    // memory sampled is ours and not the baseline's Map of strings; then the baseline (warm-up, two
-    // measured runs) on the same rows.
-    // First, before anything else grows this process: the build with its components computed in
-    // the warehouse (graphs over IDENTITY_IN_PROCESS_IDENTIFIERS), which holds nothing in proportion
-    // to the graph here.
+    // Ours first, so that the peak memory sampled is ours and not the baseline's Map of strings:
+    // the build with its components in the warehouse (graphs over IDENTITY_IN_PROCESS_IDENTIFIERS)
+    // before anything else grows this process, then the default build (warm-up, two measured
+    // builds) and the incremental one; the baseline (warm-up, two measured runs) last, on the same rows.
     const rssBefore = process.memoryUsage().rss;
     peakRss = rssBefore;
     const inWarehouse = await resolveIdentities(runner, { ...options, inProcessLimit: 0 });

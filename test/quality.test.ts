@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { to as copyTo } from 'pg-copy-streams';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { PGlite } from '@electric-sql/pglite';
 import { loadModule, parseSync } from 'libpg-query';
 import { buildMetricsQuery, computeTableMetrics, type ColumnInput } from '../src/quality/metrics.ts';
@@ -20,6 +20,8 @@ import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
 import { buildGoldenRecords } from '../src/quality/golden-records.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { until } from './helpers/api.ts';
+import { transactionRunner } from '../src/modules/monitoring/monitoring-metrics.ts';
+import type { WarehouseTransaction } from '../src/warehouse/warehouse.ts';
 
 /**
  * The engines run against a real PostgreSQL server when TEST_DATABASE_URL is set (a scratch
@@ -644,6 +646,31 @@ describe('identity graph', () => {
     expect(again).toMatchObject({ mode: 'incremental', clusters: full.clusters, edges: full.edges });
   });
 
+  /** `qt.<table>`: `people` records (id, e-mail `<tag><id>@<tag>.io`, phone `<prefix><id as 4 digits>`). */
+  async function peopleTable(table: string, people: number, tag: string, phonePrefix: string) {
+    await db.query(`create table qt.${table} (id int primary key, email text, phone text)`);
+    await db.query(
+      `insert into qt.${table} select g, $1 || g || '@' || $1 || '.io', $2 || lpad(g::text, 4, '0')
+       from generate_series(1, $3) g`,
+      [tag, phonePrefix, people],
+    );
+  }
+
+  /** A graph in `schema` over `qt.<source>`, keyed by id, linking e-mail and phone. */
+  const emailAndPhoneOf = (schema: string, source: string) => ({
+    schema,
+    sources: [
+      {
+        table: { schema: 'qt', name: source },
+        keyColumn: 'id',
+        identifiers: [
+          { column: 'email', type: 'email' },
+          { column: 'phone', type: 'phone' },
+        ],
+      },
+    ],
+  });
+
   /** Clusters as sorted member lists, edge occurrences and record count: what a full build must equal. */
   async function graphState(schema: string) {
     const clusters = await db.query(
@@ -659,22 +686,8 @@ describe('identity graph', () => {
 
   it('reads only the rows written since the last build, and counts a rewritten one once', async () => {
     const schema = 'idg_written';
-    await db.query('create table qt.written (id int primary key, email text, phone text)');
-    await db.query(`insert into qt.written select g, 'w' || g || '@w.io', '555 02' || lpad(g::text, 4, '0')
-      from generate_series(1, 40) g`);
-    const options = {
-      schema,
-      sources: [
-        {
-          table: { schema: 'qt', name: 'written' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-    };
+    await peopleTable('written', 40, 'w', '555 02');
+    const options = emailAndPhoneOf(schema, 'written');
     await resolveIdentities(db, options);
     // A new person, a new record joining two known people, and a known record rewritten in place.
     await db.query(
@@ -700,23 +713,9 @@ describe('identity graph', () => {
 
   it('reads a view source by its keys, with the same graph as a full build', async () => {
     const schema = 'idg_view';
-    await db.query('create table qt.viewed_rows (id int primary key, email text, phone text)');
-    await db.query(`insert into qt.viewed_rows select g, 'v' || g || '@v.io', '555 03' || lpad(g::text, 4, '0')
-      from generate_series(1, 20) g`);
+    await peopleTable('viewed_rows', 20, 'v', '555 03');
     await db.query('create view qt.viewed as select id, email, phone from qt.viewed_rows');
-    const options = {
-      schema,
-      sources: [
-        {
-          table: { schema: 'qt', name: 'viewed' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-    };
+    const options = emailAndPhoneOf(schema, 'viewed');
     await resolveIdentities(db, options);
     await db.query(`insert into qt.viewed_rows values (21, 'v2@v.io', '555 099 0021'), (22, 'x@v.io', null)`);
     const before = db.statements.length;
@@ -767,22 +766,8 @@ describe('identity graph', () => {
   it('lets a reader of the graph finish while a build in one transaction waits for it', async (context) => {
     if (!serverUrl) return context.skip(); // two connections needed
     const schema = 'idg_reader';
-    await db.query('create table qt.read_while (id int primary key, email text, phone text)');
-    await db.query(`insert into qt.read_while select g, 'r' || g || '@r.io', '555 04' || lpad(g::text, 4, '0')
-      from generate_series(1, 30) g`);
-    const options = {
-      schema,
-      sources: [
-        {
-          table: { schema: 'qt', name: 'read_while' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-    };
+    await peopleTable('read_while', 30, 'r', '555 04');
+    const options = emailAndPhoneOf(schema, 'read_while');
     await resolveIdentities(db, options);
     const reader = new pg.Client({ connectionString: serverUrl });
     const builder = new pg.Client({ connectionString: serverUrl });
@@ -799,13 +784,11 @@ describe('identity graph', () => {
       const builderPid = (await builder.query('select pg_backend_pid() as pid')).rows[0].pid;
       await builder.query('begin');
       const building = resolveIdentities(
-        {
-          query: (sql, params) =>
-            /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
-              ? Promise.resolve({ rows: [], rowCount: 0 })
-              : builder.query(sql, params as unknown[]),
-          copyOut: (sql) => builder.query(copyTo(sql)),
-        },
+        transactionRunner({
+          query: (sql, params) => builder.query(sql, params),
+          copyFrom: (sql) => builder.query(copyFrom(sql)),
+          copyTo: (sql) => builder.query(copyTo(sql)),
+        } as WarehouseTransaction),
         options,
       ).then(async (result) => {
         await builder.query('commit');

@@ -1,3 +1,5 @@
+import type { SqlRunner } from './sql.ts';
+
 /**
  * Connected components of the identity graph computed inside the warehouse, for graphs too large
  * to hold in the job's process: the process sends a few statements per round and holds nothing
@@ -15,8 +17,6 @@
  * logarithm of a component's size rather than with its diameter.
  */
 
-type Query = (sql: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount?: number | null }>;
-
 /** What either way of computing the components reports (the labels themselves are in `_id_label`). */
 export interface GraphComponents {
   oversizedComponents: number;
@@ -31,7 +31,7 @@ export interface GraphComponents {
 const MAX_ROUNDS = 200;
 
 export async function componentsInWarehouse(
-  q: Query,
+  q: SqlRunner['query'],
   options: { maxDegree: number; maxClusterSize: number },
 ): Promise<GraphComponents> {
   await q(

@@ -230,19 +230,18 @@ export async function inTransaction<T>(
 export async function createIdentitySchema(runner: SqlRunner, schema: string): Promise<void> {
   await inTransaction(runner, `dimas.identity:${schema}`, async () => {
     for (const statement of identitySchemaStatements(schema)) await runner.query(statement);
-    // The view and the column of graphs built before incremental builds recorded their snapshot
-    // only when missing: replacing a view or altering a table locks its readers out until the
-    // build commits, even when there is nothing to change, and a reader of the graph's statistics
-    // that holds the tables from its first statement then waits for the view while the build waits
-    // for the tables to truncate them: a deadlock.
+    // The view, and the column graphs built before incremental builds lack, only when missing:
+    // replacing a view or altering a table locks its readers out until the build commits, even with
+    // nothing to change. A reader of the graph's statistics holding the tables from its first
+    // statement then waited for the view while the build waited for the tables: a deadlock.
+    const t = names(schema);
     const { rows } = await runner.query(
       `select to_regclass($1) is not null as view,
          exists (select 1 from pg_attribute where attrelid = to_regclass($2) and attname = 'source_xmin'
            and not attisdropped) as source_xmin`,
-      [names(schema).profiles, names(schema).runs],
+      [t.profiles, t.runs],
     );
-    if (!rows[0].source_xmin)
-      await runner.query(`alter table ${names(schema).runs} add column source_xmin bigint`);
+    if (!rows[0].source_xmin) await runner.query(`alter table ${t.runs} add column source_xmin bigint`);
     if (!rows[0].view) await runner.query(profilesViewStatement(schema));
   });
 }
