@@ -939,6 +939,43 @@ describe('identity graph', () => {
       `select city_first from ${graph}.unified_profiles where city_first <> 'Rome'`,
     );
     expect(first.rows).toEqual([{ city_first: 'Paris' }]);
+    // A field may read two columns of one source (each value a candidate of its own), and a field
+    // may read one source only: the other source's records give it nothing.
+    await buildGoldenRecords(db, {
+      schema: graph,
+      sources: grSources,
+      fields: [
+        {
+          name: 'place_or_name',
+          rule: 'most_frequent',
+          columns: [
+            { source: 0, column: 'name' },
+            { source: 0, column: 'city' },
+            { source: 1, column: 'name' },
+          ],
+        },
+        { name: 'name_b', rule: 'source_priority', columns: [{ source: 1, column: 'name' }] },
+      ],
+    });
+    const mixed = await db.query(
+      `select place_or_name, name_b, lineage from ${graph}.unified_profiles order by place_or_name`,
+    );
+    expect(mixed.rows).toEqual([
+      {
+        // a1 and a2 both say Ann (Paris, Lyon and Anne once each); a2 is the more recent of the two.
+        place_or_name: 'Ann',
+        name_b: 'Anne',
+        lineage: {
+          place_or_name: { table: 'qt.gr_a', record_key: 'a2' },
+          name_b: { table: 'qt.gr_b', record_key: 'b1' },
+        },
+      },
+      {
+        place_or_name: 'Rome',
+        name_b: null,
+        lineage: { place_or_name: { table: 'qt.gr_a', record_key: 'a3' } },
+      },
+    ]);
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {

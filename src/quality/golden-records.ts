@@ -69,7 +69,15 @@ function priorities(options: GoldenRecordOptions): number[] {
   });
 }
 
-/** The SELECT of the profile table: cluster_id, one text column per field, and `lineage`. */
+/**
+ * The SELECT of the profile table: cluster_id, one text column per field, and `lineage`.
+ *
+ * Each source is joined to the cluster members once, bringing every field's value from that source
+ * in one row (`candidate`, one branch per source and per column of a field taken from it: a field
+ * may read two columns of one source); each field then picks among the rows where it has a value.
+ * Joining once per source instead of once per field and source halves the statement at three
+ * fields (the join on the record key is most of its cost).
+ */
 export function goldenRecordSelect(options: GoldenRecordOptions, names: RelationNames): string {
   const priority = priorities(options);
   const ctes = [
@@ -79,23 +87,41 @@ export function goldenRecordSelect(options: GoldenRecordOptions, names: Relation
   where n.flagged is null
   group by 1, 2)`,
   ];
+  const branches: string[] = [];
+  options.sources.forEach((source, index) => {
+    const columnsOf = options.fields.map((field) => field.columns.filter((c) => c.source === index));
+    const slots = Math.max(0, ...columnsOf.map((columns) => columns.length));
+    if (slots === 0) return;
+    if (!source.keyColumn) throw new Error(`Source ${tableName(source.table)} has no record key`);
+    const ts = source.timestampColumn
+      ? `t.${quoteIdent(source.timestampColumn)}::timestamptz`
+      : 'null::timestamptz';
+    for (let slot = 0; slot < slots; slot++) {
+      const values = columnsOf.map((columns, f) => {
+        const column = columns[slot];
+        if (!column) return `null::text as v${f}`;
+        const raw = `t.${quoteIdent(column.column)}`;
+        const value = column.normalize
+          ? normalizeSql(raw, column.normalize)
+          : `nullif(btrim(${raw}::text), '')`;
+        return `${value} as v${f}`;
+      });
+      branches.push(`select m.cluster_id, m.source_table, m.record_key, ${ts} as ts, ${priority[index]} as priority,
+    ${values.join(', ')}
+  from member m join ${names.source(source.table)} t on t.${quoteIdent(source.keyColumn)}::text = m.record_key
+  where m.source_table = ${quoteLiteral(tableName(source.table))}`);
+    }
+  });
+  if (branches.length > 0) ctes.push(`candidate as (\n  ${branches.join('\n  union all\n  ')})`);
   options.fields.forEach((field, f) => {
-    const candidates = field.columns.map(({ source: index, column, normalize }) => {
-      const source = options.sources[index];
-      if (!source.keyColumn) throw new Error(`Source ${tableName(source.table)} has no record key`);
-      const raw = `t.${quoteIdent(column)}`;
-      const value = normalize ? normalizeSql(raw, normalize) : `nullif(btrim(${raw}::text), '')`;
-      const ts = source.timestampColumn
-        ? `t.${quoteIdent(source.timestampColumn)}::timestamptz`
-        : 'null::timestamptz';
-      return `select m.cluster_id, ${value} as value, m.source_table, m.record_key, ${ts} as ts, ${priority[index]} as priority
-    from member m join ${names.source(source.table)} t on t.${quoteIdent(source.keyColumn)}::text = m.record_key
-    where m.source_table = ${quoteLiteral(tableName(source.table))}`;
-    });
+    // Only the most_frequent rule orders by how many records hold the value: the others skip the window.
+    const ranked =
+      field.rule === 'most_frequent'
+        ? `(select c.*, count(*) over (partition by cluster_id, v${f}) as frequency from candidate c where v${f} is not null) c`
+        : `candidate c where v${f} is not null`;
     ctes.push(`f${f} as (
-  select distinct on (cluster_id) cluster_id, value, source_table, record_key
-  from (select c.*, count(*) over (partition by cluster_id, value) as frequency
-        from (${candidates.join('\n    union all ')}) c where value is not null) c
+  select distinct on (cluster_id) cluster_id, v${f} as value, source_table, record_key
+  from ${ranked}
   order by cluster_id, ${ORDER_BY[field.rule]})`);
   });
   const columns = options.fields.map((field, f) => `f${f}.value as ${quoteIdent(field.name)}`);
