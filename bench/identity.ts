@@ -338,7 +338,8 @@ export async function runIdentityBench() {
         `(target < 300 MB)`,
     );
     const serverLine = (run: Awaited<ReturnType<typeof throughServer>>) =>
-      `${(run.ms / 1000).toFixed(1)} s (components ${run.result.components_in}, ${run.result.profiles} profiles), ` +
+      `${(run.ms / 1000).toFixed(1)} s (graph ${(run.result.duration_ms / 1000).toFixed(1)} s with its components in ` +
+      `${run.result.components_in}, then ${run.result.profiles} profiles), ` +
       `server RSS ${run.rssBefore.toFixed(0)} MB before, peak ${run.rssPeak.toFixed(0)} MB`;
     console.log(
       `through the server (create-schema, the job, unified profiles): ${serverLine(viaServer)}; ` +
