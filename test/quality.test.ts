@@ -459,6 +459,39 @@ describe('identity graph', () => {
     expect(evaluateIdentityHealth(schema, stats).map((c) => [c.check, c.status])).toEqual([
       ['cluster_size_limit', 'pass'],
     ]);
+
+    // Those came from the build's run row: a reader does not count the graph. The row holds what
+    // counting the tables gives (the largest cluster's id included).
+    const largest = await db.query(
+      `select cluster_id::int from ${schema}.identity_clusters order by size desc, cluster_id limit 1`,
+    );
+    expect(stats.largest_cluster).toEqual({ cluster_id: largest.rows[0].cluster_id, size: 31 });
+    await db.query(`delete from ${schema}.identity_nodes where id_value = 'carol@example.com'`);
+    expect(await identityGraphStats(db, schema)).toEqual(stats);
+    // A graph last built by the earlier version (no statistics columns) is counted instead, and
+    // create-schema adds the columns its next build fills.
+    await db.query(
+      `alter table ${schema}.identity_runs drop column identifiers_by_type, drop column largest_cluster_id,
+         drop column cluster_size_distribution`,
+    );
+    expect(await identityGraphStats(db, schema)).toMatchObject({
+      identifiers: 43,
+      identifiers_by_type: { customer_id: 1, email: 39, phone: 3 },
+      largest_cluster: stats.largest_cluster,
+      cluster_size_distribution: stats.cluster_size_distribution,
+    });
+    await createIdentitySchema(db, schema);
+    await resolveIdentities(db, { schema, sources, maxDegree: 3, maxClusterSize: 100 });
+    expect(await identityGraphStats(db, schema)).toMatchObject({
+      identifiers: 44,
+      identifiers_by_type: stats.identifiers_by_type,
+      cluster_size_distribution: stats.cluster_size_distribution,
+    });
+    const recorded = await db.query(
+      `select identifiers_by_type, cluster_size_distribution from ${schema}.identity_runs
+       order by run_id desc limit 1`,
+    );
+    expect(recorded.rows[0].identifiers_by_type).toEqual(stats.identifiers_by_type);
   });
 
   it('matches a union-find on a random graph', async () => {

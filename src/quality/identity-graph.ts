@@ -13,6 +13,7 @@ import {
   createIdentitySchema,
   stageSourceSql,
   stageSelectSql,
+  SIZE_BUCKET_SQL,
 } from './identity-schema.ts';
 
 // Building the identity graph: a full rebuild, or an incremental update that falls back to one.
@@ -206,13 +207,21 @@ async function recordRun(
   const { rows } = await q(
     `insert into ${t.runs} (started_at, finished_at, identifiers, edges, ignored_edges, flagged_nodes, clusters,
        largest_cluster, singletons, merged_identifiers, oversized_components, largest_oversized_component,
-       iterations, max_degree, max_cluster_size, source_xmin)
+       iterations, max_degree, max_cluster_size, source_xmin, identifiers_by_type, largest_cluster_id,
+       cluster_size_distribution)
      select $1, $2, n.identifiers, e.edges, e.ignored, n.flagged, c.clusters, c.largest, c.singletons,
-       n.identifiers - c.clusters, $3, $4, $8, $5, $6, $7
-     from (select count(*) as identifiers, count(*) filter (where flagged is not null) as flagged from ${t.nodes}) n,
+       n.identifiers - c.clusters, $3, $4, $8, $5, $6, $7, n.by_type,
+       (select cluster_id from ${t.clusters} order by size desc, cluster_id limit 1), c.distribution
+     from (select coalesce(sum(n), 0) as identifiers, coalesce(sum(flagged), 0) as flagged,
+             coalesce(jsonb_object_agg(id_type, n), '{}') as by_type
+           from (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged
+                 from ${t.nodes} group by id_type) x) n,
           (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
-          (select count(*) as clusters, coalesce(max(size), 0) as largest,
-                  count(*) filter (where size = 1) as singletons from ${t.clusters}) c
+          (select coalesce(sum(n), 0) as clusters, coalesce(max(largest), 0) as largest,
+             coalesce(sum(singletons), 0) as singletons, coalesce(jsonb_object_agg(bucket, n), '{}') as distribution
+           from (select ${SIZE_BUCKET_SQL} as bucket, count(*) as n, max(size) as largest,
+                   count(*) filter (where size = 1) as singletons
+                 from ${t.clusters} group by 1) b) c
      returning *`,
     [
       run.startedAt,

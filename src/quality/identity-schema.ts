@@ -150,9 +150,21 @@ function identitySchemaStatements(schema: string): string[] {
       iterations integer not null,
       max_degree integer not null,
       max_cluster_size integer not null,
-      source_xmin bigint)`,
+      ${RUN_COLUMNS_ADDED_LATER.map(([name, type]) => `${name} ${type}`).join(',\n      ')})`,
   ];
 }
+
+/**
+ * Columns of `identity_runs` that graphs built by earlier versions lack (create-schema adds them).
+ * The statistics columns let `identityGraphStats` answer from the last build's row instead of
+ * counting the graph (half a second at a million identifiers, on every read).
+ */
+const RUN_COLUMNS_ADDED_LATER = [
+  ['source_xmin', 'bigint'],
+  ['identifiers_by_type', 'jsonb'],
+  ['largest_cluster_id', 'bigint'],
+  ['cluster_size_distribution', 'jsonb'],
+] as const;
 
 function profilesViewStatement(schema: string): string {
   const t = names(schema);
@@ -237,11 +249,16 @@ export async function createIdentitySchema(runner: SqlRunner, schema: string): P
     const t = names(schema);
     const { rows } = await runner.query(
       `select to_regclass($1) is not null as view,
-         exists (select 1 from pg_attribute where attrelid = to_regclass($2) and attname = 'source_xmin'
-           and not attisdropped) as source_xmin`,
+         array(select attname::text from pg_attribute where attrelid = to_regclass($2) and not attisdropped)
+           as columns`,
       [t.profiles, t.runs],
     );
-    if (!rows[0].source_xmin) await runner.query(`alter table ${t.runs} add column source_xmin bigint`);
+    const present = new Set(rows[0].columns as string[]);
+    const missing = RUN_COLUMNS_ADDED_LATER.filter(([name]) => !present.has(name));
+    if (missing.length)
+      await runner.query(
+        `alter table ${t.runs} ${missing.map(([name, type]) => `add column ${name} ${type}`).join(', ')}`,
+      );
     if (!rows[0].view) await runner.query(profilesViewStatement(schema));
   });
 }
@@ -353,6 +370,10 @@ export interface IdentityGraphStats {
 
 const SIZE_BUCKETS = ['1', '2', '3-5', '6-10', '11-100', '101-1000', '>1000'];
 
+/** The size bucket (one of SIZE_BUCKETS) of a cluster of `size` identifiers. */
+export const SIZE_BUCKET_SQL = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
+  when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
+
 /** Statistics in one statement; `built: false` when the schema or a build is missing. */
 export async function identityGraphStats(runner: SqlRunner, schema: string): Promise<IdentityGraphStats> {
   const t = names(schema);
@@ -374,27 +395,29 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     recent_runs: [],
   };
   if (!exists.rows[0]?.present) return empty;
-  const { rows } = await runner.query(
-    `select
-      (select coalesce(json_object_agg(id_type, n), '{}') from
-        (select id_type, count(*) as n from ${t.nodes} group by id_type) x) as by_type,
-      (select count(*) filter (where flagged is not null) from ${t.nodes}) as flagged,
-      (select json_build_object('edges', count(*), 'ignored', count(*) filter (where ignored)) from ${t.edges}) as edges,
-      (select json_build_object('clusters', count(*), 'singletons', count(*) filter (where size = 1)) from ${t.clusters}) as clusters,
-      (select json_build_object('cluster_id', cluster_id, 'size', size) from ${t.clusters}
-        order by size desc, cluster_id limit 1) as largest,
-      (select coalesce(json_object_agg(bucket, n), '{}') from (
-        select case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
-          when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000'
-          else '>1000' end as bucket, count(*) as n
-        from ${t.clusters} group by 1) b) as distribution,
-      (select coalesce(json_agg(r order by r.run_id desc), '[]') from (
-        select run_id, started_at, finished_at, identifiers, clusters, merged_identifiers, largest_cluster,
-          oversized_components, iterations, max_cluster_size
-        from ${t.runs} order by run_id desc limit 2) r) as runs`,
+  // A build records its statistics in its run's row, in the transaction that writes the graph: read
+  // there, not counted again. Graphs last built by an earlier version are counted.
+  const recorded = await runner.query(
+    `select coalesce(json_agg(to_jsonb(r) order by r.run_id desc), '[]') as runs
+     from (select * from ${t.runs} order by run_id desc limit 2) r`,
   );
-  const row = rows[0];
-  const runs = (row.runs as Record<string, unknown>[]).map((r): IdentityRunSummary => ({
+  const runRows = recorded.rows[0].runs as Record<string, any>[];
+  const last = runRows[0];
+  const row =
+    last?.identifiers_by_type != null
+      ? {
+          by_type: last.identifiers_by_type,
+          flagged: last.flagged_nodes,
+          edges: { edges: last.edges, ignored: last.ignored_edges },
+          clusters: { clusters: last.clusters, singletons: last.singletons },
+          largest:
+            last.largest_cluster_id != null
+              ? { cluster_id: last.largest_cluster_id, size: last.largest_cluster }
+              : null,
+          distribution: last.cluster_size_distribution,
+        }
+      : (await countGraph(runner, t)).rows[0];
+  const runs = runRows.map((r): IdentityRunSummary => ({
     run_id: toNumber(r.run_id)!,
     started_at: new Date(String(r.started_at)),
     finished_at: new Date(String(r.finished_at)),
@@ -428,4 +451,20 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     cluster_size_distribution: distribution,
     recent_runs: runs,
   };
+}
+
+/** The statistics of a graph whose last run did not record them, counted from its tables. */
+function countGraph(runner: SqlRunner, t: ReturnType<typeof names>) {
+  return runner.query(
+    `select
+      (select coalesce(json_object_agg(id_type, n), '{}') from
+        (select id_type, count(*) as n from ${t.nodes} group by id_type) x) as by_type,
+      (select count(*) filter (where flagged is not null) from ${t.nodes}) as flagged,
+      (select json_build_object('edges', count(*), 'ignored', count(*) filter (where ignored)) from ${t.edges}) as edges,
+      (select json_build_object('clusters', count(*), 'singletons', count(*) filter (where size = 1)) from ${t.clusters}) as clusters,
+      (select json_build_object('cluster_id', cluster_id, 'size', size) from ${t.clusters}
+        order by size desc, cluster_id limit 1) as largest,
+      (select coalesce(json_object_agg(bucket, n), '{}') from (
+        select ${SIZE_BUCKET_SQL} as bucket, count(*) as n from ${t.clusters} group by 1) b) as distribution`,
+  );
 }
