@@ -4,8 +4,8 @@ import { call, createTenant, createWorkspace, unique, type Tenant, type TestUser
 import { pgConfig, ADMIN_URL, runSql, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
- * Schema sync, sync status and DDL against a real PostgreSQL warehouse (a scratch database on
- * 127.0.0.1:5432, created here and dropped at the end), and the workspace database routes.
+ * Schema sync, sync status and DDL against a real PostgreSQL warehouse (a scratch database on the
+ * test server, created here and dropped at the end), and the workspace database routes.
  */
 const warehouse = scratchDatabase('sync');
 const ddlTarget = scratchDatabase('ddl');
@@ -386,7 +386,7 @@ describe('workspace database routes', () => {
     const config = await call(server, 'GET', `${base}/${workspace}/config`, { token: viewer.token });
     expect(config.body.target_config).toMatchObject({
       database: warehouse.name,
-      port: 5432,
+      port: targetConfig().port,
       password_set: true,
     });
     expect(

@@ -5,8 +5,8 @@ import { call, createTenant, superAdminToken, unique, type Tenant } from './help
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 
 /*
- * POST /api/admin/setup-environment over a real PostgreSQL source: a scratch database on
- * 127.0.0.1:5432 with a small customers table, created here and dropped at the end (both test modes).
+ * POST /api/admin/setup-environment over a real PostgreSQL source: a scratch database on the test
+ * server with a small customers table, created here and dropped at the end (both test modes).
  */
 const sourceDb = scratchDatabase('setup');
 const SOURCE_PASSWORD = 'source-secret-that-must-not-leak';
@@ -170,7 +170,7 @@ describe('setup-environment', () => {
     const sourceConfig = await call(server, 'GET', '/api/workspaces/source-config', { token });
     expect(sourceConfig.status).toBe(200);
     expect(sourceConfig.body.source_config).toMatchObject({
-      host: '127.0.0.1',
+      host: source().host,
       database: sourceDb.name,
       password_set: true,
     });
