@@ -13,7 +13,7 @@ import {
   createIdentitySchema,
   stageSourceSql,
   stageSelectSql,
-  SIZE_BUCKET_SQL,
+  graphStatisticsSql,
 } from './identity-schema.ts';
 
 // Building the identity graph: a full rebuild, or an incremental update that falls back to one.
@@ -60,7 +60,7 @@ export async function resolveIdentities(
   return inTransaction(runner, `dimas.identity:${options.schema}`, () => fullBuild(runner, options, started));
 }
 
-type Query = (sql: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount?: number | null }>;
+type Query = SqlRunner['query'];
 
 interface BuildContext {
   q: Query;
@@ -179,8 +179,8 @@ async function fullBuild(
 
 /**
  * Graphs up to this many identifiers get their components in the job's process: the union-find's
- * arrays, the pair list and the label batches add ~60 bytes per identifier (measured between 250,000
- * and 1M: +57 MB and +103 MB), so at most ~100 MB at this size. Larger graphs get them in the
+ * arrays, the pair list and the label batches grew a process by 30–37 MB at 1M (44–53 MB for a
+ * server running the whole job), so about 50 MB at this size. Larger graphs get them in the
  * warehouse, which takes about twice as long and leaves the process's memory where it was.
  */
 export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
@@ -209,19 +209,10 @@ async function recordRun(
        largest_cluster, singletons, merged_identifiers, oversized_components, largest_oversized_component,
        iterations, max_degree, max_cluster_size, source_xmin, identifiers_by_type, largest_cluster_id,
        cluster_size_distribution)
-     select $1, $2, n.identifiers, e.edges, e.ignored, n.flagged, c.clusters, c.largest, c.singletons,
-       n.identifiers - c.clusters, $3, $4, $8, $5, $6, $7, n.by_type,
-       (select cluster_id from ${t.clusters} order by size desc, cluster_id limit 1), c.distribution
-     from (select coalesce(sum(n), 0) as identifiers, coalesce(sum(flagged), 0) as flagged,
-             coalesce(jsonb_object_agg(id_type, n), '{}') as by_type
-           from (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged
-                 from ${t.nodes} group by id_type) x) n,
-          (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
-          (select coalesce(sum(n), 0) as clusters, coalesce(max(largest), 0) as largest,
-             coalesce(sum(singletons), 0) as singletons, coalesce(jsonb_object_agg(bucket, n), '{}') as distribution
-           from (select ${SIZE_BUCKET_SQL} as bucket, count(*) as n, max(size) as largest,
-                   count(*) filter (where size = 1) as singletons
-                 from ${t.clusters} group by 1) b) c
+     select $1, $2, s.identifiers, s.edges, s.ignored_edges, s.flagged_nodes, s.clusters, s.largest_cluster,
+       s.singletons, s.identifiers - s.clusters, $3, $4, $8, $5, $6, $7, s.identifiers_by_type,
+       s.largest_cluster_id, s.cluster_size_distribution
+     from (${graphStatisticsSql(t)}) s
      returning *`,
     [
       run.startedAt,

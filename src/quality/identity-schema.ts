@@ -242,7 +242,7 @@ export async function inTransaction<T>(
 export async function createIdentitySchema(runner: SqlRunner, schema: string): Promise<void> {
   await inTransaction(runner, `dimas.identity:${schema}`, async () => {
     for (const statement of identitySchemaStatements(schema)) await runner.query(statement);
-    // The view, and the column graphs built before incremental builds lack, only when missing:
+    // The view, and the runs columns that graphs built by earlier versions lack, only when missing:
     // replacing a view or altering a table locks its readers out until the build commits, even with
     // nothing to change. A reader of the graph's statistics holding the tables from its first
     // statement then waited for the view while the build waited for the tables: a deadlock.
@@ -370,9 +370,29 @@ export interface IdentityGraphStats {
 
 const SIZE_BUCKETS = ['1', '2', '3-5', '6-10', '11-100', '101-1000', '>1000'];
 
-/** The size bucket (one of SIZE_BUCKETS) of a cluster of `size` identifiers. */
-export const SIZE_BUCKET_SQL = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
-  when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
+/**
+ * The graph's statistics counted from its tables, one row whose columns are named as in
+ * `identity_runs`: a build records them with its run, and graphs last built by an earlier
+ * version are counted by it when read.
+ */
+export function graphStatisticsSql(t: ReturnType<typeof names>): string {
+  const bucket = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
+    when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
+  return `select n.identifiers, n.flagged as flagged_nodes, n.by_type as identifiers_by_type,
+      e.edges, e.ignored as ignored_edges, c.clusters, c.largest as largest_cluster, c.singletons,
+      c.distribution as cluster_size_distribution,
+      (select cluster_id from ${t.clusters} order by size desc, cluster_id limit 1) as largest_cluster_id
+    from (select coalesce(sum(n), 0) as identifiers, coalesce(sum(flagged), 0) as flagged,
+            coalesce(jsonb_object_agg(id_type, n), '{}') as by_type
+          from (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged
+                from ${t.nodes} group by id_type) x) n,
+         (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
+         (select coalesce(sum(n), 0) as clusters, coalesce(max(largest), 0) as largest,
+            coalesce(sum(singletons), 0) as singletons, coalesce(jsonb_object_agg(bucket, n), '{}') as distribution
+          from (select ${bucket} as bucket, count(*) as n, max(size) as largest,
+                  count(*) filter (where size = 1) as singletons
+                from ${t.clusters} group by 1) b) c`;
+}
 
 /** Statistics in one statement; `built: false` when the schema or a build is missing. */
 export async function identityGraphStats(runner: SqlRunner, schema: string): Promise<IdentityGraphStats> {
@@ -402,21 +422,10 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
      from (select * from ${t.runs} order by run_id desc limit 2) r`,
   );
   const runRows = recorded.rows[0].runs as Record<string, any>[];
-  const last = runRows[0];
   const row =
-    last?.identifiers_by_type != null
-      ? {
-          by_type: last.identifiers_by_type,
-          flagged: last.flagged_nodes,
-          edges: { edges: last.edges, ignored: last.ignored_edges },
-          clusters: { clusters: last.clusters, singletons: last.singletons },
-          largest:
-            last.largest_cluster_id != null
-              ? { cluster_id: last.largest_cluster_id, size: last.largest_cluster }
-              : null,
-          distribution: last.cluster_size_distribution,
-        }
-      : (await countGraph(runner, t)).rows[0];
+    runRows[0]?.identifiers_by_type != null
+      ? runRows[0]
+      : (await runner.query(graphStatisticsSql(t))).rows[0];
   const runs = runRows.map((r): IdentityRunSummary => ({
     run_id: toNumber(r.run_id)!,
     started_at: new Date(String(r.started_at)),
@@ -430,41 +439,26 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     max_cluster_size: toNumber(r.max_cluster_size)!,
   }));
   const byType = Object.fromEntries(
-    Object.entries(row.by_type as Record<string, unknown>).map(([k, v]) => [k, toNumber(v)!]),
+    Object.entries(row.identifiers_by_type as Record<string, unknown>).map(([k, v]) => [k, toNumber(v)!]),
   );
   const distribution = { ...empty.cluster_size_distribution };
-  for (const [k, v] of Object.entries(row.distribution as Record<string, unknown>))
+  for (const [k, v] of Object.entries(row.cluster_size_distribution as Record<string, unknown>))
     distribution[k] = toNumber(v)!;
   return {
     built: runs.length > 0,
     last_built_at: runs[0]?.finished_at ?? null,
     identifiers: Object.values(byType).reduce((a, b) => a + b, 0),
     identifiers_by_type: byType,
-    edges: toNumber(row.edges.edges)!,
-    ignored_edges: toNumber(row.edges.ignored)!,
-    flagged_identifiers: toNumber(row.flagged)!,
-    clusters: toNumber(row.clusters.clusters)!,
-    singletons: toNumber(row.clusters.singletons)!,
-    largest_cluster: row.largest
-      ? { cluster_id: toNumber(row.largest.cluster_id)!, size: toNumber(row.largest.size)! }
-      : null,
+    edges: toNumber(row.edges)!,
+    ignored_edges: toNumber(row.ignored_edges)!,
+    flagged_identifiers: toNumber(row.flagged_nodes)!,
+    clusters: toNumber(row.clusters)!,
+    singletons: toNumber(row.singletons)!,
+    largest_cluster:
+      row.largest_cluster_id != null
+        ? { cluster_id: toNumber(row.largest_cluster_id)!, size: toNumber(row.largest_cluster)! }
+        : null,
     cluster_size_distribution: distribution,
     recent_runs: runs,
   };
-}
-
-/** The statistics of a graph whose last run did not record them, counted from its tables. */
-function countGraph(runner: SqlRunner, t: ReturnType<typeof names>) {
-  return runner.query(
-    `select
-      (select coalesce(json_object_agg(id_type, n), '{}') from
-        (select id_type, count(*) as n from ${t.nodes} group by id_type) x) as by_type,
-      (select count(*) filter (where flagged is not null) from ${t.nodes}) as flagged,
-      (select json_build_object('edges', count(*), 'ignored', count(*) filter (where ignored)) from ${t.edges}) as edges,
-      (select json_build_object('clusters', count(*), 'singletons', count(*) filter (where size = 1)) from ${t.clusters}) as clusters,
-      (select json_build_object('cluster_id', cluster_id, 'size', size) from ${t.clusters}
-        order by size desc, cluster_id limit 1) as largest,
-      (select coalesce(json_object_agg(bucket, n), '{}') from (
-        select ${SIZE_BUCKET_SQL} as bucket, count(*) as n from ${t.clusters} group by 1) b) as distribution`,
-  );
 }
