@@ -1,7 +1,7 @@
 /**
  * Audiences: the dashboard's SQL statement count as audiences grow, and a large CSV export.
  *
- *   npx tsx bench/audiences.ts
+ *   node bench/audiences.ts
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names a server on which two scratch databases are created and dropped afterwards: the control plane

@@ -5,8 +5,8 @@
  * plain connection. The difference is what discovery adds (matching, run bookkeeping, mapping writes,
  * events). Prints both medians, the ratio, and the peak RSS of the process (server included).
  *
- *   npx tsx bench/discovery.ts
- *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres BENCH_TABLES=200 npx tsx bench/discovery.ts
+ *   node bench/discovery.ts
+ *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres BENCH_TABLES=200 node bench/discovery.ts
  *
  * It creates two scratch databases (control plane, source) on that server and drops them at the end.
  */

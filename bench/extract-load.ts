@@ -2,7 +2,7 @@
  * Extract–load of a MariaDB table into PostgreSQL through the API, against the same copy done by the
  * database clients in the same run: `mariadb --batch --quick … | psql -c '\copy … from stdin'`.
  *
- *   npx tsx bench/extract-load.ts
+ *   node bench/extract-load.ts
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names the PostgreSQL server (scratch databases: the control plane and the warehouse); MariaDB is

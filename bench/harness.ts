@@ -109,10 +109,9 @@ export function rssMb(pid: number): number {
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
- * `npm start` (`[VAR=value …] tsx [node options] src/main.ts`) as
- * `node [node options] --import tsx src/main.ts` with the same variables: the same server with the
- * same V8 and allocator options, without the tsx launcher's parent process, so that the child's pid
- * is the server's own.
+ * `npm start` (`[VAR=value …] node [node options] src/main.ts`) run directly by this process's Node
+ * with the same variables: the same server with the same V8 and allocator options, without npm's
+ * and the shell's processes in between, so that the child's pid is the server's own.
  */
 function startCommand(): { args: string[]; env: Record<string, string> } {
   const start: string = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start;
@@ -122,9 +121,9 @@ function startCommand(): { args: string[]; env: Record<string, string> } {
     const [name, ...value] = words.shift()!.split('=');
     env[name] = value.join('=');
   }
-  const [launcher, ...rest] = words;
-  if (launcher !== 'tsx' || !rest.length) throw new Error(`unexpected start script: ${start}`);
-  return { args: [...rest.slice(0, -1), '--import', 'tsx', rest.at(-1)!], env };
+  const [launcher, ...args] = words;
+  if (launcher !== 'node' || !args.length) throw new Error(`unexpected start script: ${start}`);
+  return { args, env };
 }
 
 /** The dimas server as a child process (so its memory is measured alone), resolved once it listens. */
@@ -307,7 +306,7 @@ export async function materialize(
 }
 
 /**
- * Runs a benchmark's `main` when its file is the entry point (`npx tsx bench/x.ts`, bench/run.ts), not
+ * Runs a benchmark's `main` when its file is the entry point (`node bench/x.ts`, bench/run.ts), not
  * when it is imported. Exits 1 when `main` throws or answers false (a missed target), else 0: handles
  * a benchmark leaves open (pools, sockets) must not keep the process alive.
  */

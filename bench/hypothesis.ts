@@ -6,12 +6,12 @@
  * RSS before, at peak during and after the measured tests, which must stay flat (peak − before
  * < 50 MB): only one row per group leaves the warehouse.
  *
- *   npx tsx bench/hypothesis.ts
- *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres BENCH_ROWS=1000000 npx tsx bench/hypothesis.ts
+ *   node bench/hypothesis.ts
+ *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres BENCH_ROWS=1000000 node bench/hypothesis.ts
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names a server on which two scratch databases are created (the control plane and the warehouse)
- * and dropped at the end. The server runs as a child process (`node --import tsx src/main.ts`), so
+ * and dropped at the end. The server runs as a child process (`node src/main.ts`), so
  * its RSS is its own, sampled from /proc. BENCH_ITERATIONS (default 5) sets the measured rounds.
  */
 import { mkdtempSync, rmSync } from 'node:fs';

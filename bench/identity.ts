@@ -1,7 +1,7 @@
 /**
  * Identity resolution at scale, against the simplest fast thing a person would write by hand.
  *
- *   npx tsx bench/identity.ts            (BENCH_IDENTIFIERS, default 1,000,000)
+ *   node bench/identity.ts            (BENCH_IDENTIFIERS, default 1,000,000)
  *
  * Data: BENCH_IDENTIFIERS / 4 people spread over three source tables of a scratch database on the
  * server of BENCH_DATABASE_URL (else TEST_DATABASE_URL, else the local server): a CRM export

@@ -1,13 +1,13 @@
 /**
  * Materialization through the API against the same INSERT … SELECT run directly with pg.
  *
- *   npx tsx bench/materialize.ts
+ *   node bench/materialize.ts
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names a server on which scratch databases are created and dropped afterwards: the control plane,
  * a warehouse holding the source table and the target schema, and a second warehouse for the
  * cross-database path. BENCH_ROWS (default 1,000,000) sizes the source table; the mapping has ten
- * expressions. The server runs as a child process (`node --import tsx src/main.ts`), so its peak
+ * expressions. The server runs as a child process (`node src/main.ts`), so its peak
  * RSS is its own, sampled from /proc while each run is under way.
  *
  * Printed: the API's time (enqueue → run succeeded, polled over HTTP) over the direct statement's

@@ -1,7 +1,7 @@
 /**
  * Data-quality metrics and identity resolution on a real PostgreSQL server.
  *
- *   npx tsx bench/metrics.ts
+ *   node bench/metrics.ts
  *
  * BENCH_DATABASE_URL (else TEST_DATABASE_URL, else postgresql://postgres@127.0.0.1:5432/postgres)
  * names a server on which a scratch database is created and dropped afterwards. BENCH_ROWS

@@ -6,7 +6,7 @@
  * Also fails when the job queue (jobs/) imports an area (modules/), even for types only: the areas
  * use the queue and register their handlers with it, never the other way round.
  *
- *   npx tsx scripts/check-import-cycles.ts [dir]
+ *   node scripts/check-import-cycles.ts [dir]
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';

@@ -13,7 +13,7 @@ cleanup() { kill -- -"$pid" 2>/dev/null || true; rm -rf "$data"; }
 trap cleanup EXIT
 B="http://127.0.0.1:$port"
 for _ in $(seq 1 120); do curl -fs "$B/api/health" >/dev/null 2>&1 && break; sleep 1; done
-server_pid=$(pgrep -g "$pid" -f "src/main.ts" | tail -n 1)
+server_pid=$(pgrep -g "$pid" -f "^[^ ]*node .*src/main.ts" | head -n 1)
 rss() { awk '/VmRSS/ {print int($2/1024)}' /proc/"$server_pid"/status; }
 echo "rss after start: $(rss) MB"
 password=$(sed -n 's/.*"domain":"demo.local","password":"\([^"]*\)".*/\1/p' "$data/credentials.txt" | head -n 1)
@@ -44,7 +44,7 @@ kill -TERM "$server_pid"; wait "$pid" || true
 env -u DATABASE_URL PORT=$port DIMAS_DATA_DIR="$data" setsid npm start >>"$log" 2>&1 &
 pid=$!
 for _ in $(seq 1 120); do curl -fs "$B/api/health" >/dev/null 2>&1 && break; sleep 1; done
-server_pid=$(pgrep -g "$pid" -f "src/main.ts" | tail -n 1)
+server_pid=$(pgrep -g "$pid" -f "^[^ ]*node .*src/main.ts" | head -n 1)
 T=$(curl -fsS -X POST "$B/api/auth/login" -H 'content-type: application/json' \
   -d "{\"username\":\"admin\",\"domain\":\"demo.local\",\"password\":\"$password\"}" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).token))')
 H="authorization: Bearer $T"

@@ -29,13 +29,14 @@ export interface AppErrorDetails {
 }
 
 export class AppError extends Error {
-  constructor(
-    readonly code: AppErrorCode,
-    message: string,
-    readonly details: AppErrorDetails = {},
-  ) {
+  readonly code: AppErrorCode;
+  readonly details: AppErrorDetails;
+
+  constructor(code: AppErrorCode, message: string, details: AppErrorDetails = {}) {
     super(message);
     this.name = 'AppError';
+    this.code = code;
+    this.details = details;
   }
 }
 

@@ -119,7 +119,11 @@ interface Entry<V> {
 export class NamedCache<V = unknown> {
   readonly #buckets = new Map<string, Map<string, Entry<V>>>();
 
-  constructor(readonly name: CacheName) {}
+  readonly name: CacheName;
+
+  constructor(name: CacheName) {
+    this.name = name;
+  }
 
   async get(scope: CacheScope, key: string): Promise<V | undefined> {
     const organizationId = organizationOfScope(scope);

@@ -34,7 +34,10 @@ export function jsonDepthExceeds(json: Uint8Array | string, maxDepth: number): b
 export class TooDeepError extends Error {
   readonly status = 400;
   readonly type = 'entity.too.deep';
-  constructor(readonly maxDepth: number) {
+  readonly maxDepth: number;
+
+  constructor(maxDepth: number) {
     super(`The JSON is nested deeper than ${maxDepth} levels`);
+    this.maxDepth = maxDepth;
   }
 }

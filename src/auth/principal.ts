@@ -58,7 +58,11 @@ const asArray = (v: unknown): string[] =>
 export class Authenticator {
   readonly #cache = new Map<string, { principal: Principal | null; until: number }>();
 
-  constructor(private readonly options: { cacheTtlMs: number; sessionTtlMs: number }) {}
+  private readonly options: { cacheTtlMs: number; sessionTtlMs: number };
+
+  constructor(options: { cacheTtlMs: number; sessionTtlMs: number }) {
+    this.options = options;
+  }
 
   /** `scope.em` is read only on a cache miss (a request's entity manager is forked on first use). */
   async authenticate(scope: { em: EntityManager }, bearer: string): Promise<Principal | null> {

@@ -3,7 +3,6 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { PGlite, Results, types as pgliteTypes } from '@electric-sql/pglite';
 import { PostgresDialect } from 'kysely';
 import { createPostgreSqlTypeParsers } from '@mikro-orm/sql';
@@ -46,8 +45,9 @@ export async function embeddedInstanceOptions() {
 export async function createDataDirInChildProcess(dataDir: string): Promise<void> {
   if (existsSync(join(dataDir, 'PG_VERSION'))) return;
   mkdirSync(dataDir, { recursive: true });
+  // Plain Node runs the TypeScript file (type stripping); none of this process's flags or loaders.
   const child = fork(new URL('./embedded-initdb.ts', import.meta.url), [dataDir], {
-    execArgv: ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href],
+    execArgv: [],
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
   });
   let stderr = '';
@@ -132,10 +132,13 @@ class EmbeddedCursor {
   #rows?: unknown[];
   #offset = 0;
 
-  constructor(
-    readonly sql: string,
-    readonly params: unknown[],
-  ) {}
+  readonly sql: string;
+  readonly params: unknown[];
+
+  constructor(sql: string, params: unknown[]) {
+    this.sql = sql;
+    this.params = params;
+  }
 
   async read(count: number): Promise<unknown[]> {
     this.#rows ??= (await run(this.pg!, this.sql, this.params)).rows;

@@ -162,10 +162,13 @@ function operatorName(node: Node): string {
 }
 
 class Translator {
-  constructor(
-    private readonly resolveTable: (written: string) => SourceTable | undefined,
-    private readonly onlyTable: string | null,
-  ) {}
+  private readonly resolveTable: (written: string) => SourceTable | undefined;
+  private readonly onlyTable: string | null;
+
+  constructor(resolveTable: (written: string) => SourceTable | undefined, onlyTable: string | null) {
+    this.resolveTable = resolveTable;
+    this.onlyTable = onlyTable;
+  }
 
   /** The table keys an expression reads. */
   tablesOf(node: unknown, found = new Set<string>()): Set<string> {

@@ -223,10 +223,10 @@ export class CopyEncoder {
   #pos = 0;
   readonly #modes: number[];
   readonly #kinds: ValueKind[];
-  constructor(
-    kinds: ValueKind[],
-    private readonly emit: (chunk: Buffer) => void,
-  ) {
+  private readonly emit: (chunk: Buffer) => void;
+
+  constructor(kinds: ValueKind[], emit: (chunk: Buffer) => void) {
+    this.emit = emit;
     this.#kinds = kinds;
     this.#modes = kinds.map(writeMode);
   }

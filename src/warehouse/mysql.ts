@@ -43,7 +43,11 @@ export {
 /** The MySQL side of the warehouse registry: one pool per distinct connection, opened through the network guard. */
 export class MysqlPools {
   #pools = new Map<string, PoolEntry>();
-  constructor(readonly settings: MysqlSettings) {}
+  readonly settings: MysqlSettings;
+
+  constructor(settings: MysqlSettings) {
+    this.settings = settings;
+  }
 
   open(config: ConnectionConfig): MysqlWarehouse {
     const key = poolKey(config);
@@ -81,12 +85,22 @@ export class MysqlPools {
 /** A MySQL / MariaDB source behind the Warehouse interface (read side only; targets are PostgreSQL). */
 export class MysqlWarehouse implements Warehouse {
   readonly dialect = 'mysql' as const;
+  readonly config: ConnectionConfig;
+  private readonly entry: PoolEntry;
+  private readonly settings: MysqlSettings;
+  private readonly pool: () => Promise<Pool>;
+
   constructor(
-    readonly config: ConnectionConfig,
-    private readonly entry: PoolEntry,
-    private readonly settings: MysqlSettings,
-    private readonly pool: () => Promise<Pool>,
-  ) {}
+    config: ConnectionConfig,
+    entry: PoolEntry,
+    settings: MysqlSettings,
+    pool: () => Promise<Pool>,
+  ) {
+    this.config = config;
+    this.entry = entry;
+    this.settings = settings;
+    this.pool = pool;
+  }
 
   async #connect(): Promise<PoolConnection> {
     try {

@@ -39,12 +39,22 @@ export interface PoolEntry {
 
 /** A PostgreSQL database behind the Warehouse interface, over one pool of the registry. */
 export class PostgresWarehouse implements Warehouse {
+  readonly config: ConnectionConfig;
+  private readonly entry: PoolEntry;
+  private readonly settings: { statementTimeoutMs: number; rowCap: number; resultByteCap: number };
+  private readonly pool: () => Promise<pg.Pool>;
+
   constructor(
-    readonly config: ConnectionConfig,
-    private readonly entry: PoolEntry,
-    private readonly settings: { statementTimeoutMs: number; rowCap: number; resultByteCap: number },
-    private readonly pool: () => Promise<pg.Pool>,
-  ) {}
+    config: ConnectionConfig,
+    entry: PoolEntry,
+    settings: { statementTimeoutMs: number; rowCap: number; resultByteCap: number },
+    pool: () => Promise<pg.Pool>,
+  ) {
+    this.config = config;
+    this.entry = entry;
+    this.settings = settings;
+    this.pool = pool;
+  }
 
   /** A checked connection: the pool's address passed the network guard and the server its identity check. */
   async #connect(): Promise<pg.PoolClient> {

@@ -11,7 +11,7 @@ export interface ChildServer {
 }
 
 /**
- * A dimas server as its own process (`node --import tsx src/main.ts`), so that a test can kill it
+ * A dimas server as its own process (`node src/main.ts`), so that a test can kill it
  * the way a crash would; it migrates `databaseUrl` on start. Each server has its own data directory.
  */
 export async function startChildServer(

@@ -52,11 +52,15 @@ export class EventLog {
   #lastFlush = Date.now();
   #last: DiscoveryEvent | undefined;
 
-  constructor(
-    private readonly deps: AppDeps,
-    private readonly runId: string,
-    private readonly organizationId: string,
-  ) {}
+  private readonly deps: AppDeps;
+  private readonly runId: string;
+  private readonly organizationId: string;
+
+  constructor(deps: AppDeps, runId: string, organizationId: string) {
+    this.deps = deps;
+    this.runId = runId;
+    this.organizationId = organizationId;
+  }
 
   add(event: DiscoveryEvent) {
     this.#pending.push(event);

@@ -55,12 +55,19 @@ export class SampleOverlap {
   readonly #samples = new Map<string, readonly string[]>();
   #target: Promise<OpenedTarget | null> | undefined;
 
+  private readonly scope: CallerScope;
+  private readonly workspace: WorkspaceEntity;
+  private readonly options: { targetTables: readonly string[]; rowLimit: number };
+
   constructor(
-    private readonly scope: CallerScope,
-    private readonly workspace: WorkspaceEntity,
+    scope: CallerScope,
+    workspace: WorkspaceEntity,
     sources: readonly SourceTable[],
-    private readonly options: { targetTables: readonly string[]; rowLimit: number },
+    options: { targetTables: readonly string[]; rowLimit: number },
   ) {
+    this.scope = scope;
+    this.workspace = workspace;
+    this.options = options;
     for (const table of sources)
       for (const column of table.columns)
         if (column.samples?.length) this.#samples.set(`${table.name}.${column.name}`, column.samples);

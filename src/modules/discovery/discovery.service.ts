@@ -86,11 +86,14 @@ class RunControl {
   readonly #timer: NodeJS.Timeout;
   readonly signal: AbortSignal;
 
-  constructor(
-    private readonly deps: AppDeps,
-    private readonly runId: string,
-    private readonly clientSignal?: AbortSignal,
-  ) {
+  private readonly deps: AppDeps;
+  private readonly runId: string;
+  private readonly clientSignal: AbortSignal | undefined;
+
+  constructor(deps: AppDeps, runId: string, clientSignal?: AbortSignal) {
+    this.deps = deps;
+    this.runId = runId;
+    this.clientSignal = clientSignal;
     this.signal = clientSignal ? AbortSignal.any([clientSignal, this.#cancel.signal]) : this.#cancel.signal;
     this.#timer = setInterval(() => void this.#beat().catch(() => {}), HEARTBEAT_MS).unref();
   }
