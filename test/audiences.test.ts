@@ -1,11 +1,13 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
-import { runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
+import { exportViews, runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
+import { AudienceExport } from '../src/modules/audiences/audiences.entity.ts';
 import { parseCsv } from './helpers/csv.ts';
 
 /*
@@ -309,6 +311,20 @@ describe('audience end to end', () => {
     await exportFinished(audienceId, res.body.export.id, again.body.run.run_id);
     const [count] = await destination.sql('select count(*)::int as n from marketing.audience_members');
     expect(count.n).toBe(source.length);
+  });
+
+  it('reads an export again when its run ended after the export was read (never a succeeded run with no rows)', async () => {
+    // The list reads the export, then its run: an export read just before the run wrote its outcome,
+    // beside the run marked ended just after, is what a loaded server can interleave. Reproduced here
+    // by an entity read earlier and left as it was while the run was still going.
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const exp = await em.findOneOrFail(AudienceExport, { id: exportId });
+    const finished = { rows: exp.rowsExported, status: exp.lastRunStatus };
+    expect(finished).toEqual({ rows: expect.any(Number), status: 'succeeded' });
+    Object.assign(exp, { lastRunStatus: 'running', rowsExported: null });
+    const [view] = await exportViews(em, tenant.organization.id, [exp]);
+    expect(view.last_run?.status).toBe('succeeded');
+    expect(view.rows_exported).toBe(finished.rows);
   });
 
   it('posts a webhook in batches with idempotency keys, resending nothing acknowledged after a failure', async () => {

@@ -81,6 +81,32 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
   return rest;
 }
 
+const ENDED_RUN = new Set(['succeeded', 'failed', 'cancelled']);
+
+/**
+ * Exports beside their last runs. A run writes its outcome on the export before the queue marks the
+ * run ended, and the export and its run are read by two statements: an ended run beside an export
+ * still "running" means the export was read before that write, so it is read again (as the
+ * hypothesis status does). Without this a client polling the list could see a succeeded run with no
+ * rows exported.
+ */
+export async function exportViews(
+  em: EntityManager,
+  organizationId: string,
+  exports: AudienceExportEntity[],
+) {
+  const runIds = (list: AudienceExportEntity[]) => list.map((e) => e.lastRunId).filter(Boolean) as string[];
+  const runs = await runsOf(em, organizationId, runIds(exports));
+  const stale = exports.filter(
+    (e) => e.lastRunStatus === 'running' && ENDED_RUN.has(runs.get(e.lastRunId ?? '')?.status ?? ''),
+  );
+  for (const exp of stale) await em.refresh(exp);
+  // Read again, an export may name a newer run than the one read.
+  const newer = runIds(stale).filter((id) => !runs.has(id));
+  for (const [id, row] of await runsOf(em, organizationId, newer)) runs.set(id, row);
+  return exports.map((e) => exportView(e, runs.get(e.lastRunId ?? '')));
+}
+
 function exportView(exp: AudienceExportEntity, run?: RunRow) {
   return {
     id: exp.id,
@@ -280,12 +306,10 @@ export async function updateExport(
     materializedColumns(exp.audience);
     run = await startRun(scope, exp);
   }
-  const runs = await runsOf(
-    scope.em,
-    exp.organization.id,
-    [run?.run_id ?? exp.lastRunId].filter(Boolean) as string[],
-  );
-  return { export: exportView(exp, runs.get(run?.run_id ?? exp.lastRunId ?? '')), run };
+  if (!run) return { export: (await exportViews(scope.em, exp.organization.id, [exp]))[0], run };
+  // The export names the new run only once the run starts.
+  const runs = await runsOf(scope.em, exp.organization.id, [run.run_id]);
+  return { export: exportView(exp, runs.get(run.run_id)), run };
 }
 
 export async function listExports(scope: CallerScope, audienceId: string) {
@@ -295,14 +319,9 @@ export async function listExports(scope: CallerScope, audienceId: string) {
     { audience: audience.id, organization: organizationOf(scope.principal), workspace: workspace.id },
     { orderBy: { createdAt: 'asc', id: 'asc' } },
   );
-  const runs = await runsOf(
-    scope.em,
-    organizationOf(scope.principal),
-    exports.map((e) => e.lastRunId).filter(Boolean) as string[],
-  );
   return {
     audience_id: audience.id,
-    exports: exports.map((e) => exportView(e, runs.get(e.lastRunId ?? ''))),
+    exports: await exportViews(scope.em, organizationOf(scope.principal), exports),
   };
 }
 
