@@ -232,16 +232,19 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
     throw notFound(
       `Database ${input.database} (the identity graph of ${workspace.name} lives in ${database})`,
     );
+  // The run before the graph: a build commits the graph before its run is marked ended, so a run
+  // read as ended comes with its graph (read the other way round, a poll could see the build
+  // succeeded beside the graph as it was before).
+  const [run] = await scope.deps.jobs.listRuns(
+    organizationOf(scope.principal),
+    { workspaceId: workspace.id, kind: IDENTITY_RESOLUTION_KIND, limit: 1 },
+    scope.em,
+  );
   const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:target`);
   const { stats, largest } = await graphStatistics(
     warehouse,
     schema,
     scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
-  );
-  const [run] = await scope.deps.jobs.listRuns(
-    organizationOf(scope.principal),
-    { workspaceId: workspace.id, kind: IDENTITY_RESOLUTION_KIND, limit: 1 },
-    scope.em,
   );
   const lastBuild = run ? { run_id: run.id, status: run.status, error: run.error, result: run.result } : null;
   let message: string;
