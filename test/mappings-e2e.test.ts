@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type pg from 'pg';
+import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import {
@@ -15,6 +16,9 @@ import {
   type Tenant,
 } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
+import { mappingView } from '../src/modules/mappings/mappings.service.ts';
+import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
+import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 
 /*
  * The whole path over HTTP on a real PostgreSQL warehouse: a target table mapped from two joined
@@ -282,6 +286,23 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     });
     expect(mapping.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
     expect(await targetRows(source)).toEqual(EXPECTED);
+  });
+
+  it('answers with the figures of a materialization that ended after the mapping was read', async () => {
+    // An edit answers with the mapping it read, then the newest run: a run that ended in between
+    // recorded its figures on the mapping after that read. Reproduced by an entity left as it was.
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const ws = await em.findOneOrFail(Workspace, { name: workspace, organization: tenant.organization.id });
+    const mapping = await em.findOneOrFail(TableMapping, {
+      workspace: ws.id,
+      tableName: 'customer_profiles',
+    });
+    expect(mapping.materializedRows).toBe(4);
+    Object.assign(mapping, { materializedRows: null, materializedVersion: null, materializedAt: null });
+    const view = await mappingView({ em, deps: server.deps }, ws, mapping);
+    expect(view.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
+    expect(view.materialization.materialized_at).not.toBeNull();
+    expect(view.materialization.last_run).toMatchObject({ status: 'succeeded' });
   });
 
   it('gives the same rows with the generated Python script', async () => {

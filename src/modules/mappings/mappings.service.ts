@@ -181,7 +181,54 @@ export function viewOf(
 
 export async function mappingView(scope: Scope, workspace: WorkspaceEntity, mapping: TableMappingEntity) {
   const run = await latestRun(scope, workspace, mapping.tableName);
-  return viewOf(mapping, await mappingChanged(scope.em, workspace, mapping), run ? runView(run) : null);
+  return viewOf(
+    await withRecordedMaterialization(scope.em, mapping, run),
+    await mappingChanged(scope.em, workspace, mapping),
+    run ? runView(run) : null,
+  );
+}
+
+/**
+ * A materialization records its version and rows on the mapping before its run is marked ended, and
+ * the mapping here was read before the run: a succeeded run whose figures the mapping does not show
+ * means the mapping was read before that write, so the figures are read again from its row (the
+ * entity, with this request's edits, stays as it is).
+ */
+async function withRecordedMaterialization(
+  em: EntityManager,
+  mapping: TableMappingEntity,
+  run: JobRunView | null,
+): Promise<MappingFields> {
+  const result = run?.status === 'succeeded' ? run.result : null;
+  if (
+    !result ||
+    (result.version === mapping.materializedVersion && result.rows_written === mapping.materializedRows)
+  )
+    return mapping;
+  const [row] = (await em.execute(
+    `select materialized_version, materialized_at, materialized_rows from mappings where id = ?`,
+    [mapping.id],
+  )) as {
+    materialized_version: number | null;
+    materialized_at: Date | null;
+    materialized_rows: string | number | null;
+  }[];
+  if (!row) return mapping;
+  return {
+    tableName: mapping.tableName,
+    tables: mapping.tables,
+    connections: mapping.connections,
+    transformations: mapping.transformations,
+    ambiguities: mapping.ambiguities,
+    decisions: mapping.decisions,
+    version: mapping.version,
+    committedVersion: mapping.committedVersion,
+    createdAt: mapping.createdAt,
+    updatedAt: mapping.updatedAt,
+    materializedVersion: row.materialized_version,
+    materializedAt: row.materialized_at === null ? null : new Date(row.materialized_at),
+    materializedRows: row.materialized_rows === null ? null : Number(row.materialized_rows),
+  };
 }
 
 // ---- writing ----
