@@ -544,6 +544,40 @@ describe('identity graph', () => {
     expect(canon(got.map((r) => r.members))).toEqual(canon([...expected.values()]));
   });
 
+  it('stops computing components in the warehouse after the first round that leaves every pair with one label', async () => {
+    // Stars of five identifiers: every node reaches its star's smallest id in the first round. The
+    // round after it, which would move nothing, is not run.
+    await db.query('create table qt.stars (hub text, spoke text)');
+    await db.query(
+      `insert into qt.stars select 'h' || s || '@s.io', 's' || s || '-' || k || '@s.io'
+       from generate_series(1, 40) s, generate_series(1, 4) k`,
+    );
+    const options = {
+      sources: [
+        {
+          table: { schema: 'qt', name: 'stars' },
+          identifiers: [
+            { column: 'hub', type: 'email' },
+            { column: 'spoke', type: 'email' },
+          ],
+        },
+      ],
+    };
+    const inWarehouse = await resolveIdentities(db, { ...options, schema: 'idg_stars_w', inProcessLimit: 0 });
+    const inProcess = await resolveIdentities(db, { ...options, schema: 'idg_stars_p' });
+    expect(inWarehouse).toMatchObject({
+      components_in: 'warehouse',
+      iterations: 1,
+      clusters: 40,
+      largest_cluster: 5,
+    });
+    const nodes = async (schema: string) =>
+      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
+        .rows;
+    expect(await nodes('idg_stars_w')).toEqual(await nodes('idg_stars_p'));
+    expect(inProcess.clusters).toBe(40);
+  });
+
   it('computes the same graph in the warehouse as in the process, guards and long chains included', async () => {
     // Pairs from a small pool (components of every shape), a hub shared by 30 records (over the
     // degree limit), and a 300-identifier chain whose node ids are shuffled along it (over the
