@@ -3,6 +3,11 @@ import type { JobRunStatus } from './job-run.entity.ts';
 
 /** What the areas see of the job queue (queue.ts holds how it works). */
 
+/** A run in one of these may still write its outcome; any other status is final. */
+export const ACTIVE_RUN_STATUSES: JobRunStatus[] = ['queued', 'running'];
+
+export const isRunActive = (status: string) => (ACTIVE_RUN_STATUSES as string[]).includes(status);
+
 export interface JobContext {
   runId: string;
   organizationId: string;

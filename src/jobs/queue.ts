@@ -9,6 +9,7 @@ import { createEmbeddedPool } from '../db/embedded.ts';
 import type { Logger } from '../logger.ts';
 import { JobRun, type JobRunEntity, type JobRunStatus } from './job-run.entity.ts';
 import {
+  ACTIVE_RUN_STATUSES,
   JobCancelledError,
   PermanentJobError,
   type EnqueueOptions,
@@ -50,7 +51,6 @@ const MAX_ERROR_LENGTH = 4000;
 const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 60;
 const MAX_LIST = 500;
 
-const ACTIVE: JobRunStatus[] = ['queued', 'running'];
 /** The database's clock for every time the queue compares (heartbeats against the sweep's now()). */
 const now = () => raw('now()');
 
@@ -204,7 +204,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     const runId = job.data.runId;
     const attempt = job.retryCount;
     const claimed = await updateRun(
-      { id: runId, status: { $in: ACTIVE } },
+      { id: runId, status: { $in: ACTIVE_RUN_STATUSES } },
       { status: 'running', startedAt: raw('coalesce(started_at, now())'), retryCount: attempt },
     );
     // Cancelled (or deleted with its organization) while it waited: nothing to do.
@@ -424,7 +424,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
             organizationId: options.organizationId,
             kind,
             singletonKey,
-            status: { $in: ACTIVE },
+            status: { $in: ACTIVE_RUN_STATUSES },
           });
           if (active) return { run: toView(active), created: false };
         }
@@ -461,7 +461,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       if (!/^[0-9a-f-]{36}$/i.test(id)) return null;
       const em = fork();
       const cancelled = await updateRun(
-        { id, organizationId, status: { $in: ACTIVE } },
+        { id, organizationId, status: { $in: ACTIVE_RUN_STATUSES } },
         { status: 'cancelled', finishedAt: now() },
       );
       const row = await findRun(em, { id, organizationId });

@@ -2,7 +2,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { HYPOTHESIS_TEST_KIND, handlerReturned } from './analytics.jobs.ts';
-import type { JobRunView } from '../../jobs/queue.ts';
+import { isRunActive, type JobRunView } from '../../jobs/queue.ts';
 import { runMining } from '../../stats/mining.ts';
 import { adHocQuery, workspaceWarehouse } from '../sources/sources.service.ts';
 import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
@@ -193,7 +193,7 @@ const checkIntervalMs = (run: JobRunView) =>
 /** Once the handler has returned here, the queue records the run's end within moments. */
 const SETTLING_CHECK_MS = 5;
 
-const isActive = (run: JobRunView | null) => run?.status === 'queued' || run?.status === 'running';
+const isActive = (run: JobRunView | null) => run !== null && isRunActive(run.status);
 
 /** The run once it is no longer active, or as it is when `waitMs` has passed. */
 async function runAfterWait(scope: CallerScope, first: JobRunView, waitMs: number) {

@@ -7,6 +7,7 @@ import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
 import { outboundHttp } from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { EXPORT_KIND } from './audience-export.job.ts';
+import { isRunActive } from '../../jobs/queue.ts';
 import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { exportSelect } from './audiences-sql.ts';
 import {
@@ -81,8 +82,6 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
   return rest;
 }
 
-const ENDED_RUN = new Set(['succeeded', 'failed', 'cancelled']);
-
 /**
  * Exports beside their last runs. A run writes its outcome on the export before the queue marks the
  * run ended, and the export and its run are read by two statements: an ended run beside an export
@@ -97,10 +96,17 @@ export async function exportViews(
 ) {
   const runIds = (list: AudienceExportEntity[]) => list.map((e) => e.lastRunId).filter(Boolean) as string[];
   const runs = await runsOf(em, organizationId, runIds(exports));
-  const stale = exports.filter(
-    (e) => e.lastRunStatus === 'running' && ENDED_RUN.has(runs.get(e.lastRunId ?? '')?.status ?? ''),
-  );
-  for (const exp of stale) await em.refresh(exp);
+  const ended = (e: AudienceExportEntity) => {
+    const run = runs.get(e.lastRunId ?? '');
+    return run !== undefined && !isRunActive(run.status);
+  };
+  const stale = exports.filter((e) => e.lastRunStatus === 'running' && ended(e));
+  if (stale.length)
+    await em.find(
+      AudienceExport,
+      { id: { $in: stale.map((e) => e.id) }, organization: organizationId },
+      { refresh: true },
+    );
   // Read again, an export may name a newer run than the one read.
   const newer = runIds(stale).filter((id) => !runs.has(id));
   for (const [id, row] of await runsOf(em, organizationId, newer)) runs.set(id, row);
