@@ -544,9 +544,9 @@ describe('identity graph', () => {
     expect(canon(got.map((r) => r.members))).toEqual(canon([...expected.values()]));
   });
 
-  it('stops computing components in the warehouse after the first round that leaves every pair with one label', async () => {
-    // Stars of five identifiers: every node reaches its star's smallest id in the first round. The
-    // round after it, which would move nothing, is not run.
+  it('settles a graph of stars in one round of the warehouse components', async () => {
+    // Stars of five identifiers: every node points at its star's smallest id in the first round,
+    // which leaves no pair between groups, so no second round runs.
     await db.query('create table qt.stars (hub text, spoke text)');
     await db.query(
       `insert into qt.stars select 'h' || s || '@s.io', 's' || s || '-' || k || '@s.io'
@@ -637,6 +637,17 @@ describe('identity graph', () => {
       });
       expect(counts(inWarehouse)).toEqual(counts(inProcess));
       expect(await graph('idg_in_warehouse')).toEqual(await graph('idg_in_process'));
+      // Contracted in the warehouse until at most 60 nodes are left, finished in the process.
+      const finishedInProcess = await resolveIdentities(db, {
+        ...limits,
+        schema: 'idg_in_both',
+        inProcessLimit: 60,
+      });
+      expect(finishedInProcess.components_in).toBe('warehouse');
+      expect(finishedInProcess.iterations).toBeGreaterThan(1);
+      expect(finishedInProcess.iterations).toBeLessThan(inWarehouse.iterations + 1);
+      expect(counts(finishedInProcess)).toEqual(counts(inProcess));
+      expect(await graph('idg_in_both')).toEqual(await graph('idg_in_process'));
       const flagged = (await graph('idg_in_warehouse')).nodes.filter((n) => n.flagged);
       expect(flagged.some((n) => n.flagged === 'high_degree')).toBe(true);
       if (maxClusterSize === 40) {

@@ -1,109 +1,124 @@
-import type { SqlRunner } from './sql.ts';
+import { labelBySmallestMember, type GraphComponents } from './components.ts';
+import type { CopyOutRunner } from './sql.ts';
 
 /**
- * Connected components of the identity graph computed inside the warehouse, for graphs too large
- * to hold in the job's process: the process sends a few statements per round and holds nothing
- * in proportion to the graph. Same input and output as the in-process union-find: the distinct
- * pairs of `_id_edge` in, `_id_label` (cluster, degree and flag of every node with a neighbour) out,
- * with the same guards (an identifier with more than `maxDegree` neighbours links nothing; a
- * component over `maxClusterSize` is not merged) and the same cluster ids (a component's smallest
- * node id).
+ * Connected components of the identity graph for graphs too large to hold in the job's process:
+ * the warehouse contracts the graph round by round until what is left fits the process's limit,
+ * and the process finishes it with the union-find of components.ts. Same input and output as the
+ * in-process union-find: the distinct pairs of `_id_edge` in, `_id_label` (cluster, degree and flag
+ * of every node with a neighbour) out, with the same guards (an identifier with more than
+ * `maxDegree` neighbours links nothing; a component over `maxClusterSize` is not merged) and the
+ * same cluster ids (a component's smallest node id). The process holds the arrays of at most
+ * `inProcessLimit` nodes, whatever the graph's size; with a limit of 0 the warehouse does it all.
  *
- * Each round, every node takes the smallest label among its neighbours, and the label a node's
- * label points at takes the smallest label among the neighbours of the nodes pointing at it
- * (hooking whole trees, not only single nodes); then labels jump to their label's label until
- * none moves. Labels only ever name nodes of the same component and only decrease, so when a
- * round moves nothing, or every pair's ends carry one label, every component carries its smallest
- * node id. Rounds grow with the logarithm of a component's size rather than with its diameter.
+ * A round: every node points at the smallest node among itself and its neighbours, pointers jump
+ * to their target's target until none moves, and every node is replaced by the node it points at,
+ * so that each group becomes one node and its pairs the pairs between groups. A group is connected
+ * and named by one of its members, and a component's smallest node points at itself, so the
+ * contracted graph has the same components with the same smallest members. A group left without a
+ * pair is a finished component and leaves the graph: most identity clusters are finished by the
+ * first round, and the rest shrinks by a factor of two or more per round (a long chain to about a
+ * third), so rounds grow with the logarithm of a component's size, not with its diameter.
  */
 
-/** What either way of computing the components reports (the labels themselves are in `_id_label`). */
-export interface GraphComponents {
-  oversizedComponents: number;
-  largestOversized: number;
-  /** Nodes with more than `maxDegree` neighbours. */
-  highDegree: number[];
-  /** Rounds until no label moved. */
-  iterations: number;
-}
-
-/** A round bound far above what any graph needs (~2·log2 of the largest component), against a bug looping forever. */
+/** A round bound far above what any graph needs (it shrinks geometrically), against a bug looping forever. */
 const MAX_ROUNDS = 200;
 
 export async function componentsInWarehouse(
-  q: SqlRunner['query'],
-  options: { maxDegree: number; maxClusterSize: number },
+  runner: CopyOutRunner,
+  options: { maxDegree: number; maxClusterSize: number; inProcessLimit: number },
 ): Promise<GraphComponents> {
-  await q(
-    'create temp table _cc_pair on commit drop as select node_a as a, node_b as b from _id_edge group by 1, 2',
-  );
+  const q = (sql: string, params?: unknown[]) => runner.query(sql, params);
+  // Every step writes a new temporary table and drops the one it replaces: at a million identifiers
+  // rewriting the rows costs less than updating them in place (new row versions, even HOT ones).
+  let generation = 0;
+  const materialize = async (select: string, params?: unknown[]) => {
+    const name = `_cc_${++generation}`;
+    const written = await q(`create temp table ${name} on commit drop as ${select}`, params);
+    return { name, rows: written.rowCount ?? 0 };
+  };
+  const pairs = await materialize('select node_a as v, node_b as w from _id_edge group by 1, 2');
+  // Each node's degree and the smallest node among it and its neighbours: the first round's
+  // pointers, when no pair is left out for a node over the degree limit.
   await q(
     `create temp table _cc_degree on commit drop as
-     select v, count(*)::int as degree from (select a as v from _cc_pair union all select b from _cc_pair) p
+     select v, count(*)::int as degree, least(v, min(w)) as l
+     from (select v, w from ${pairs.name} union all select w, v from ${pairs.name}) p
      group by v`,
   );
-  // Both directions of every pair whose two ends stay under the degree limit.
-  await q(
-    `create temp table _cc_adj on commit drop as
-     with linked as (
-       select p.a, p.b from _cc_pair p join _cc_degree da on da.v = p.a join _cc_degree db on db.v = p.b
-       where da.degree <= $1 and db.degree <= $1)
-     select a as v, b as w from linked union all select b, a from linked`,
-    [options.maxDegree],
-  );
-  await q('analyze _cc_adj');
-  // Every step writes the labels into a new table (and drops the old one) instead of updating them
-  // in place: at a million identifiers a step that rewrites them all costs 0.6–5 s where UPDATEs
-  // (new row versions, even HOT ones) took 1–7 s, and the rounds half as long overall. `moved` says
-  // whether the step lowered any label.
-  let generation = 0;
-  let labels = '_cc_label0';
-  await q(`create temp table ${labels} on commit drop as select v, v as l, false as moved from _cc_degree`);
-  const step = async (select: (from: string) => string): Promise<boolean> => {
-    const next = `_cc_label${++generation}`;
-    await q(`create temp table ${next} on commit drop as ${select(labels)}`);
-    await q(`drop table ${labels}`);
-    labels = next;
-    const { rows } = await q(`select exists (select 1 from ${labels} where moved) as moved`);
-    return rows[0].moved === true;
+  const { rows: high } = await q('select v from _cc_degree where degree > $1 order by v', [
+    options.maxDegree,
+  ]);
+  // The graph: every pair whose two ends stay under the degree limit, once (v < w); the pairs
+  // themselves when no identifier is over it.
+  let graph = pairs;
+  if (high.length) {
+    graph = await materialize(
+      `select v, w from ${pairs.name} p
+       where not exists (select 1 from _cc_degree d where d.v = p.v and d.degree > $1)
+         and not exists (select 1 from _cc_degree d where d.v = p.w and d.degree > $1)`,
+      [options.maxDegree],
+    );
+    await q(`drop table ${pairs.name}`);
+  }
+  /** Every linked node → the node its group is now (null until the first round). */
+  let groups: string | null = null;
+  const regroup = async (labels: string) => {
+    if (!groups) groups = labels;
+    else {
+      const previous: string = groups;
+      groups = (
+        await materialize(
+          `select g.v, coalesce(l.l, g.l) as l from ${previous} g left join ${labels} l on l.v = g.l`,
+        )
+      ).name;
+      await q(`drop table ${previous}`);
+      await q(`drop table ${labels}`);
+    }
   };
   let iterations = 0;
-  for (;;) {
+  while (graph.rows > 0) {
     if (++iterations > MAX_ROUNDS)
       throw new Error(`Identity components did not settle in ${MAX_ROUNDS} rounds`);
-    const hooked = await step(
-      (l) => `select l.v, coalesce(least(l.l, m.l), l.l) as l, coalesce(m.l < l.l, false) as moved
-       from ${l} l left join (
-         select a.v, min(n.l) as l from _cc_adj a join ${l} n on n.v = a.w group by a.v) m on m.v = l.v`,
+    await q(`analyze ${graph.name}`);
+    // Twice its pairs bounds the graph's nodes.
+    if (graph.rows * 2 <= options.inProcessLimit) {
+      await regroup(await finishInProcess(runner, graph.name, materialize));
+      break;
+    }
+    let labels =
+      iterations === 1 && !high.length
+        ? '_cc_degree'
+        : (
+            await materialize(
+              `select v, least(v, min(w)) as l
+               from (select v, w from ${graph.name} union all select w, v from ${graph.name}) d
+               group by v`,
+            )
+          ).name;
+    // Every label is a node of the graph (the node itself or a neighbour), so the self-join keeps every row.
+    for (let moved = true; moved;) {
+      const jumped = await materialize(
+        `select t.v, p.l, p.l < t.l as moved from ${labels} t join ${labels} p on p.v = t.l`,
+      );
+      if (labels !== '_cc_degree') await q(`drop table ${labels}`);
+      labels = jumped.name;
+      moved =
+        (await q(`select exists (select 1 from ${labels} where moved) as moved`)).rows[0].moved === true;
+    }
+    const contracted = await materialize(
+      `select least(x.l, y.l) as v, greatest(x.l, y.l) as w
+       from ${graph.name} a join ${labels} x on x.v = a.v join ${labels} y on y.v = a.w
+       where x.l <> y.l group by 1, 2`,
     );
-    const trees = await step(
-      (l) => `select l.v, coalesce(least(l.l, m.l), l.l) as l, coalesce(m.l < l.l, false) as moved
-       from ${l} l left join (
-         select s.l as root, min(n.l) as l from _cc_adj a join ${l} s on s.v = a.v join ${l} n on n.v = a.w
-         group by s.l) m on m.root = l.v`,
-    );
-    // Every label names a node of the table, so the self-join keeps every row.
-    while (
-      await step(
-        (l) => `select t.v, least(t.l, p.l) as l, p.l < t.l as moved from ${l} t join ${l} p on p.v = t.l`,
-      )
-    );
-    if (!hooked && !trees) break;
-    // When every pair's two ends carry one label, each component carries one label, and it is the
-    // component's smallest node id (labels only decrease and name nodes of the component): the round
-    // that would find nothing to move is skipped. Most graphs settle in their first round, which the
-    // check finds in a fraction of a round's time (a join, nothing written). An aggregate over the
-    // whole join, not `exists`: for `exists` the planner picks a fast-start nested loop over these
-    // tables without statistics, which ran for minutes at a million identifiers.
-    const { rows } = await q(
-      `select coalesce(bool_or(x.l <> y.l), false) as split
-       from _cc_adj a join ${labels} x on x.v = a.v join ${labels} y on y.v = a.w where a.v < a.w`,
-    );
-    if (rows[0].split !== true) break;
+    await q(`drop table ${graph.name}`);
+    graph = contracted;
+    await regroup(labels);
   }
+  const linked = groups ?? (await materialize('select v, v as l from _cc_degree where false')).name;
   await q(
     `create temp table _cc_oversized on commit drop as
-     select l, count(*)::int as size from ${labels} group by l having count(*) > $1`,
+     select l, count(*)::int as size from ${linked} group by l having count(*) > $1`,
     [options.maxClusterSize],
   );
   const { rows: summary } = await q(
@@ -111,18 +126,41 @@ export async function componentsInWarehouse(
   );
   await q(
     `create temp table _id_label on commit drop as
-     select c.v as node_id, case when o.l is null then c.l else c.v end as cluster_id, d.degree,
+     select d.v as node_id, case when o.l is null then coalesce(g.l, d.v) else d.v end as cluster_id, d.degree,
        case when d.degree > $1 then 'high_degree' when o.l is not null then 'oversized_cluster' end as flagged
-     from ${labels} c join _cc_degree d on d.v = c.v left join _cc_oversized o on o.l = c.l`,
+     from _cc_degree d left join ${linked} g on g.v = d.v left join _cc_oversized o on o.l = g.l`,
     [options.maxDegree],
   );
-  const { rows: high } = await q('select v from _cc_degree where degree > $1 order by v', [
-    options.maxDegree,
-  ]);
   return {
     oversizedComponents: summary[0].components,
     largestOversized: summary[0].largest,
     highDegree: high.map((r) => Number(r.v)),
     iterations,
   };
+}
+
+/**
+ * The rest of the graph, small enough now, by union-find in this process: its nodes numbered 1..n
+ * in id order (so the smallest number of a component is its smallest node), the pairs copied out,
+ * the labels of the nodes that move written back. Answers a table of every node and its label.
+ */
+async function finishInProcess(
+  runner: CopyOutRunner,
+  graph: string,
+  materialize: (select: string) => Promise<{ name: string; rows: number }>,
+): Promise<string> {
+  const numbered = await materialize(
+    `select v, row_number() over (order by v)::int as i from (select v from ${graph} union select w from ${graph}) d`,
+  );
+  const settled = await labelBySmallestMember(
+    runner,
+    `copy (select x.i, y.i from ${graph} a join ${numbered.name} x on x.v = a.v
+      join ${numbered.name} y on y.v = a.w) to stdout`,
+    numbered.rows,
+  );
+  const labels = await materialize(
+    `select n.v, coalesce(s.v, n.v) as l
+     from ${numbered.name} n left join ${settled} m on m.i = n.i left join ${numbered.name} s on s.i = m.label`,
+  );
+  return labels.name;
 }

@@ -1,13 +1,22 @@
-import type { GraphComponents } from './components-sql.ts';
 import type { CopyOutRunner } from './sql.ts';
 
 /**
  * Connected components of an identity graph whose nodes are numbered 1..n, computed in this process
  * by union-find over typed arrays: edges arrive as COPY text lines (`a\tb\n`) and are parsed
  * straight from the bytes, so a million identifiers cost a few megabytes and no per-edge object;
- * the labels go back as `_id_label`. The same tables as components-sql.ts, which computes them in
- * the warehouse for graphs too large for this.
+ * the labels go back as `_id_label`. The same tables as components-sql.ts, which contracts graphs
+ * too large for this in the warehouse until they fit, and finishes them here.
  */
+
+/** What either way of computing the components reports (the labels themselves are in `_id_label`). */
+export interface GraphComponents {
+  oversizedComponents: number;
+  largestOversized: number;
+  /** Nodes with more than `maxDegree` neighbours. */
+  highDegree: number[];
+  /** Rounds: 1 in this process; in the warehouse its contraction rounds, plus one when this process finished the graph. */
+  iterations: number;
+}
 
 /** A growable list of (a, b) node pairs kept in one Int32Array. */
 class PairList {
@@ -171,6 +180,37 @@ export async function componentsInProcess(
     highDegree,
     iterations: 1,
   };
+}
+
+/**
+ * The components of a graph whose nodes are numbered 1..`nodeCount`, its pairs read by
+ * `pairsCopy` (a COPY TO STDOUT of two integer columns), without guards: answers a temporary table
+ * `_cc_settled (i, label)` of every node whose component's smallest node is another one.
+ */
+export async function labelBySmallestMember(runner: CopyOutRunner, pairsCopy: string, nodeCount: number) {
+  const pairs = await readPairs(runner.copyOut(pairsCopy));
+  const { label } = connectedComponents(nodeCount, pairs, { maxDegree: Infinity, maxClusterSize: Infinity });
+  await runner.query('create temp table _cc_settled (i int not null, label int not null) on commit drop');
+  const nodes = new IntListText(LABEL_BATCH);
+  const labels = new IntListText(LABEL_BATCH);
+  let count = 0;
+  const flush = async () => {
+    if (!count) return;
+    count = 0;
+    await runner.query(
+      `insert into _cc_settled
+       select * from unnest(string_to_array($1, ',')::int[], string_to_array($2, ',')::int[])`,
+      [nodes.take(), labels.take()],
+    );
+  };
+  for (let i = 1; i < label.length; i++) {
+    if (label[i] === i) continue;
+    nodes.push(i);
+    labels.push(label[i]);
+    if (++count >= LABEL_BATCH) await flush();
+  }
+  await flush();
+  return '_cc_settled';
 }
 
 /** Comma-separated decimal integers written into one reused buffer: no string per number. */

@@ -127,10 +127,11 @@ async function fullBuild(
   const edgeRows = (await q(EDGES_FROM_OBS)).rowCount ?? undefined;
   const counted = await q('select coalesce(max(node_id), 0) as n from _id_obs');
   const nodeCount = toNumber(counted.rows[0]?.n) ?? 0;
-  const inProcess = nodeCount <= (options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT);
+  const inProcessLimit = options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT;
+  const inProcess = nodeCount <= inProcessLimit;
   const components = inProcess
     ? await componentsInProcess(runner, nodeCount, edgeRows, { maxDegree, maxClusterSize })
-    : await componentsInWarehouse(q, { maxDegree, maxClusterSize });
+    : await componentsInWarehouse(runner, { maxDegree, maxClusterSize, inProcessLimit });
   await q('analyze _id_label');
 
   await q(`truncate ${t.nodes}, ${t.edges}, ${t.records}, ${t.clusters}`);
@@ -180,8 +181,9 @@ async function fullBuild(
 /**
  * Graphs up to this many identifiers get their components in the job's process: the union-find's
  * arrays, the pair list and the label batches grew a process by 30–37 MB at 1M (44–53 MB for a
- * server running the whole job), so about 50 MB at this size. Larger graphs get them in the
- * warehouse, which takes about twice as long and leaves the process's memory where it was.
+ * server running the whole job), so about 50 MB at this size. Larger graphs are contracted in the
+ * warehouse until at most this many nodes are left, which this process then finishes, so the
+ * process never holds more than this limit's worth whatever the graph's size.
  */
 export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
 
