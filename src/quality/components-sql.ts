@@ -34,8 +34,13 @@ export async function componentsInWarehouse(
   let generation = 0;
   const materialize = async (select: string, params?: unknown[]) => {
     const name = `_cc_${++generation}`;
-    const written = await q(`create temp table ${name} on commit drop as ${select}`, params);
-    return { name, rows: written.rowCount ?? 0 };
+    await q(`create temp table ${name} on commit drop as ${select}`, params);
+    return name;
+  };
+  // Counted, not taken from the creating statement's row count, which not every front end reports.
+  const counted = async (name: string) => {
+    const { rows } = await q(`select count(*)::bigint as n from ${name}`);
+    return { name, rows: Number(rows[0].n) };
   };
   const pairs = await materialize('select node_a as v, node_b as w from _id_edge group by 1, 2');
   // Each node's degree and the smallest node among it and its neighbours: the first round's
@@ -43,7 +48,7 @@ export async function componentsInWarehouse(
   await q(
     `create temp table _cc_degree on commit drop as
      select v, count(*)::int as degree, least(v, min(w)) as l
-     from (select v, w from ${pairs.name} union all select w, v from ${pairs.name}) p
+     from (select v, w from ${pairs} union all select w, v from ${pairs}) p
      group by v`,
   );
   const { rows: high } = await q('select v from _cc_degree where degree > $1 order by v', [
@@ -51,27 +56,26 @@ export async function componentsInWarehouse(
   ]);
   // The graph: every pair whose two ends stay under the degree limit, once (v < w); the pairs
   // themselves when no identifier is over it.
-  let graph = pairs;
+  let linkedPairs = pairs;
   if (high.length) {
-    graph = await materialize(
-      `select v, w from ${pairs.name} p
+    linkedPairs = await materialize(
+      `select v, w from ${pairs} p
        where not exists (select 1 from _cc_degree d where d.v = p.v and d.degree > $1)
          and not exists (select 1 from _cc_degree d where d.v = p.w and d.degree > $1)`,
       [options.maxDegree],
     );
-    await q(`drop table ${pairs.name}`);
+    await q(`drop table ${pairs}`);
   }
+  let graph = await counted(linkedPairs);
   /** Every linked node → the node its group is now (null until the first round). */
   let groups: string | null = null;
   const regroup = async (labels: string) => {
     if (!groups) groups = labels;
     else {
       const previous: string = groups;
-      groups = (
-        await materialize(
-          `select g.v, coalesce(l.l, g.l) as l from ${previous} g left join ${labels} l on l.v = g.l`,
-        )
-      ).name;
+      groups = await materialize(
+        `select g.v, coalesce(l.l, g.l) as l from ${previous} g left join ${labels} l on l.v = g.l`,
+      );
       await q(`drop table ${previous}`);
       await q(`drop table ${labels}`);
     }
@@ -83,26 +87,24 @@ export async function componentsInWarehouse(
     await q(`analyze ${graph.name}`);
     // Twice its pairs bounds the graph's nodes.
     if (graph.rows * 2 <= options.inProcessLimit) {
-      await regroup(await finishInProcess(runner, graph.name, materialize));
+      await regroup(await finishInProcess(runner, graph.name, materialize, counted));
       break;
     }
     let labels =
       iterations === 1 && !high.length
         ? '_cc_degree'
-        : (
-            await materialize(
-              `select v, least(v, min(w)) as l
+        : await materialize(
+            `select v, least(v, min(w)) as l
                from (select v, w from ${graph.name} union all select w, v from ${graph.name}) d
                group by v`,
-            )
-          ).name;
+          );
     // Every label is a node of the graph (the node itself or a neighbour), so the self-join keeps every row.
     for (let moved = true; moved;) {
       const jumped = await materialize(
         `select t.v, p.l, p.l < t.l as moved from ${labels} t join ${labels} p on p.v = t.l`,
       );
       if (labels !== '_cc_degree') await q(`drop table ${labels}`);
-      labels = jumped.name;
+      labels = jumped;
       moved =
         (await q(`select exists (select 1 from ${labels} where moved) as moved`)).rows[0].moved === true;
     }
@@ -112,10 +114,10 @@ export async function componentsInWarehouse(
        where x.l <> y.l group by 1, 2`,
     );
     await q(`drop table ${graph.name}`);
-    graph = contracted;
+    graph = await counted(contracted);
     await regroup(labels);
   }
-  const linked = groups ?? (await materialize('select v, v as l from _cc_degree where false')).name;
+  const linked = groups ?? (await materialize('select v, v as l from _cc_degree where false'));
   await q(
     `create temp table _cc_oversized on commit drop as
      select l, count(*)::int as size from ${linked} group by l having count(*) > $1`,
@@ -147,10 +149,13 @@ export async function componentsInWarehouse(
 async function finishInProcess(
   runner: CopyOutRunner,
   graph: string,
-  materialize: (select: string) => Promise<{ name: string; rows: number }>,
+  materialize: (select: string) => Promise<string>,
+  counted: (name: string) => Promise<{ name: string; rows: number }>,
 ): Promise<string> {
-  const numbered = await materialize(
-    `select v, row_number() over (order by v)::int as i from (select v from ${graph} union select w from ${graph}) d`,
+  const numbered = await counted(
+    await materialize(
+      `select v, row_number() over (order by v)::int as i from (select v from ${graph} union select w from ${graph}) d`,
+    ),
   );
   const settled = await labelBySmallestMember(
     runner,
@@ -158,9 +163,8 @@ async function finishInProcess(
       join ${numbered.name} y on y.v = a.w) to stdout`,
     numbered.rows,
   );
-  const labels = await materialize(
+  return materialize(
     `select n.v, coalesce(s.v, n.v) as l
      from ${numbered.name} n left join ${settled} m on m.i = n.i left join ${numbered.name} s on s.i = m.label`,
   );
-  return labels.name;
 }
