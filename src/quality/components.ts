@@ -191,25 +191,14 @@ export async function labelBySmallestMember(runner: CopyOutRunner, pairsCopy: st
   const pairs = await readPairs(runner.copyOut(pairsCopy));
   const { label } = connectedComponents(nodeCount, pairs, { maxDegree: Infinity, maxClusterSize: Infinity });
   await runner.query('create temp table _cc_settled (i int not null, label int not null) on commit drop');
-  const nodes = new IntListText(LABEL_BATCH);
-  const labels = new IntListText(LABEL_BATCH);
-  let count = 0;
-  const flush = async () => {
-    if (!count) return;
-    count = 0;
-    await runner.query(
-      `insert into _cc_settled
-       select * from unnest(string_to_array($1, ',')::int[], string_to_array($2, ',')::int[])`,
-      [nodes.take(), labels.take()],
-    );
-  };
-  for (let i = 1; i < label.length; i++) {
-    if (label[i] === i) continue;
-    nodes.push(i);
-    labels.push(label[i]);
-    if (++count >= LABEL_BATCH) await flush();
-  }
-  await flush();
+  const rows = new IntRowBatches(
+    (sql, params) => runner.query(sql, params),
+    `insert into _cc_settled
+     select * from unnest(string_to_array($1, ',')::int[], string_to_array($2, ',')::int[])`,
+    2,
+  );
+  for (let i = 1; i < label.length; i++) if (label[i] !== i) await rows.add(i, label[i]);
+  await rows.flush();
   return '_cc_settled';
 }
 
@@ -251,6 +240,47 @@ class IntListText {
   }
 }
 
+/**
+ * Rows of integers sent to one statement `LABEL_BATCH` rows at a time, each column as the text
+ * parameter $1, $2, … (then `params`): the process holds one batch whatever the number of rows.
+ */
+class IntRowBatches {
+  #q: (sql: string, params?: unknown[]) => Promise<unknown>;
+  #statement: string;
+  #columns: IntListText[];
+  #params: unknown[];
+  #count = 0;
+
+  constructor(
+    q: (sql: string, params?: unknown[]) => Promise<unknown>,
+    statement: string,
+    columns: number,
+    params: unknown[] = [],
+  ) {
+    if (columns < 2 || columns > 4) throw new Error('IntRowBatches takes 2 to 4 columns');
+    this.#q = q;
+    this.#statement = statement;
+    this.#columns = Array.from({ length: columns }, () => new IntListText(LABEL_BATCH));
+    this.#params = params;
+  }
+
+  /** One row: as many values as columns (fixed arguments, so that no array is made per row). */
+  async add(a: number, b: number, c = 0, d = 0) {
+    const columns = this.#columns;
+    columns[0].push(a);
+    columns[1].push(b);
+    if (columns.length > 2) columns[2].push(c);
+    if (columns.length > 3) columns[3].push(d);
+    if (++this.#count >= LABEL_BATCH) await this.flush();
+  }
+
+  async flush() {
+    if (!this.#count) return;
+    this.#count = 0;
+    await this.#q(this.#statement, [...this.#columns.map((column) => column.take()), ...this.#params]);
+  }
+}
+
 /** `flagged` by the code sent for it (0: none). */
 const FLAGS = [null, 'high_degree', 'oversized_cluster'];
 
@@ -272,29 +302,18 @@ async function writeLabels(
        flagged text) on commit drop`,
   );
   const { label, degree, oversized } = components;
-  const ids = new IntListText(LABEL_BATCH);
-  const clusters = new IntListText(LABEL_BATCH);
-  const degrees = new IntListText(LABEL_BATCH);
-  const flags = new IntListText(LABEL_BATCH);
-  let count = 0;
-  const flush = async () => {
-    if (!count) return;
-    count = 0;
-    await q(
-      `insert into _id_label
-       select l.node_id, l.cluster_id, l.degree, ($5::text[])[l.flag + 1]
-       from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[],
-         string_to_array($3, ',')::int[], string_to_array($4, ',')::int[]) l(node_id, cluster_id, degree, flag)`,
-      [ids.take(), clusters.take(), degrees.take(), flags.take(), FLAGS],
-    );
-  };
+  const rows = new IntRowBatches(
+    q,
+    `insert into _id_label
+     select l.node_id, l.cluster_id, l.degree, ($5::text[])[l.flag + 1]
+     from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[],
+       string_to_array($3, ',')::int[], string_to_array($4, ',')::int[]) l(node_id, cluster_id, degree, flag)`,
+    4,
+    [FLAGS],
+  );
   for (let i = 1; i < label.length; i++) {
     if (degree[i] === 0) continue;
-    ids.push(i);
-    clusters.push(label[i]);
-    degrees.push(degree[i]);
-    flags.push(degree[i] > maxDegree ? 1 : oversized[i] ? 2 : 0);
-    if (++count >= LABEL_BATCH) await flush();
+    await rows.add(i, label[i], degree[i], degree[i] > maxDegree ? 1 : oversized[i] ? 2 : 0);
   }
-  await flush();
+  await rows.flush();
 }
