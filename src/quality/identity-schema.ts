@@ -62,9 +62,15 @@ export interface ResolutionResult {
   singletons: number;
   oversized_components: number;
   largest_oversized_component: number;
-  /** Rounds of the components step (1 for the union-find in this process). */
+  /**
+   * Rounds of the components step: 1 for the union-find in this process; in the warehouse, its
+   * contraction rounds plus one when this process finished what was left.
+   */
   iterations: number;
-  /** Where a full build computed the components; null for an incremental build (it merges in this process). */
+  /**
+   * Where a full build computed the components (`warehouse`: contracted there, whether or not this
+   * process finished the rest); null for an incremental build (it merges in this process).
+   */
   components_in: 'process' | 'warehouse' | null;
   duration_ms: number;
   built_at: Date;
