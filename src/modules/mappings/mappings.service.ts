@@ -215,16 +215,7 @@ async function withRecordedMaterialization(
   }[];
   if (!row) return mapping;
   return {
-    tableName: mapping.tableName,
-    tables: mapping.tables,
-    connections: mapping.connections,
-    transformations: mapping.transformations,
-    ambiguities: mapping.ambiguities,
-    decisions: mapping.decisions,
-    version: mapping.version,
-    committedVersion: mapping.committedVersion,
-    createdAt: mapping.createdAt,
-    updatedAt: mapping.updatedAt,
+    ...mapping,
     materializedVersion: row.materialized_version,
     materializedAt: row.materialized_at === null ? null : new Date(row.materialized_at),
     materializedRows: row.materialized_rows === null ? null : Number(row.materialized_rows),
