@@ -391,6 +391,95 @@ describe('identity graph', () => {
     ]);
   });
 
+  it('moves the records of a graph created earlier to byte-wise columns, its view kept', async () => {
+    const earlier = 'idg_collation';
+    await createIdentitySchema(db, earlier);
+    // The layout graphs were created with before: the records' columns in the database's collation.
+    const view = await db.query(`select pg_get_viewdef($1::regclass) as sql`, [
+      `${earlier}.identity_profiles`,
+    ]);
+    await db.query(`drop view ${earlier}.identity_profiles`);
+    await db.query(
+      `alter table ${earlier}.identity_records alter column source_table type text collate "default",
+         alter column record_key type text collate "default"`,
+    );
+    await db.query(`create view ${earlier}.identity_profiles as ${view.rows[0].sql}`);
+    const collations = async () =>
+      (
+        await db.query(
+          `select column_name, coalesce(collation_name, 'default') as collation from information_schema.columns
+           where table_schema = $1 and table_name = 'identity_records' and data_type = 'text' order by 1`,
+          [earlier],
+        )
+      ).rows;
+    expect(await collations()).toEqual([
+      { column_name: 'record_key', collation: 'default' },
+      { column_name: 'source_table', collation: 'default' },
+    ]);
+    await createIdentitySchema(db, earlier);
+    expect(await collations()).toEqual([
+      { column_name: 'record_key', collation: 'C' },
+      { column_name: 'source_table', collation: 'C' },
+    ]);
+    await resolveIdentities(db, { schema: earlier, sources: sources.slice(0, 1) });
+    const profile = await db.query(
+      `select p.records from ${earlier}.identity_profiles p join ${earlier}.identity_nodes n
+       on n.cluster_id = p.cluster_id where n.id_value = 'bob@example.com'`,
+    );
+    expect(Number(profile.rows[0].records)).toBe(1);
+  });
+
+  it('records each identifier of a record once, whether the catalog vouches for the key or not', async () => {
+    // Only a key column with a unique index of its own, and no identifier type listed twice, let a
+    // source's records load without being made distinct; every other case here repeats a record.
+    await db.query(`create table qt.rec_unique (id int primary key, email text, phone text)`);
+    await db.query(`insert into qt.rec_unique values (1, 'a@r.io', '555 100 0001'), (2, 'b@r.io', null)`);
+    await db.query(`create table qt.rec_no_index (id int, email text)`);
+    await db.query(`insert into qt.rec_no_index values (1, 'a@r.io'), (1, ' A@r.io'), (2, 'c@r.io')`);
+    await db.query(`create table qt.rec_partial (id int, email text)`);
+    await db.query(`create unique index on qt.rec_partial (id) where id > 10`);
+    await db.query(`insert into qt.rec_partial values (1, 'd@r.io'), (1, 'd@r.io'), (11, 'e@r.io')`);
+    await db.query(`create table qt.rec_pair_key (id int, region text, email text, unique (id, region))`);
+    await db.query(`insert into qt.rec_pair_key values (1, 'eu', 'f@r.io'), (1, 'us', 'F@r.io')`);
+    await db.query(`create table qt.rec_same_type (id int primary key, email text, work_email text)`);
+    await db.query(`insert into qt.rec_same_type values (1, 'g@r.io', 'G@r.io'), (2, 'h@r.io', 'i@r.io')`);
+    const email = (column = 'email') => ({ column, type: 'email' });
+    const table = (name: string) => ({ schema: 'qt', name });
+    await resolveIdentities(db, {
+      schema: 'idg_records',
+      sources: [
+        {
+          table: table('rec_unique'),
+          keyColumn: 'id',
+          identifiers: [email(), { column: 'phone', type: 'phone' }],
+        },
+        { table: table('rec_no_index'), keyColumn: 'id', identifiers: [email()] },
+        { table: table('rec_partial'), keyColumn: 'id', identifiers: [email()] },
+        { table: table('rec_pair_key'), keyColumn: 'id', identifiers: [email()] },
+        { table: table('rec_same_type'), keyColumn: 'id', identifiers: [email(), email('work_email')] },
+      ],
+    });
+    const { rows } = await db.query(
+      `select r.source_table || ' ' || r.record_key || ' ' || n.id_value as record
+       from idg_records.identity_records r join idg_records.identity_nodes n on n.node_id = r.node_id`,
+    );
+    expect(rows.map((r) => r.record).sort()).toEqual(
+      [
+        'qt.rec_unique 1 a@r.io',
+        'qt.rec_unique 1 5551000001',
+        'qt.rec_unique 2 b@r.io',
+        'qt.rec_no_index 1 a@r.io',
+        'qt.rec_no_index 2 c@r.io',
+        'qt.rec_partial 1 d@r.io',
+        'qt.rec_partial 11 e@r.io',
+        'qt.rec_pair_key 1 f@r.io',
+        'qt.rec_same_type 1 g@r.io',
+        'qt.rec_same_type 2 h@r.io',
+        'qt.rec_same_type 2 i@r.io',
+      ].sort(),
+    );
+  });
+
   it('resolves chains of shared identifiers into one cluster and leaves the rest apart', async () => {
     const result = await resolveIdentities(db, { schema, sources, maxDegree: 3, maxClusterSize: 100 });
     const chain = Array.from({ length: 31 }, (_, i) => `email:k${i + 1}@chain.io`).sort();

@@ -154,11 +154,18 @@ async function fullBuild(
      from _id_edge e`,
     [rules, sourceTables, components.highDegree],
   );
+  const once = await sourcesWithRecordsOnce(q, options.sources);
+  const records = [
+    ...(once.length ? ['select src, record_key, node_id from _id_obs where src = any($2::smallint[])'] : []),
+    ...(once.length < options.sources.length
+      ? ['select distinct src, record_key, node_id from _id_obs where src <> all($2::smallint[])']
+      : []),
+  ];
   await q(
     `insert into ${t.records} (source_table, record_key, node_id)
      select ($1::text[])[src], record_key, node_id
-     from (select distinct src, record_key, node_id from _id_obs where record_key is not null) d`,
-    [sourceTables],
+     from (${records.join(' union all ')}) d where record_key is not null`,
+    [sourceTables, once],
   );
   await q(
     `insert into ${t.clusters} (cluster_id, size, built_at)
@@ -450,6 +457,33 @@ async function incrementalBuild(
     mode: 'incremental',
     sourceXmin,
   });
+}
+
+/**
+ * The sources (numbered from 1, as `src` in `_id_obs`) whose rows cannot bring one identifier under
+ * one record key twice, by the catalog: a key column with a unique index of its own (a constraint or
+ * not, valid, not partial) and no identifier type listed twice. Their records are loaded as staged;
+ * the others are made distinct first (0.7 s of hashing at 1.5M records).
+ */
+async function sourcesWithRecordsOnce(q: Query, sources: ResolveOptions['sources']): Promise<number[]> {
+  const candidates = sources.flatMap((source, i) => {
+    const types = source.identifiers.map((id) => id.type);
+    return source.keyColumn && new Set(types).size === types.length ? [i] : [];
+  });
+  if (!candidates.length) return [];
+  const { rows } = await q(
+    `select t.src from unnest($1::text[], $2::text[], $3::int[]) t(quoted, key_column, src)
+     where exists (select 1 from pg_index x
+       join pg_attribute a on a.attrelid = x.indrelid and a.attnum = x.indkey[0]
+       where x.indrelid = to_regclass(t.quoted) and x.indisunique and x.indisvalid and x.indnkeyatts = 1
+         and x.indpred is null and a.attname = t.key_column)`,
+    [
+      candidates.map((i) => qualified(sources[i].table)),
+      candidates.map((i) => sources[i].keyColumn),
+      candidates.map((i) => i + 1),
+    ],
+  );
+  return rows.map((row) => Number(row.src));
 }
 
 /** Transaction ids further apart than this no longer compare by `age()` (which wraps at 2^31). */
