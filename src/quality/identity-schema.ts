@@ -292,19 +292,35 @@ export async function createIdentitySchema(runner: SqlRunner, schema: string): P
   });
 }
 
+/**
+ * A normaliser in two steps: the cleaned text, and the condition a cleaned value must meet to be an
+ * identifier (null: every non-null one is). Staging computes the cleaned text once per column, below
+ * a window that keeps the planner from copying the expression into the condition (email and phone
+ * computed it twice: 0.2 s each at a million identifiers).
+ */
+function normalizerSteps(normalizer: Normalizer): {
+  clean: (text: string) => string;
+  accept: ((cleaned: string) => string) | null;
+} {
+  if (normalizer === 'email')
+    return {
+      clean: (text) => `lower(btrim(${text}))`,
+      accept: (e) => `${e} ~ '^[^@[:space:]]+@[^@[:space:]]+$'`,
+    };
+  if (normalizer === 'phone')
+    return {
+      // Deletes every character that is not a digit: twice as fast as regexp_replace(.., '[^0-9]', '', 'g').
+      clean: (text) => `translate(${text}, translate(${text}, '0123456789', ''), '')`,
+      // Fewer than 6 digits is a placeholder ("0", "n/a" stripped to nothing), not a phone number.
+      accept: (digits) => `length(${digits}) >= 6`,
+    };
+  return { clean: (text) => `nullif(btrim(${text}), '')`, accept: null };
+}
+
 export function normalizeSql(expression: string, normalizer: Normalizer): string {
-  const text = `${expression}::text`;
-  if (normalizer === 'email') {
-    const e = `lower(btrim(${text}))`;
-    return `case when ${e} ~ '^[^@[:space:]]+@[^@[:space:]]+$' then ${e} end`;
-  }
-  if (normalizer === 'phone') {
-    // Fewer than 6 digits is a placeholder ("0", "n/a" stripped to nothing), not a phone number.
-    // Deletes every character that is not a digit: twice as fast as regexp_replace(.., '[^0-9]', '', 'g').
-    const digits = `translate(${text}, translate(${text}, '0123456789', ''), '')`;
-    return `case when length(${digits}) >= 6 then ${digits} end`;
-  }
-  return `nullif(btrim(${text}), '')`;
+  const { clean, accept } = normalizerSteps(normalizer);
+  const cleaned = clean(`${expression}::text`);
+  return accept ? `case when ${accept(cleaned)} then ${cleaned} end` : cleaned;
 }
 
 function defaultNormalizer(type: string): Normalizer {
@@ -345,12 +361,17 @@ export function stageSelectSql(
 ): string {
   if (source.identifiers.length === 0)
     throw new Error(`Source ${source.table.name} has no identifier columns`);
+  const steps = source.identifiers.map((id) => normalizerSteps(id.normalize ?? defaultNormalizer(id.type)));
   const projections = source.identifiers.map(
-    (id, i) => `${normalizeSql(quoteIdent(id.column), id.normalize ?? defaultNormalizer(id.type))} as v${i}`,
+    (id, i) => `${steps[i].clean(`${quoteIdent(id.column)}::text`)} as v${i}`,
   );
   const key = source.keyColumn ? `${quoteIdent(source.keyColumn)}::text` : 'null::text';
   const typeOf = (type: string) => (typeNumbers ? `${typeNumbers.get(type)}::smallint` : quoteLiteral(type));
-  const values = source.identifiers.map((id, i) => `(${typeOf(id.type)}, r.v${i})`).join(', ');
+  const accepted = (i: number) => {
+    const accept = steps[i].accept;
+    return accept ? `case when ${accept(`r.v${i}`)} then r.v${i} end` : `r.v${i}`;
+  };
+  const values = source.identifiers.map((id, i) => `(${typeOf(id.type)}, ${accepted(i)})`).join(', ');
   return (
     `select ${index + 1}${typeNumbers ? '::smallint' : ''} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
     `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
