@@ -9,7 +9,8 @@ import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type Tab
  *                    then to the source listed first (the default rule)
  *   most_recent      the value of the record with the latest timestamp (the source's timestamp column)
  *   source_priority  the value from the first source in the priority list that has one
- *   first_non_null   the first value in source order, then record key order
+ *   first_non_null   the first value in source order, then record key order (byte order, as
+ *                    the graph's records compare their keys)
  *
  * A record belongs to the cluster of its identifiers; identifiers flagged by the runaway-merge
  * guards (high degree, oversized component) do not place a record anywhere.
