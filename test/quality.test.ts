@@ -443,22 +443,31 @@ describe('identity graph', () => {
     await db.query(`insert into qt.rec_pair_key values (1, 'eu', 'f@r.io'), (1, 'us', 'F@r.io')`);
     await db.query(`create table qt.rec_same_type (id int primary key, email text, work_email text)`);
     await db.query(`insert into qt.rec_same_type values (1, 'g@r.io', 'G@r.io'), (2, 'h@r.io', 'i@r.io')`);
+    // Two keys the index tells apart whose text is the same at extra_float_digits 0.
+    await db.query(`create table qt.rec_float (k float8 primary key, email text)`);
+    await db.query(`insert into qt.rec_float values (0.1::float8 + 0.2::float8, 'j@r.io'), (0.3, 'j@r.io')`);
     const email = (column = 'email') => ({ column, type: 'email' });
     const table = (name: string) => ({ schema: 'qt', name });
-    await resolveIdentities(db, {
-      schema: 'idg_records',
-      sources: [
-        {
-          table: table('rec_unique'),
-          keyColumn: 'id',
-          identifiers: [email(), { column: 'phone', type: 'phone' }],
-        },
-        { table: table('rec_no_index'), keyColumn: 'id', identifiers: [email()] },
-        { table: table('rec_partial'), keyColumn: 'id', identifiers: [email()] },
-        { table: table('rec_pair_key'), keyColumn: 'id', identifiers: [email()] },
-        { table: table('rec_same_type'), keyColumn: 'id', identifiers: [email(), email('work_email')] },
-      ],
-    });
+    await db.query('set extra_float_digits = 0');
+    try {
+      await resolveIdentities(db, {
+        schema: 'idg_records',
+        sources: [
+          {
+            table: table('rec_unique'),
+            keyColumn: 'id',
+            identifiers: [email(), { column: 'phone', type: 'phone' }],
+          },
+          { table: table('rec_no_index'), keyColumn: 'id', identifiers: [email()] },
+          { table: table('rec_partial'), keyColumn: 'id', identifiers: [email()] },
+          { table: table('rec_pair_key'), keyColumn: 'id', identifiers: [email()] },
+          { table: table('rec_same_type'), keyColumn: 'id', identifiers: [email(), email('work_email')] },
+          { table: table('rec_float'), keyColumn: 'k', identifiers: [email()] },
+        ],
+      });
+    } finally {
+      await db.query('reset extra_float_digits');
+    }
     const { rows } = await db.query(
       `select r.source_table || ' ' || r.record_key || ' ' || n.id_value as record
        from idg_records.identity_records r join idg_records.identity_nodes n on n.node_id = r.node_id`,
@@ -476,6 +485,7 @@ describe('identity graph', () => {
         'qt.rec_same_type 1 g@r.io',
         'qt.rec_same_type 2 h@r.io',
         'qt.rec_same_type 2 i@r.io',
+        'qt.rec_float 0.3 j@r.io',
       ].sort(),
     );
   });
