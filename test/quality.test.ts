@@ -391,10 +391,11 @@ describe('identity graph', () => {
     ]);
   });
 
-  it('moves the records of a graph created earlier to byte-wise columns, its view kept', async () => {
+  it('moves the text columns of a graph created earlier to byte-wise ones, its view kept', async () => {
     const earlier = 'idg_collation';
     await createIdentitySchema(db, earlier);
-    // The layout graphs were created with before: the records' columns in the database's collation.
+    // The layout graphs were created with before: text columns in the database's collation, and the
+    // identifiers keyed by type first.
     const view = await db.query(`select pg_get_viewdef($1::regclass) as sql`, [
       `${earlier}.identity_profiles`,
     ]);
@@ -403,23 +404,35 @@ describe('identity graph', () => {
       `alter table ${earlier}.identity_records alter column source_table type text collate "default",
          alter column record_key type text collate "default"`,
     );
+    await db.query(
+      `alter table ${earlier}.identity_nodes alter column id_type type text collate "default",
+         alter column id_value type text collate "default",
+         drop constraint identity_nodes_id_value_id_type_key,
+         add constraint identity_nodes_id_type_id_value_key unique (id_type, id_value)`,
+    );
     await db.query(`create view ${earlier}.identity_profiles as ${view.rows[0].sql}`);
     const collations = async () =>
       (
         await db.query(
-          `select column_name, coalesce(collation_name, 'default') as collation from information_schema.columns
-           where table_schema = $1 and table_name = 'identity_records' and data_type = 'text' order by 1`,
+          `select table_name || '.' || column_name || ' ' || coalesce(collation_name, 'default') as c
+           from information_schema.columns
+           where table_schema = $1 and table_name in ('identity_records', 'identity_nodes')
+             and data_type = 'text' and column_name <> 'flagged' order by 1`,
           [earlier],
         )
-      ).rows;
+      ).rows.map((r) => r.c);
     expect(await collations()).toEqual([
-      { column_name: 'record_key', collation: 'default' },
-      { column_name: 'source_table', collation: 'default' },
+      'identity_nodes.id_type default',
+      'identity_nodes.id_value default',
+      'identity_records.record_key default',
+      'identity_records.source_table default',
     ]);
     await createIdentitySchema(db, earlier);
     expect(await collations()).toEqual([
-      { column_name: 'record_key', collation: 'C' },
-      { column_name: 'source_table', collation: 'C' },
+      'identity_nodes.id_type C',
+      'identity_nodes.id_value C',
+      'identity_records.record_key C',
+      'identity_records.source_table C',
     ]);
     await resolveIdentities(db, { schema: earlier, sources: sources.slice(0, 1) });
     const profile = await db.query(
@@ -427,6 +440,12 @@ describe('identity graph', () => {
        on n.cluster_id = p.cluster_id where n.id_value = 'bob@example.com'`,
     );
     expect(Number(profile.rows[0].records)).toBe(1);
+    // The full build replaced the earlier key by the one it loads in order.
+    const keys = await db.query(
+      `select conname::text as name from pg_constraint where conrelid = $1::regclass and contype = 'u'`,
+      [`${earlier}.identity_nodes`],
+    );
+    expect(keys.rows).toEqual([{ name: 'identity_nodes_id_value_id_type_key' }]);
   });
 
   it('records each identifier of a record once, whether the catalog vouches for the key or not', async () => {

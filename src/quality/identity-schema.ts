@@ -112,12 +112,12 @@ function identitySchemaStatements(schema: string): string[] {
     `create schema if not exists ${quoteIdent(schema)}`,
     `create table if not exists ${t.nodes} (
       node_id bigint primary key,
-      id_type text not null,
-      id_value text not null,
+      id_type text collate "C" not null,
+      id_value text collate "C" not null,
       cluster_id bigint not null,
       degree integer not null default 0,
       flagged text check (flagged in ('high_degree', 'oversized_cluster')),
-      unique (id_type, id_value))`,
+      constraint ${IDENTIFIER_KEY[0]} ${IDENTIFIER_KEY[1]})`,
     `create index if not exists ${quoteIdent(`${prefix}_identity_nodes_cluster`)} on ${t.nodes} (cluster_id)`,
     `create table if not exists ${t.edges} (
       node_a bigint not null,
@@ -194,6 +194,21 @@ function profilesViewStatement(schema: string): string {
  */
 const RECORDS_KEY = '(record_key, source_table, node_id)';
 
+/**
+ * One node per identifier, in the order a full build numbers them (value, then type, byte-wise), so
+ * that the key builds from sorted rows; lookups give both.
+ */
+const IDENTIFIER_KEY = ['identity_nodes_id_value_id_type_key', 'unique (id_value, id_type)'] as const;
+
+/** The key graphs created before had instead (dropped by the next full build). */
+const EARLIER_IDENTIFIER_KEY = 'identity_nodes_id_type_id_value_key';
+
+/** Text columns of the graph compared byte-wise ("C"); graphs created earlier get them by create-schema. */
+const BYTEWISE_COLUMNS = [
+  ['identity_records', ['source_table', 'record_key']],
+  ['identity_nodes', ['id_type', 'id_value']],
+] as const;
+
 /** The keys and indexes of the graph's tables, as `create` made them (names are PostgreSQL's defaults). */
 function keyDefinitions(schema: string) {
   const t = names(schema);
@@ -202,7 +217,7 @@ function keyDefinitions(schema: string) {
   return {
     constraints: [
       [t.nodes, 'identity_nodes_pkey', 'primary key (node_id)'],
-      [t.nodes, 'identity_nodes_id_type_id_value_key', 'unique (id_type, id_value)'],
+      [t.nodes, ...IDENTIFIER_KEY],
       [t.edges, 'identity_edges_pkey', 'primary key (node_a, node_b, rule, source_table)'],
       [t.records, 'identity_records_pkey', `primary key ${RECORDS_KEY}`],
       [t.clusters, 'identity_clusters_pkey', 'primary key (cluster_id)'],
@@ -219,7 +234,7 @@ export function dropKeysStatements(schema: string): string[] {
   const { constraints, indexes } = keyDefinitions(schema);
   return [
     ...indexes.map(([name]) => `drop index if exists ${name}`),
-    ...constraints.map(
+    ...[...constraints, [names(schema).nodes, EARLIER_IDENTIFIER_KEY]].map(
       ([table, name]) => `alter table ${table} drop constraint if exists ${quoteIdent(name)}`,
     ),
   ];
@@ -266,10 +281,17 @@ export async function createIdentitySchema(runner: SqlRunner, schema: string): P
       `select to_regclass($1) is not null as view,
          array(select attname::text from pg_attribute where attrelid = to_regclass($2) and not attisdropped)
            as columns,
-         not exists (select 1 from pg_attribute where attrelid = to_regclass($3)
-           and attname in ('source_table', 'record_key') and attcollation <> 'pg_catalog."C"'::regcollation)
-           as records_in_c`,
-      [t.profiles, t.runs, t.records],
+         array(select c.relname::text from pg_attribute a join pg_class c on c.oid = a.attrelid
+           join unnest($3::text[], $4::text[]) b(tab, col) on b.tab = c.relname and b.col = a.attname
+           where c.relnamespace = to_regnamespace($5) and a.attcollation <> 'pg_catalog."C"'::regcollation)
+           as not_bytewise`,
+      [
+        t.profiles,
+        t.runs,
+        BYTEWISE_COLUMNS.flatMap(([table, columns]) => columns.map(() => table)),
+        BYTEWISE_COLUMNS.flatMap(([, columns]) => columns),
+        quoteIdent(schema),
+      ],
     );
     const present = new Set(rows[0].columns as string[]);
     const missing = RUN_COLUMNS_ADDED_LATER.filter(([name]) => !present.has(name));
@@ -278,14 +300,18 @@ export async function createIdentitySchema(runner: SqlRunner, schema: string): P
         `alter table ${t.runs} ${missing.map(([name, type]) => `add column ${name} ${type}`).join(', ')}`,
       );
     let view = rows[0].view as boolean;
-    if (!rows[0].records_in_c) {
-      // Graphs created before the records' columns compared byte-wise: once, and the view that reads
+    const notBytewise = new Set(rows[0].not_bytewise as string[]);
+    if (notBytewise.size) {
+      // Graphs created before their text columns compared byte-wise: once, and the view that reads
       // them must go while their type changes.
       await runner.query(`drop view if exists ${t.profiles}`);
-      await runner.query(
-        `alter table ${t.records} alter column source_table type text collate "C",
-           alter column record_key type text collate "C"`,
-      );
+      for (const [table, columns] of BYTEWISE_COLUMNS)
+        if (notBytewise.has(table))
+          await runner.query(
+            `alter table ${quoteIdent(schema)}.${table} ${columns
+              .map((column) => `alter column ${column} type text collate "C"`)
+              .join(', ')}`,
+          );
       view = false;
     }
     if (!view) await runner.query(profilesViewStatement(schema));
