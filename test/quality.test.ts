@@ -465,6 +465,11 @@ describe('identity graph', () => {
     // Two keys the index tells apart whose text is the same at extra_float_digits 0.
     await db.query(`create table qt.rec_float (k float8 primary key, email text)`);
     await db.query(`insert into qt.rec_float values (0.1::float8 + 0.2::float8, 'j@r.io'), (0.3, 'j@r.io')`);
+    // A table another inherits from: reading it reads the child's rows, which its key does not cover.
+    await db.query(`create table qt.rec_parent (id int primary key, email text)`);
+    await db.query(`create table qt.rec_child () inherits (qt.rec_parent)`);
+    await db.query(`insert into qt.rec_parent values (1, 'k@r.io')`);
+    await db.query(`insert into qt.rec_child values (1, 'k@r.io')`);
     const email = (column = 'email') => ({ column, type: 'email' });
     const table = (name: string) => ({ schema: 'qt', name });
     await db.query('set extra_float_digits = 0');
@@ -482,6 +487,7 @@ describe('identity graph', () => {
           { table: table('rec_pair_key'), keyColumn: 'id', identifiers: [email()] },
           { table: table('rec_same_type'), keyColumn: 'id', identifiers: [email(), email('work_email')] },
           { table: table('rec_float'), keyColumn: 'k', identifiers: [email()] },
+          { table: table('rec_parent'), keyColumn: 'id', identifiers: [email()] },
         ],
       });
     } finally {
@@ -505,6 +511,7 @@ describe('identity graph', () => {
         'qt.rec_same_type 2 h@r.io',
         'qt.rec_same_type 2 i@r.io',
         'qt.rec_float 0.3 j@r.io',
+        'qt.rec_parent 1 k@r.io',
       ].sort(),
     );
   });
