@@ -16,9 +16,10 @@
  * default and once with IDENTITY_IN_PROCESS_IDENTIFIERS at half the graph (contracted in the
  * warehouse, finished in the server's process, as graphs over the limit are).
  * Then 1% new people are added and the incremental build is timed against the full one, on a graph
- * with planner statistics (as autovacuum leaves it); they are removed again before the baseline runs. Elapsed times and the CPU time of the server process and of
- * this one are printed (the CPU figures move less when other work shares the machine; parallel index
- * build workers of the server are not counted), with the peak RSS of this process during our builds.
+ * with planner statistics (as autovacuum leaves it); they are removed again before the baseline
+ * runs. Elapsed times and the CPU time of the server process and of this one are printed (the CPU
+ * figures move less when other work shares the machine; parallel index build workers of the server
+ * are not counted), with the peak RSS of this process during our builds.
  *
  * Last line: `identity: <seconds> s for <n> identifiers; ratio <r> of baseline`.
  */
@@ -264,8 +265,9 @@ export async function runIdentityBench() {
     };
     // Ours first, so that the peak memory sampled is ours and not the baseline's Map of strings:
     // the build with its components in the warehouse only (limit 0: what this process holds when it
-    // holds nothing of the graph) before anything else grows this process, then the default build (warm-up, two measured
-    // builds) and the incremental one; the baseline (warm-up, two measured runs) last, on the same rows.
+    // holds nothing of the graph) before anything else grows this process, then the default build
+    // (warm-up, two measured builds) and the incremental one; the baseline (warm-up, two measured
+    // runs) last, on the same rows.
     const rssBefore = process.memoryUsage().rss;
     peakRss = rssBefore;
     const inWarehouse = await resolveIdentities(runner, { ...options, inProcessLimit: 0 });

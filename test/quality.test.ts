@@ -1047,6 +1047,44 @@ describe('identity graph', () => {
     });
   });
 
+  it('falls back to a full build when new records merge clusters past the size limit', async () => {
+    const options = {
+      schema: 'idg_incr_size',
+      sources: [
+        {
+          table: { schema: 'qt', name: 'sized' },
+          keyColumn: 'id',
+          identifiers: [
+            { column: 'email', type: 'email' },
+            { column: 'phone', type: 'phone' },
+          ],
+        },
+      ],
+      maxDegree: 10,
+      maxClusterSize: 4,
+    };
+    // Two people of two identifiers each, and a third of one.
+    await db.query('create table qt.sized (id int primary key, email text, phone text)');
+    await db.query(`insert into qt.sized values
+      (1, 'a@s.io', '555 100 0001'), (2, 'b@s.io', '555 100 0002'), (3, 'c@s.io', null)`);
+    expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 3, largest_cluster: 2 });
+    // Joins the first two: a cluster of 4, at the limit, merged incrementally.
+    await db.query(`insert into qt.sized values (4, 'a@s.io', '555 100 0002')`);
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'incremental',
+      clusters: 2,
+      largest_cluster: 4,
+    });
+    // Joins the third to them: 5 identifiers, over the limit, which only a full build handles.
+    await db.query(`insert into qt.sized values (5, 'c@s.io', '555 100 0001')`);
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'full',
+      full_reason: 'cluster_limit_crossed',
+      oversized_components: 1,
+      largest_oversized_component: 5,
+    });
+  });
+
   it('builds golden records by each survivorship rule, with the record each value came from', async () => {
     await db.query(
       'create table qt.gr_a (id text primary key, email text, name text, city text, updated_at timestamptz)',
