@@ -23,6 +23,11 @@ class PairList {
   #data: Int32Array;
   length = 0;
 
+  /** The pairs' storage (a, b, a, b, …), for `release`. */
+  get data(): Int32Array {
+    return this.#data;
+  }
+
   /** `capacity` pairs are held without growing (a list that grows doubles, and holds both copies meanwhile). */
   constructor(capacity = 1 << 15) {
     this.#data = new Int32Array(Math.max(1, capacity) * 2);
@@ -151,7 +156,19 @@ function connectedComponents(
       oversized[i] = 1;
     } else label[i] = -mark;
   }
+  release(size);
   return { label, degree, oversized, oversizedComponents, largestOversized };
+}
+
+/**
+ * Frees the memory of typed arrays that are no longer read, now: an array unreachable is freed only
+ * by V8's next major collection, which an idle server may not run for the rest of the build (the
+ * process waits on the warehouse meanwhile), so a million nodes' arrays (~25 MB) stayed in its RSS
+ * until then. Transferring the buffer to a zero-length one releases it at once and leaves the
+ * array empty.
+ */
+function release(...arrays: ArrayBufferView[]) {
+  for (const array of arrays) (array.buffer as ArrayBuffer).transfer(0);
 }
 
 /** The distinct node pairs out of `_id_edge`, read by COPY into the union-find. */
@@ -169,11 +186,13 @@ export async function componentsInProcess(
   // The distinct pairs are at most the rows of `_id_edge` (a pair per source that saw it).
   const pairs = await readPairs(runner.copyOut(PAIRS_COPY), edgeRows);
   const components = connectedComponents(nodeCount, pairs, limits);
+  release(pairs.data);
   await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
   const highDegree: number[] = [];
   components.degree.forEach((d, node) => {
     if (d > limits.maxDegree) highDegree.push(node);
   });
+  release(components.label, components.degree, components.oversized);
   return {
     oversizedComponents: components.oversizedComponents,
     largestOversized: components.largestOversized,
@@ -189,16 +208,24 @@ export async function componentsInProcess(
  */
 export async function labelBySmallestMember(runner: CopyOutRunner, pairsCopy: string, nodeCount: number) {
   const pairs = await readPairs(runner.copyOut(pairsCopy));
-  const { label } = connectedComponents(nodeCount, pairs, { maxDegree: Infinity, maxClusterSize: Infinity });
+  const { label, degree, oversized } = connectedComponents(nodeCount, pairs, {
+    maxDegree: Infinity,
+    maxClusterSize: Infinity,
+  });
+  release(pairs.data, degree, oversized);
   await runner.query('create temp table _cc_settled (i int not null, label int not null) on commit drop');
-  const rows = new IntRowBatches(
+  // A node labelled by itself is sent as 0 and not kept.
+  const rows = new NodeBatches(
     (sql, params) => runner.query(sql, params),
     `insert into _cc_settled
-     select * from unnest(string_to_array($1, ',')::int[], string_to_array($2, ',')::int[])`,
-    2,
+     select $1::int + l.ord::int - 1, l.label
+     from unnest(string_to_array($2, ',')::int[]) with ordinality l(label, ord)
+     where l.label <> 0`,
+    1,
   );
-  for (let i = 1; i < label.length; i++) if (label[i] !== i) await rows.add(i, label[i]);
+  for (let i = 1; i < label.length; i++) if (rows.add(label[i] === i ? 0 : label[i])) await rows.flush();
   await rows.flush();
+  release(label);
   return '_cc_settled';
 }
 
@@ -219,78 +246,85 @@ class IntListText {
       this.#bytes[this.#length++] = 45;
       n = -n;
     }
-    const start = this.#length;
+    let digits = 1;
+    for (let rest = n; rest >= 10; rest = Math.floor(rest / 10)) digits++;
+    this.#length += digits;
+    let at = this.#length;
     do {
-      this.#bytes[this.#length++] = 48 + (n % 10);
+      this.#bytes[--at] = 48 + (n % 10);
       n = Math.floor(n / 10);
     } while (n > 0);
-    this.#bytes.subarray(start, this.#length).reverse();
   }
 
   /**
    * The text so far as bytes, emptied for the next batch. node-postgres sends a Buffer parameter in
    * binary format, which for a text parameter is its bytes: the batch never becomes a JS string
    * (megabyte strings that survive a scavenge while their statement runs made V8 grow the young
-   * generation by ~30 MB).
+   * generation by ~30 MB). The bytes are a view of the reused buffer, not a copy: they hold until
+   * the next `push`, which comes after the statement that sends them has returned.
    */
   take(): Buffer {
-    const bytes = Buffer.from(this.#bytes.subarray(0, this.#length));
+    const bytes = this.#bytes.subarray(0, this.#length);
     this.#length = 0;
     return bytes;
   }
 }
 
 /**
- * Rows of integers sent to one statement `LABEL_BATCH` rows at a time, each column as the text
- * parameter $1, $2, … (then `params`): the process holds one batch whatever the number of rows.
+ * Values of the nodes 1, 2, 3, … in order, sent to one statement `LABEL_BATCH` nodes at a time: $1
+ * is the batch's first node, $2 (and $3) its columns as comma-separated text, then `params`. A
+ * node's id is its position, so it is not sent (half the bytes of sending it), and the process
+ * holds one batch whatever the number of nodes.
  */
-class IntRowBatches {
+class NodeBatches {
   #q: (sql: string, params?: unknown[]) => Promise<unknown>;
   #statement: string;
   #columns: IntListText[];
   #params: unknown[];
+  #next = 1;
   #count = 0;
 
   constructor(
     q: (sql: string, params?: unknown[]) => Promise<unknown>,
     statement: string,
-    columns: number,
+    columns: 1 | 2,
     params: unknown[] = [],
   ) {
-    if (columns < 2 || columns > 4) throw new Error('IntRowBatches takes 2 to 4 columns');
     this.#q = q;
     this.#statement = statement;
     this.#columns = Array.from({ length: columns }, () => new IntListText(LABEL_BATCH));
     this.#params = params;
   }
 
-  /** One row: as many values as columns (fixed arguments, so that no array is made per row). */
-  async add(a: number, b: number, c = 0, d = 0) {
-    const columns = this.#columns;
-    columns[0].push(a);
-    columns[1].push(b);
-    if (columns.length > 2) columns[2].push(c);
-    if (columns.length > 3) columns[3].push(d);
-    if (++this.#count >= LABEL_BATCH) await this.flush();
+  /**
+   * The next node's values (fixed arguments, so that no array is made per node). True when the
+   * batch is full and must be flushed before the next node: not an async method, which would make a
+   * promise per node.
+   */
+  add(a: number, b = 0): boolean {
+    this.#columns[0].push(a);
+    if (this.#columns.length > 1) this.#columns[1].push(b);
+    return ++this.#count >= LABEL_BATCH;
   }
 
   async flush() {
     if (!this.#count) return;
+    const first = this.#next;
+    this.#next += this.#count;
     this.#count = 0;
-    await this.#q(this.#statement, [...this.#columns.map((column) => column.take()), ...this.#params]);
+    await this.#q(this.#statement, [first, ...this.#columns.map((column) => column.take()), ...this.#params]);
   }
 }
-
-/** `flagged` by the code sent for it (0: none). */
-const FLAGS = [null, 'high_degree', 'oversized_cluster'];
 
 /**
  * `_id_label`: cluster, degree and flag of every node that has a neighbour (the others are
  * singletons with degree 0), sent as comma-separated text arrays: no COPY FROM, which not every
- * warehouse front end carries, and one statement per batch. The text is written straight from the
- * typed arrays into reused buffers, so the process holds one batch of text whatever the graph's
- * size (JS arrays of numbers and joined strings made the process grow by ~100 MB at a million
- * nodes). The table has no key: it is read once, by a hash join.
+ * warehouse front end carries, and one statement per batch. Each node is sent as its cluster (0 when
+ * its component was too large to merge: it is its own) and its degree; the flags follow from those
+ * in SQL. The text is written straight from the typed arrays into reused buffers, and node-postgres
+ * copies each statement's parameters into new buffers that only a garbage collection frees, so the
+ * bytes sent are what the process grows by while the labels go out (~10 MB at a million nodes).
+ * The table has no key: it is read once, by a hash join.
  */
 async function writeLabels(
   q: (sql: string, params?: unknown[]) => Promise<unknown>,
@@ -302,18 +336,22 @@ async function writeLabels(
        flagged text) on commit drop`,
   );
   const { label, degree, oversized } = components;
-  const rows = new IntRowBatches(
+  const rows = new NodeBatches(
     q,
     `insert into _id_label
-     select l.node_id, l.cluster_id, l.degree, ($5::text[])[l.flag + 1]
-     from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[],
-       string_to_array($3, ',')::int[], string_to_array($4, ',')::int[]) l(node_id, cluster_id, degree, flag)`,
-    4,
-    [FLAGS],
+     select n.id, case when l.cluster = 0 then n.id else l.cluster end, l.degree,
+       case when l.degree > $4 then 'high_degree' when l.cluster = 0 then 'oversized_cluster' end
+     from unnest(string_to_array($2, ',')::bigint[], string_to_array($3, ',')::int[])
+       with ordinality l(cluster, degree, ord)
+     cross join lateral (select $1::bigint + l.ord - 1 as id) n
+     where l.degree > 0`,
+    2,
+    [maxDegree],
   );
   for (let i = 1; i < label.length; i++) {
-    if (degree[i] === 0) continue;
-    await rows.add(i, label[i], degree[i], degree[i] > maxDegree ? 1 : oversized[i] ? 2 : 0);
+    // A singleton's values are dropped by the statement: the shortest text stands for them.
+    const cluster = degree[i] === 0 || oversized[i] ? 0 : label[i];
+    if (rows.add(cluster, degree[i])) await rows.flush();
   }
   await rows.flush();
 }
