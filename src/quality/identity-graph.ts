@@ -188,9 +188,9 @@ async function fullBuild(
 }
 
 /**
- * Graphs up to this many identifiers get their components in the job's process: the union-find's
- * arrays, the pair list and the label batches grew a process by 30–37 MB at 1M (44–53 MB for a
- * server running the whole job), so about 50 MB at this size. Larger graphs are contracted in the
+ * Graphs up to this many identifiers get their components in the job's process: the pairs copied
+ * out, the union-find's arrays and the label batches grow a server running the whole job by 45–60 MB
+ * at 1M (to 262–274 MB at its peak), so about 50 MB at this size. Larger graphs are contracted in the
  * warehouse until at most this many nodes are left, which this process then finishes, so the
  * process never holds more than this limit's worth whatever the graph's size.
  */
