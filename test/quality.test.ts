@@ -791,6 +791,58 @@ describe('identity graph', () => {
     }
   });
 
+  it('labels a graph larger than one label batch and one copied row of pairs, in the process as in the warehouse', async () => {
+    // 110,000 identifiers (the labels go back 100,000 nodes a batch; the pairs come out in rows of
+    // 8,192 first nodes), each linked to the one a permutation sends it to: components are the
+    // permutation's cycles, of many sizes.
+    const n = 110_000;
+    const image = (i: number) => (i * 7919) % n;
+    await db.query('create table qt.cycles (a text, b text)');
+    await db.query(
+      `insert into qt.cycles select 'w' || i || '@wide.io', 'w' || (i * 7919) % $1 || '@wide.io'
+       from generate_series(0, $1 - 1) i`,
+      [n],
+    );
+    const root = new Int32Array(n).map((_, i) => i);
+    const find = (x: number): number => (root[x] === x ? x : (root[x] = find(root[x])));
+    for (let i = 0; i < n; i++) root[find(i)] = find(image(i));
+    const expected = new Map<number, string[]>();
+    for (let i = 0; i < n; i++) expected.set(find(i), [...(expected.get(find(i)) ?? []), `w${i}@wide.io`]);
+    const canon = (groups: string[][]) => groups.map((g) => [...g].sort().join(' ')).sort();
+    const options = {
+      sources: [
+        {
+          table: { schema: 'qt', name: 'cycles' },
+          identifiers: [
+            { column: 'a', type: 'email' },
+            { column: 'b', type: 'email' },
+          ],
+        },
+      ],
+      maxClusterSize: n,
+    };
+    const clusters = async (schema: string) =>
+      (
+        await db.query(
+          `select array_agg(id_value) as members, min(node_id)::int as smallest, min(cluster_id)::int as cluster
+           from ${schema}.identity_nodes group by cluster_id`,
+        )
+      ).rows;
+    for (const [schema, inProcessLimit, componentsIn] of [
+      ['idg_cycles_p', undefined, 'process'],
+      ['idg_cycles_w', 0, 'warehouse'],
+      // Contracted once, the rest finished in the process.
+      ['idg_cycles_both', n - 1, 'warehouse'],
+    ] as const) {
+      const result = await resolveIdentities(db, { ...options, schema, inProcessLimit });
+      expect(result).toMatchObject({ identifiers: n, components_in: componentsIn });
+      const got = await clusters(schema);
+      expect(canon(got.map((c) => c.members))).toEqual(canon([...expected.values()]));
+      // Each cluster is labelled by its smallest node.
+      for (const c of got) expect(c.cluster).toBe(c.smallest);
+    }
+  }, 120_000);
+
   it('adds new records incrementally with the same clusters as a full rebuild', async () => {
     const incrementalSchema = 'idg_incr';
     await db.query('create table qt.incr (id int primary key, email text, phone text)');

@@ -159,8 +159,8 @@ async function finishInProcess(
   );
   const settled = await labelBySmallestMember(
     runner,
-    `copy (select x.i, y.i from ${graph} a join ${numbered.name} x on x.v = a.v
-      join ${numbered.name} y on y.v = a.w) to stdout`,
+    `select x.i, y.i from ${graph} a join ${numbered.name} x on x.v = a.v
+     join ${numbered.name} y on y.v = a.w`,
     numbered.rows,
   );
   return materialize(

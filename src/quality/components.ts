@@ -2,7 +2,7 @@ import type { CopyOutRunner } from './sql.ts';
 
 /**
  * Connected components of an identity graph whose nodes are numbered 1..n, computed in this process
- * by union-find over typed arrays: edges arrive as COPY text lines (`a\tb\n`) and are parsed
+ * by union-find over typed arrays: edges arrive by COPY as long rows of numbers and are parsed
  * straight from the bytes, so a million identifiers cost a few megabytes and no per-edge object;
  * the labels go back as `_id_label`. The same tables as components-sql.ts, which contracts graphs
  * too large for this in the warehouse until they fit, and finishes them here.
@@ -53,24 +53,33 @@ class PairList {
   }
 }
 
-/** Reads `a\tb\n` lines of non-negative integers from COPY text output, chunk by chunk. */
-async function readPairs(chunks: AsyncIterable<Buffer>, expected?: number): Promise<PairList> {
+/**
+ * The pairs of `select` (two non-negative integer columns) copied out as a few long rows of
+ * space-separated numbers, `a b a b …`, rows of node pairs grouped by the first node's high bits: a
+ * COPY of one row per pair made the COPY stream allocate a buffer slice per row (750,000 at a
+ * million identifiers), which grew the process's heap by ~20 MB until a major collection.
+ */
+async function readPairs(runner: CopyOutRunner, select: string, expected?: number): Promise<PairList> {
+  const chunks = runner.copyOut(
+    `copy (select string_agg(p.a || ' ' || p.b, ' ') from (${select}) p(a, b) group by p.a >> 13) to stdout`,
+  );
   const pairs = new PairList(expected);
   let first = 0;
   let current = 0;
-  let inSecond = false;
+  let inNumber = false;
+  let haveFirst = false;
   for await (const chunk of chunks) {
     for (let i = 0; i < chunk.length; i++) {
       const c = chunk[i];
-      if (c >= 48 && c <= 57) current = current * 10 + (c - 48);
-      else if (c === 9) {
-        first = current;
+      if (c >= 48 && c <= 57) {
+        current = current * 10 + (c - 48);
+        inNumber = true;
+      } else if (inNumber) {
+        if (haveFirst) pairs.push(first, current);
+        else first = current;
+        haveFirst = !haveFirst;
         current = 0;
-        inSecond = true;
-      } else if (c === 10) {
-        if (inSecond) pairs.push(first, current);
-        current = 0;
-        inSecond = false;
+        inNumber = false;
       }
     }
   }
@@ -171,8 +180,8 @@ function release(...arrays: ArrayBufferView[]) {
   for (const array of arrays) (array.buffer as ArrayBuffer).transfer(0);
 }
 
-/** The distinct node pairs out of `_id_edge`, read by COPY into the union-find. */
-const PAIRS_COPY = 'copy (select node_a, node_b from _id_edge group by 1, 2) to stdout';
+/** The distinct node pairs of `_id_edge`, read by COPY into the union-find. */
+const PAIRS = 'select node_a, node_b from _id_edge group by 1, 2';
 /** Labels go back in batches of this many nodes (one statement each, arrays as text parameters). */
 const LABEL_BATCH = 100_000;
 
@@ -184,7 +193,7 @@ export async function componentsInProcess(
   limits: { maxDegree: number; maxClusterSize: number },
 ): Promise<GraphComponents> {
   // The distinct pairs are at most the rows of `_id_edge` (a pair per source that saw it).
-  const pairs = await readPairs(runner.copyOut(PAIRS_COPY), edgeRows);
+  const pairs = await readPairs(runner, PAIRS, edgeRows);
   const components = connectedComponents(nodeCount, pairs, limits);
   release(pairs.data);
   await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
@@ -203,11 +212,11 @@ export async function componentsInProcess(
 
 /**
  * The components of a graph whose nodes are numbered 1..`nodeCount`, its pairs read by
- * `pairsCopy` (a COPY TO STDOUT of two integer columns), without guards: answers a temporary table
- * `_cc_settled (i, label)` of every node whose component's smallest node is another one.
+ * `pairsSelect` (a query of two non-negative integer columns), without guards: answers a temporary
+ * table `_cc_settled (i, label)` of every node whose component's smallest node is another one.
  */
-export async function labelBySmallestMember(runner: CopyOutRunner, pairsCopy: string, nodeCount: number) {
-  const pairs = await readPairs(runner.copyOut(pairsCopy));
+export async function labelBySmallestMember(runner: CopyOutRunner, pairsSelect: string, nodeCount: number) {
+  const pairs = await readPairs(runner, pairsSelect);
   const { label, degree, oversized } = connectedComponents(nodeCount, pairs, {
     maxDegree: Infinity,
     maxClusterSize: Infinity,
