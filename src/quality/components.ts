@@ -330,9 +330,10 @@ class NodeBatches {
  * singletons with degree 0), sent as comma-separated text arrays: no COPY FROM, which not every
  * warehouse front end carries, and one statement per batch. Each node is sent as its cluster (0 when
  * its component was too large to merge: it is its own) and its degree; the flags follow from those
- * in SQL. The text is written straight from the typed arrays into reused buffers, and node-postgres
- * copies each statement's parameters into new buffers that only a garbage collection frees, so the
- * bytes sent are what the process grows by while the labels go out (~10 MB at a million nodes).
+ * in SQL. The text is written straight from the typed arrays into reused buffers; node-postgres
+ * copies each statement's parameters into new buffers that only a garbage collection frees, so what
+ * the process grows by while the labels go out follows the bytes sent (~10 MB of text at a million
+ * nodes, copied a few times over).
  * The table has no key: it is read once, by a hash join.
  */
 async function writeLabels(
