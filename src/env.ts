@@ -66,8 +66,9 @@ const envSchema = z.object({
   LLM_MODE: z.enum(LLM_MODES).default('offline'),
   // A running job whose worker has not written a heartbeat for this long is retried elsewhere.
   JOB_HEARTBEAT_TIMEOUT_SECONDS: z.coerce.number().int().min(2).default(60),
-  // Identity graphs up to this many identifiers get their components in the job's process
-  // (30–50 bytes each); larger ones in the warehouse, so that the process does not grow with them.
+  // Identity graphs up to this many identifiers (and twice as many pairs) get their components in
+  // the job's process (~40 bytes each); larger ones in the warehouse, so that the process does not
+  // grow with them.
   IDENTITY_IN_PROCESS_IDENTIFIERS: z.coerce.number().int().min(0).default(DEFAULT_IN_PROCESS_LIMIT),
 });
 

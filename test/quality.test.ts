@@ -843,6 +843,38 @@ describe('identity graph', () => {
     }
   }, 120_000);
 
+  it('computes the components of a graph with many pairs per identifier in the warehouse, under the same limit', async () => {
+    // 20 records of six identifiers each: 120 identifiers, 15 pairs per record (300). The process
+    // takes a graph of at most the limit's identifiers and twice its pairs.
+    await db.query('create table qt.dense (a text, b text, c text, d text, e text, f text)');
+    await db.query(
+      `insert into qt.dense select ${['a', 'b', 'c', 'd', 'e', 'f'].map((c) => `'${c}' || r || '@d.io'`).join(', ')}
+       from generate_series(1, 20) r`,
+    );
+    const options = {
+      sources: [
+        {
+          table: { schema: 'qt', name: 'dense' },
+          identifiers: ['a', 'b', 'c', 'd', 'e', 'f'].map((column) => ({ column, type: 'email' })),
+        },
+      ],
+    };
+    const nodes = async (schema: string) =>
+      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
+        .rows;
+    const fits = await resolveIdentities(db, { ...options, schema: 'idg_dense_p', inProcessLimit: 150 });
+    const tooManyPairs = await resolveIdentities(db, {
+      ...options,
+      schema: 'idg_dense_w',
+      inProcessLimit: 130,
+    });
+    for (const result of [fits, tooManyPairs])
+      expect(result).toMatchObject({ identifiers: 120, edges: 300, clusters: 20, largest_cluster: 6 });
+    expect(fits.components_in).toBe('process');
+    expect(tooManyPairs.components_in).toBe('warehouse');
+    expect(await nodes('idg_dense_w')).toEqual(await nodes('idg_dense_p'));
+  });
+
   it('adds new records incrementally with the same clusters as a full rebuild', async () => {
     const incrementalSchema = 'idg_incr';
     await db.query('create table qt.incr (id int primary key, email text, phone text)');

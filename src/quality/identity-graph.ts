@@ -126,11 +126,20 @@ async function fullBuild(
   // Without statistics the planner expects millions of pairs and merge-joins two full sorts; with
   // them it hashes the records once (half the time at a million identifiers).
   await q('analyze _id_obs');
-  const edgeRows = (await q(EDGES_FROM_OBS)).rowCount ?? undefined;
-  const counted = await q('select coalesce(max(node_id), 0) as n from _id_obs');
-  const nodeCount = toNumber(counted.rows[0]?.n) ?? 0;
+  await q(EDGES_FROM_OBS);
+  // Counted, not taken from the statement's row count, which PGlite does not report for
+  // `create table as` (~40 ms at a million identifiers).
+  const counted = await q(
+    'select (select coalesce(max(node_id), 0) from _id_obs) as nodes, (select count(*) from _id_edge) as edges',
+  );
+  const nodeCount = toNumber(counted.rows[0]?.nodes) ?? 0;
+  const edgeRows = toNumber(counted.rows[0]?.edges) ?? 0;
   const inProcessLimit = options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT;
-  const inProcess = nodeCount <= inProcessLimit;
+  // The process holds 13 bytes per node and 8 per pair: a graph of few identifiers but many pairs
+  // (records listing dozens of identifiers) goes to the warehouse too, so that the limit bounds
+  // the process's memory whatever the graph's shape.
+  const inProcess =
+    nodeCount <= inProcessLimit && edgeRows <= IN_PROCESS_PAIRS_PER_IDENTIFIER * inProcessLimit;
   const components = inProcess
     ? await componentsInProcess(runner, nodeCount, edgeRows, { maxDegree, maxClusterSize })
     : await componentsInWarehouse(runner, { maxDegree, maxClusterSize, inProcessLimit });
@@ -189,12 +198,19 @@ async function fullBuild(
 
 /**
  * Graphs up to this many identifiers get their components in the job's process: the pairs copied
- * out, the union-find's arrays and the label batches grow a server running the whole job by 45–60 MB
- * at 1M (to 262–274 MB at its peak), so about 50 MB at this size. Larger graphs are contracted in the
- * warehouse until at most this many nodes are left, which this process then finishes, so the
- * process never holds more than this limit's worth whatever the graph's size.
+ * out, the union-find's arrays and the label batches grew a server running the whole job by ~40 MB
+ * at 1M (to ~250 MB at its peak). Larger graphs are contracted in the warehouse until what is left
+ * fits, which this process then finishes, so the process never holds more than this limit's worth
+ * whatever the graph's size.
  */
 export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
+
+/**
+ * A graph's components are computed in the process only when its edge rows (at least its distinct
+ * pairs) are at most this many times the limit: identity graphs have about one to two pairs per
+ * identifier (1.4 in the metrics benchmark's, with 17 identifiers per person).
+ */
+const IN_PROCESS_PAIRS_PER_IDENTIFIER = 2;
 
 /** Pairs of identifiers seen in one source record, from `_id_obs`. */
 const EDGES_FROM_OBS = `create temp table _id_edge on commit drop as
