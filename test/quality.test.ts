@@ -1169,6 +1169,44 @@ describe('identity graph', () => {
     });
   });
 
+  it('falls back to a full build when more new pairs than the in-process limit allows arrive', async () => {
+    // A limit of 40 identifiers lets an incremental build read 2 new pairs into the process.
+    const options = {
+      schema: 'idg_incr_pairs',
+      sources: [
+        {
+          table: { schema: 'qt', name: 'many_new' },
+          keyColumn: 'id',
+          identifiers: [
+            { column: 'email', type: 'email' },
+            { column: 'phone', type: 'phone' },
+          ],
+        },
+      ],
+      inProcessLimit: 40,
+    };
+    const people = (from: number, to: number) =>
+      db.query(
+        `insert into qt.many_new select g, 'm' || g || '@n.io', '555 300 ' || lpad(g::text, 4, '0')
+         from generate_series($1::int, $2::int) g`,
+        [from, to],
+      );
+    await db.query('create table qt.many_new (id int primary key, email text, phone text)');
+    await people(1, 10);
+    expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 10 });
+    await people(11, 12);
+    expect(await updateIdentities(db, options)).toMatchObject({ mode: 'incremental', clusters: 12 });
+    await people(13, 15);
+    const updated = await updateIdentities(db, options);
+    expect(updated).toMatchObject({
+      mode: 'full',
+      full_reason: 'too_many_new_pairs',
+      identifiers: 30,
+      edges: 15,
+      clusters: 15,
+    });
+  });
+
   it('builds golden records by each survivorship rule, with the record each value came from', async () => {
     await db.query(
       'create table qt.gr_a (id text primary key, email text, name text, city text, updated_at timestamptz)',

@@ -88,7 +88,8 @@ export type FullBuildReason =
   | 'limits_changed'
   | 'oversized_component_touched'
   | 'degree_limit_crossed'
-  | 'cluster_limit_crossed';
+  | 'cluster_limit_crossed'
+  | 'too_many_new_pairs';
 
 export const TYPE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 
