@@ -1169,8 +1169,46 @@ describe('identity graph', () => {
     });
   });
 
+  it('merges clusters chained by new records in one incremental build, each named by its smallest node', async () => {
+    const options = {
+      schema: 'idg_incr_chain',
+      sources: [
+        {
+          table: { schema: 'qt', name: 'chained' },
+          keyColumn: 'id',
+          identifiers: [
+            { column: 'email', type: 'email' },
+            { column: 'phone', type: 'phone' },
+          ],
+        },
+      ],
+    };
+    await db.query('create table qt.chained (id int primary key, email text, phone text)');
+    await db.query(`insert into qt.chained select g, 'k' || g || '@c.io', '555 400 000' || g
+      from generate_series(1, 6) g`);
+    expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 6 });
+    // Persons 1-2-3 chained by two records, 5-6 by one; and a new person.
+    await db.query(`insert into qt.chained values
+      (7, 'k1@c.io', '555 400 0002'), (8, 'k2@c.io', '555 400 0003'), (9, 'k6@c.io', '555 400 0005'),
+      (10, 'k7@c.io', null)`);
+    const added = await updateIdentities(db, options);
+    expect(added).toMatchObject({ mode: 'incremental', clusters: 4, largest_cluster: 6 });
+    const clusters = async () =>
+      (
+        await db.query(
+          `select min(node_id)::int as smallest, min(cluster_id)::int as cluster, max(cluster_id)::int as last,
+             array_agg(id_value order by id_value) as members
+           from idg_incr_chain.identity_nodes group by cluster_id order by 4`,
+        )
+      ).rows;
+    const incremental = await clusters();
+    for (const c of incremental) expect([c.cluster, c.last]).toEqual([c.smallest, c.smallest]);
+    await resolveIdentities(db, options);
+    expect((await clusters()).map((c) => c.members)).toEqual(incremental.map((c) => c.members));
+  });
+
   it('falls back to a full build when more new pairs than the in-process limit allows arrive', async () => {
-    // A limit of 40 identifiers lets an incremental build read 2 new pairs into the process.
+    // A limit of 4 lets an incremental build merge 4 new pairs in the process.
     const options = {
       schema: 'idg_incr_pairs',
       sources: [
@@ -1183,7 +1221,7 @@ describe('identity graph', () => {
           ],
         },
       ],
-      inProcessLimit: 40,
+      inProcessLimit: 4,
     };
     const people = (from: number, to: number) =>
       db.query(
@@ -1196,14 +1234,14 @@ describe('identity graph', () => {
     expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 10 });
     await people(11, 12);
     expect(await updateIdentities(db, options)).toMatchObject({ mode: 'incremental', clusters: 12 });
-    await people(13, 15);
+    await people(13, 17);
     const updated = await updateIdentities(db, options);
     expect(updated).toMatchObject({
       mode: 'full',
       full_reason: 'too_many_new_pairs',
-      identifiers: 30,
-      edges: 15,
-      clusters: 15,
+      identifiers: 34,
+      edges: 17,
+      clusters: 17,
     });
   });
 

@@ -31,17 +31,8 @@ export async function componentsInWarehouse(
   const q = (sql: string, params?: unknown[]) => runner.query(sql, params);
   // Every step writes a new temporary table and drops the one it replaces: at a million identifiers
   // rewriting the rows costs less than updating them in place (new row versions, even HOT ones).
-  let generation = 0;
-  const materialize = async (select: string, params?: unknown[]) => {
-    const name = `_cc_${++generation}`;
-    await q(`create temp table ${name} on commit drop as ${select}`, params);
-    return name;
-  };
-  // Counted, not taken from the creating statement's row count, which not every front end reports.
-  const counted = async (name: string) => {
-    const { rows } = await q(`select count(*)::bigint as n from ${name}`);
-    return { name, rows: Number(rows[0].n) };
-  };
+  const tables = temporaryTables(runner, '_cc');
+  const { materialize, counted } = tables;
   const pairs = await materialize('select node_a as v, node_b as w from _id_edge group by 1, 2');
   // Each node's degree and the smallest node among it and its neighbours: the first round's
   // pointers, when no pair is left out for a node over the degree limit.
@@ -87,7 +78,7 @@ export async function componentsInWarehouse(
     await q(`analyze ${graph.name}`);
     // Twice its pairs bounds the graph's nodes.
     if (graph.rows * 2 <= options.inProcessLimit) {
-      await regroup(await finishInProcess(runner, graph.name, materialize, counted));
+      await regroup(await labelInProcess(runner, graph.name, tables));
       break;
     }
     let labels =
@@ -141,16 +132,33 @@ export async function componentsInWarehouse(
   };
 }
 
+/** Temporary tables `<prefix>_1`, `<prefix>_2`, … of one transaction, made from queries. */
+export function temporaryTables(runner: CopyOutRunner, prefix: string) {
+  let generation = 0;
+  return {
+    async materialize(select: string, params?: unknown[]) {
+      const name = `${prefix}_${++generation}`;
+      await runner.query(`create temp table ${name} on commit drop as ${select}`, params);
+      return name;
+    },
+    /** Counted, not taken from the creating statement's row count, which not every front end reports. */
+    async counted(name: string) {
+      const { rows } = await runner.query(`select count(*)::bigint as n from ${name}`);
+      return { name, rows: Number(rows[0].n) };
+    },
+  };
+}
+
 /**
- * The rest of the graph, small enough now, by union-find in this process: its nodes numbered 1..n
- * in id order (so the smallest number of a component is its smallest node), the pairs copied out,
- * the labels of the nodes that move written back. Answers a table of every node and its label.
+ * The components of the pairs of `graph` (columns v, w) by union-find in this process: its nodes
+ * numbered 1..n in id order (so the smallest number of a component is its smallest node), the pairs
+ * copied out, the labels of the nodes that move written back. Answers a table (v, l) of every node
+ * and its component's smallest node. The process holds 13 bytes per node and 8 per pair.
  */
-async function finishInProcess(
+export async function labelInProcess(
   runner: CopyOutRunner,
   graph: string,
-  materialize: (select: string) => Promise<string>,
-  counted: (name: string) => Promise<{ name: string; rows: number }>,
+  { materialize, counted }: ReturnType<typeof temporaryTables>,
 ): Promise<string> {
   const numbered = await counted(
     await materialize(

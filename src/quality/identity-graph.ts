@@ -1,5 +1,5 @@
 import { componentsInProcess } from './components.ts';
-import { componentsInWarehouse } from './components-sql.ts';
+import { componentsInWarehouse, labelInProcess, temporaryTables } from './components-sql.ts';
 import { qualified, toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
 import {
   type ResolveOptions,
@@ -212,16 +212,6 @@ export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
  */
 const IN_PROCESS_PAIRS_PER_IDENTIFIER = 2;
 
-/**
- * An incremental build reads the pairs the graph has not seen into the process with their clusters
- * and degrees, and merges clusters in maps (a build adding 75,000 new pairs to a million identifiers
- * grew the process by 50–65 MB), one new pair per this many identifiers of the in-process limit at
- * most (50,000 at the default: about what a full build's union-find holds at the limit). With more,
- * a full build runs instead: slower (75,000 new pairs: 5.3–6.1 s incremental, 14.5–15.9 s full), but
- * its memory is bounded by the limit whatever the number of new records.
- */
-const IN_PROCESS_IDENTIFIERS_PER_NEW_PAIR = 20;
-
 /** Pairs of identifiers seen in one source record, from `_id_obs`. */
 const EDGES_FROM_OBS = `create temp table _id_edge on commit drop as
   select a.node_id as node_a, b.node_id as node_b, a.src, count(*) as occurrences
@@ -291,8 +281,9 @@ async function recordRun(
  * What an incremental step cannot express falls back to a full rebuild, in the same transaction:
  * no earlier build, a source without a record key, other limits than the last build's, a node whose
  * new degree crosses `maxDegree` (its old merges must be undone), a new edge at an identifier left
- * unmerged as part of an oversized component, or a merged cluster that would exceed
- * `maxClusterSize`. Changed or deleted records are not seen: a full build picks them up.
+ * unmerged as part of an oversized component, a merged cluster that would exceed `maxClusterSize`,
+ * or more new pairs than the in-process limit. Changed or deleted records are not seen: a full build
+ * picks them up.
  */
 export async function updateIdentities(
   runner: CopyOutRunner,
@@ -380,12 +371,9 @@ async function incrementalBuild(
   await q(EDGES_FROM_OBS);
   await q('analyze _id_edge');
   // Pairs the graph has not seen (under any rule) raise degrees; their ends' clusters may merge.
-  // They are read into this process, at most the limit's worth (one more tells there are more).
-  const newPairsLimit = Math.floor(
-    (options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT) / IN_PROCESS_IDENTIFIERS_PER_NEW_PAIR,
-  );
-  const { rows: fresh } = await q(
-    `select p.node_a, p.node_b,
+  await q(
+    `create temp table _id_fresh on commit drop as
+     select p.node_a, p.node_b,
        coalesce(na.cluster_id, p.node_a) as cluster_a, coalesce(nb.cluster_id, p.node_b) as cluster_b,
        coalesce(na.degree, 0) as degree_a, coalesce(nb.degree, 0) as degree_b,
        coalesce(na.flagged = 'oversized_cluster', false) or coalesce(nb.flagged = 'oversized_cluster', false) as oversized
@@ -393,46 +381,44 @@ async function incrementalBuild(
            where (select true from ${t.edges} x where x.node_a = e.node_a and x.node_b = e.node_b limit 1)
              is null) p
      left join lateral (select * from ${t.nodes} n where n.node_id = p.node_a limit 1) na on true
-     left join lateral (select * from ${t.nodes} n where n.node_id = p.node_b limit 1) nb on true
-     limit $1`,
-    [newPairsLimit + 1],
+     left join lateral (select * from ${t.nodes} n where n.node_id = p.node_b limit 1) nb on true`,
   );
-  if (fresh.length > newPairsLimit) return 'too_many_new_pairs';
-  const degreeGain = new Map<number, number>();
-  const oldDegree = new Map<number, number>();
-  for (const row of fresh) {
-    const [a, b] = [Number(row.node_a), Number(row.node_b)];
-    if (row.oversized) return 'oversized_component_touched';
-    degreeGain.set(a, (degreeGain.get(a) ?? 0) + 1);
-    degreeGain.set(b, (degreeGain.get(b) ?? 0) + 1);
-    oldDegree.set(a, Number(row.degree_a));
-    oldDegree.set(b, Number(row.degree_b));
-  }
-  const newDegree = (node: number) => (oldDegree.get(node) ?? 0) + (degreeGain.get(node) ?? 0);
-  for (const node of degreeGain.keys())
-    if ((oldDegree.get(node) ?? 0) <= maxDegree && newDegree(node) > maxDegree) return 'degree_limit_crossed';
-  // Union-find over cluster ids; a cluster id is its smallest member, so the merged id is the minimum.
-  const parent = new Map<number, number>();
-  const find = (x: number): number => {
-    let root = x;
-    while ((parent.get(root) ?? root) !== root) root = parent.get(root)!;
-    parent.set(x, root);
-    return root;
-  };
-  for (const row of fresh) {
-    const [a, b] = [Number(row.node_a), Number(row.node_b)];
-    if (newDegree(a) > maxDegree || newDegree(b) > maxDegree) continue;
-    const ra = find(Number(row.cluster_a));
-    const rb = find(Number(row.cluster_b));
-    if (ra !== rb) parent.set(Math.max(ra, rb), Math.min(ra, rb));
-  }
-  const remap = [...parent.keys()].map((cluster) => [cluster, find(cluster)] as const);
+  const { rows: freshRows } = await q(
+    'select count(*) as pairs, coalesce(bool_or(oversized), false) as oversized from _id_fresh',
+  );
+  if (freshRows[0].oversized) return 'oversized_component_touched';
+  // Their clusters merge by the full build's union-find in this process: at most the limit's worth.
+  if ((toNumber(freshRows[0].pairs) ?? 0) > (options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT))
+    return 'too_many_new_pairs';
+  await q(
+    `create temp table _id_degree (node_id bigint primary key, old_degree int not null, degree int not null)
+     on commit drop`,
+  );
+  await q(
+    `insert into _id_degree
+     select node_id, max(old), max(old) + count(*)
+     from (select node_a as node_id, degree_a as old from _id_fresh
+           union all select node_b, degree_b from _id_fresh) d
+     group by node_id`,
+  );
+  await q('analyze _id_degree');
+  const crossed = await q(
+    'select exists (select 1 from _id_degree where old_degree <= $1 and degree > $1) as crossed',
+    [maxDegree],
+  );
+  if (crossed.rows[0].crossed) return 'degree_limit_crossed';
+  // Every cluster a new pair touches (both ends under the degree limit) → the cluster it becomes:
+  // the smallest cluster id of its component, as a full build names a cluster by its smallest node.
+  const tables = temporaryTables(runner, '_id_merge');
+  const joined = await tables.materialize(
+    `select f.cluster_a as v, f.cluster_b as w
+     from _id_fresh f join _id_degree a on a.node_id = f.node_a join _id_degree b on b.node_id = f.node_b
+     where a.degree <= $1 and b.degree <= $1`,
+    [maxDegree],
+  );
+  const merged = await labelInProcess(runner, joined, tables);
   await q(`create temp table _id_remap (old bigint primary key, new bigint not null) on commit drop`);
-  if (remap.length)
-    await q(
-      `insert into _id_remap select * from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[])`,
-      [remap.map(([old]) => old).join(','), remap.map(([, now]) => now).join(',')],
-    );
+  await q(`insert into _id_remap select v, l from ${merged}`);
   await q('analyze _id_remap');
   const sizes = await q(
     `select coalesce(max(size), 0) as largest from (
@@ -444,15 +430,6 @@ async function incrementalBuild(
        group by new) s`,
   );
   if ((toNumber(sizes.rows[0]?.largest) ?? 0) > maxClusterSize) return 'cluster_limit_crossed';
-
-  const gains = [...degreeGain.keys()];
-  await q(`create temp table _id_degree (node_id bigint primary key, degree int not null) on commit drop`);
-  if (gains.length)
-    await q(
-      `insert into _id_degree select * from unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::int[])`,
-      [gains.join(','), gains.map(newDegree).join(',')],
-    );
-  await q('analyze _id_degree');
   await q(
     `insert into ${t.nodes} (node_id, id_type, id_value, cluster_id, degree, flagged)
      select o.node_id, o.id_type, o.id_value, coalesce(r.new, o.node_id), coalesce(d.degree, 0),
