@@ -807,7 +807,11 @@ describe('identity graph', () => {
     const find = (x: number): number => (root[x] === x ? x : (root[x] = find(root[x])));
     for (let i = 0; i < n; i++) root[find(i)] = find(image(i));
     const expected = new Map<number, string[]>();
-    for (let i = 0; i < n; i++) expected.set(find(i), [...(expected.get(find(i)) ?? []), `w${i}@wide.io`]);
+    for (let i = 0; i < n; i++) {
+      const members = expected.get(find(i)) ?? [];
+      members.push(`w${i}@wide.io`);
+      expected.set(find(i), members);
+    }
     const canon = (groups: string[][]) => groups.map((g) => [...g].sort().join(' ')).sort();
     const options = {
       sources: [
@@ -1100,21 +1104,7 @@ describe('identity graph', () => {
   });
 
   it('falls back to a full build when new records turn an identifier into a high-degree one', async () => {
-    const options = {
-      schema: 'idg_incr_hub',
-      sources: [
-        {
-          table: { schema: 'qt', name: 'hub' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-      maxDegree: 3,
-      maxClusterSize: 100,
-    };
+    const options = { ...emailAndPhoneOf('idg_incr_hub', 'hub'), maxDegree: 3, maxClusterSize: 100 };
     await db.query('create table qt.hub (id int primary key, email text, phone text)');
     await db.query(
       `insert into qt.hub select g, 'h' || g || '@h.io', '555 777 0000' from generate_series(1, 3) g`,
@@ -1132,21 +1122,7 @@ describe('identity graph', () => {
   });
 
   it('falls back to a full build when new records merge clusters past the size limit', async () => {
-    const options = {
-      schema: 'idg_incr_size',
-      sources: [
-        {
-          table: { schema: 'qt', name: 'sized' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-      maxDegree: 10,
-      maxClusterSize: 4,
-    };
+    const options = { ...emailAndPhoneOf('idg_incr_size', 'sized'), maxDegree: 10, maxClusterSize: 4 };
     // Two people of two identifiers each, and a third of one.
     await db.query('create table qt.sized (id int primary key, email text, phone text)');
     await db.query(`insert into qt.sized values
@@ -1170,19 +1146,7 @@ describe('identity graph', () => {
   });
 
   it('merges clusters chained by new records in one incremental build, each named by its smallest node', async () => {
-    const options = {
-      schema: 'idg_incr_chain',
-      sources: [
-        {
-          table: { schema: 'qt', name: 'chained' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-    };
+    const options = emailAndPhoneOf('idg_incr_chain', 'chained');
     await db.query('create table qt.chained (id int primary key, email text, phone text)');
     await db.query(`insert into qt.chained select g, 'k' || g || '@c.io', '555 400 000' || g
       from generate_series(1, 6) g`);
@@ -1209,20 +1173,7 @@ describe('identity graph', () => {
 
   it('falls back to a full build when more new pairs than the in-process limit allows arrive', async () => {
     // A limit of 4 lets an incremental build merge 4 new pairs in the process.
-    const options = {
-      schema: 'idg_incr_pairs',
-      sources: [
-        {
-          table: { schema: 'qt', name: 'many_new' },
-          keyColumn: 'id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-      inProcessLimit: 4,
-    };
+    const options = { ...emailAndPhoneOf('idg_incr_pairs', 'many_new'), inProcessLimit: 4 };
     const people = (from: number, to: number) =>
       db.query(
         `insert into qt.many_new select g, 'm' || g || '@n.io', '555 300 ' || lpad(g::text, 4, '0')

@@ -67,6 +67,7 @@ interface BuildContext {
   t: ReturnType<typeof names>;
   maxDegree: number;
   maxClusterSize: number;
+  inProcessLimit: number;
   sourceTables: string[];
   rules: string[];
 }
@@ -77,6 +78,7 @@ function buildContext(runner: SqlRunner, options: ResolveOptions): BuildContext 
     t: names(options.schema),
     maxDegree: options.maxDegree ?? 100,
     maxClusterSize: options.maxClusterSize ?? 1000,
+    inProcessLimit: options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT,
     sourceTables: options.sources.map((s) => `${s.table.schema}.${s.table.name}`),
     rules: options.sources.map((s) => s.rule ?? 'same_record'),
   };
@@ -102,7 +104,10 @@ async function fullBuild(
   options: ResolveOptions,
   started: number,
 ): Promise<ResolutionResult> {
-  const { q, t, maxDegree, maxClusterSize, sourceTables, rules } = buildContext(runner, options);
+  const { q, t, maxDegree, maxClusterSize, inProcessLimit, sourceTables, rules } = buildContext(
+    runner,
+    options,
+  );
   const startedAt = new Date();
   await buildSettings(q, options);
   const { sourceXmin } = await sourceSnapshot(q, null);
@@ -134,7 +139,6 @@ async function fullBuild(
   );
   const nodeCount = toNumber(counted.rows[0]?.nodes) ?? 0;
   const edgeRows = toNumber(counted.rows[0]?.edges) ?? 0;
-  const inProcessLimit = options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT;
   // The process holds 13 bytes per node and 8 per pair: a graph of few identifiers but many pairs
   // (records listing dozens of identifiers) goes to the warehouse too, so that the limit bounds
   // the process's memory whatever the graph's shape.
@@ -308,7 +312,7 @@ async function incrementalBuild(
   started: number,
 ): Promise<ResolutionResult | FullBuildReason> {
   const ctx = buildContext(runner, options);
-  const { q, t, maxDegree, maxClusterSize, sourceTables, rules } = ctx;
+  const { q, t, maxDegree, maxClusterSize, inProcessLimit, sourceTables, rules } = ctx;
   const startedAt = new Date();
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(
@@ -388,8 +392,7 @@ async function incrementalBuild(
   );
   if (freshRows[0].oversized) return 'oversized_component_touched';
   // Their clusters merge by the full build's union-find in this process: at most the limit's worth.
-  if ((toNumber(freshRows[0].pairs) ?? 0) > (options.inProcessLimit ?? DEFAULT_IN_PROCESS_LIMIT))
-    return 'too_many_new_pairs';
+  if ((toNumber(freshRows[0].pairs) ?? 0) > inProcessLimit) return 'too_many_new_pairs';
   await q(
     `create temp table _id_degree (node_id bigint primary key, old_degree int not null, degree int not null)
      on commit drop`,

@@ -320,34 +320,36 @@ export async function createIdentitySchema(runner: SqlRunner, schema: string): P
 }
 
 /**
- * A normaliser in two steps: the cleaned text, and the condition a cleaned value must meet to be an
- * identifier (null: every non-null one is). Staging computes the cleaned text once per column, below
- * a window that keeps the planner from copying the expression into the condition (email and phone
- * computed it twice: 0.2 s each at a million identifiers).
+ * A normaliser in two steps: the cleaned text, and the cleaned text kept only where it is an
+ * identifier (every non-null one is, for plain text). Staging computes the cleaned text once per
+ * column, below a window that keeps the planner from copying the expression into the condition
+ * (email and phone computed it twice: 0.2 s each at a million identifiers).
  */
 function normalizerSteps(normalizer: Normalizer): {
   clean: (text: string) => string;
-  accept: ((cleaned: string) => string) | null;
+  /** The cleaned value if it is an identifier, else null. */
+  accepted: (cleaned: string) => string;
 } {
+  const when = (condition: (cleaned: string) => string) => (cleaned: string) =>
+    `case when ${condition(cleaned)} then ${cleaned} end`;
   if (normalizer === 'email')
     return {
       clean: (text) => `lower(btrim(${text}))`,
-      accept: (e) => `${e} ~ '^[^@[:space:]]+@[^@[:space:]]+$'`,
+      accepted: when((e) => `${e} ~ '^[^@[:space:]]+@[^@[:space:]]+$'`),
     };
   if (normalizer === 'phone')
     return {
       // Deletes every character that is not a digit: twice as fast as regexp_replace(.., '[^0-9]', '', 'g').
       clean: (text) => `translate(${text}, translate(${text}, '0123456789', ''), '')`,
       // Fewer than 6 digits is a placeholder ("0", "n/a" stripped to nothing), not a phone number.
-      accept: (digits) => `length(${digits}) >= 6`,
+      accepted: when((digits) => `length(${digits}) >= 6`),
     };
-  return { clean: (text) => `nullif(btrim(${text}), '')`, accept: null };
+  return { clean: (text) => `nullif(btrim(${text}), '')`, accepted: (cleaned) => cleaned };
 }
 
 export function normalizeSql(expression: string, normalizer: Normalizer): string {
-  const { clean, accept } = normalizerSteps(normalizer);
-  const cleaned = clean(`${expression}::text`);
-  return accept ? `case when ${accept(cleaned)} then ${cleaned} end` : cleaned;
+  const { clean, accepted } = normalizerSteps(normalizer);
+  return accepted(clean(`${expression}::text`));
 }
 
 function defaultNormalizer(type: string): Normalizer {
@@ -394,11 +396,9 @@ export function stageSelectSql(
   );
   const key = source.keyColumn ? `${quoteIdent(source.keyColumn)}::text` : 'null::text';
   const typeOf = (type: string) => (typeNumbers ? `${typeNumbers.get(type)}::smallint` : quoteLiteral(type));
-  const accepted = (i: number) => {
-    const accept = steps[i].accept;
-    return accept ? `case when ${accept(`r.v${i}`)} then r.v${i} end` : `r.v${i}`;
-  };
-  const values = source.identifiers.map((id, i) => `(${typeOf(id.type)}, ${accepted(i)})`).join(', ');
+  const values = source.identifiers
+    .map((id, i) => `(${typeOf(id.type)}, ${steps[i].accepted(`r.v${i}`)})`)
+    .join(', ');
   return (
     `select ${index + 1}${typeNumbers ? '::smallint' : ''} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
     `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
