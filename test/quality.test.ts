@@ -879,6 +879,39 @@ describe('identity graph', () => {
     expect(await nodes('idg_dense_w')).toEqual(await nodes('idg_dense_p'));
   });
 
+  it('finishes in the process what is left of a graph once it fits the limit in identifiers and pairs', async () => {
+    // Ten paths of seven identifiers whose ids zigzag (1-5-2-6-3-7-4: one round of pointers leaves
+    // four groups of each), and 40 identifiers alone in their records: 110 identifiers, 60 pairs.
+    await db.query('create table qt.zigzag (a text, b text)');
+    await db.query(
+      `insert into qt.zigzag
+       select 'c' || lpad(c::text, 2, '0') || '_' || p.a || '@z.io', 'c' || lpad(c::text, 2, '0') || '_' || p.b || '@z.io'
+       from generate_series(1, 10) c cross join (values (1, 5), (5, 2), (2, 6), (6, 3), (3, 7), (7, 4)) p(a, b)
+       union all select 's' || i || '@z.io', null from generate_series(1, 40) i`,
+    );
+    const options = {
+      sources: [
+        {
+          table: { schema: 'qt', name: 'zigzag' },
+          identifiers: ['a', 'b'].map((column) => ({ column, type: 'email' })),
+        },
+      ],
+    };
+    const nodes = async (schema: string) =>
+      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
+        .rows;
+    const inProcess = await resolveIdentities(db, { ...options, schema: 'idg_zigzag_p' });
+    expect(inProcess).toMatchObject({ identifiers: 110, edges: 60, clusters: 50, largest_cluster: 7 });
+    // Over 100 identifiers, but its 70 linked ones and 60 pairs fit: no round in the warehouse.
+    const atOnce = await resolveIdentities(db, { ...options, schema: 'idg_zigzag_100', inProcessLimit: 100 });
+    // 70 linked identifiers are over 50: one round leaves 40 groups and 30 pairs, which fit.
+    const oneRound = await resolveIdentities(db, { ...options, schema: 'idg_zigzag_50', inProcessLimit: 50 });
+    expect(atOnce).toMatchObject({ components_in: 'warehouse', iterations: 1 });
+    expect(oneRound).toMatchObject({ components_in: 'warehouse', iterations: 2 });
+    for (const schema of ['idg_zigzag_100', 'idg_zigzag_50'])
+      expect(await nodes(schema)).toEqual(await nodes('idg_zigzag_p'));
+  });
+
   it('adds new records incrementally with the same clusters as a full rebuild', async () => {
     const incrementalSchema = 'idg_incr';
     await db.query('create table qt.incr (id int primary key, email text, phone text)');
@@ -1171,8 +1204,9 @@ describe('identity graph', () => {
     expect((await clusters()).map((c) => c.members)).toEqual(incremental.map((c) => c.members));
   });
 
-  it('falls back to a full build when more new pairs than the in-process limit allows arrive', async () => {
-    // A limit of 4 lets an incremental build merge 4 new pairs in the process.
+  it('merges new pairs incrementally while their clusters fit the in-process limit, else builds in full', async () => {
+    // A limit of 4: an incremental build merges the pairs of at most 4 clusters (and 8 pairs) in the
+    // process, as a full build takes at most 4 identifiers (and 8 pairs) there.
     const options = { ...emailAndPhoneOf('idg_incr_pairs', 'many_new'), inProcessLimit: 4 };
     const people = (from: number, to: number) =>
       db.query(
@@ -1183,16 +1217,31 @@ describe('identity graph', () => {
     await db.query('create table qt.many_new (id int primary key, email text, phone text)');
     await people(1, 10);
     expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 10 });
+    // Two new people: 2 pairs of 4 new clusters.
     await people(11, 12);
     expect(await updateIdentities(db, options)).toMatchObject({ mode: 'incremental', clusters: 12 });
+    // Six records pairing the e-mail of one of four people with the phone of another: 6 new pairs,
+    // more than the limit, between 4 clusters, which fit it.
+    await db.query(
+      `insert into qt.many_new select 100 + row_number() over (), 'm' || a || '@n.io', '555 300 ' || lpad(b::text, 4, '0')
+       from (values (1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)) p(a, b)`,
+    );
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'incremental',
+      identifiers: 24,
+      edges: 18,
+      clusters: 9,
+      largest_cluster: 8,
+    });
+    // Five new people: 5 pairs, but of 10 clusters.
     await people(13, 17);
     const updated = await updateIdentities(db, options);
     expect(updated).toMatchObject({
       mode: 'full',
       full_reason: 'too_many_new_pairs',
       identifiers: 34,
-      edges: 17,
-      clusters: 17,
+      edges: 23,
+      clusters: 14,
     });
   });
 

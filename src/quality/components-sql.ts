@@ -1,4 +1,4 @@
-import { labelBySmallestMember, type GraphComponents } from './components.ts';
+import { fitsInProcess, labelBySmallestMember, mayFitInProcess, type GraphComponents } from './components.ts';
 import type { CopyOutRunner } from './sql.ts';
 
 /**
@@ -76,9 +76,9 @@ export async function componentsInWarehouse(
     if (++iterations > MAX_ROUNDS)
       throw new Error(`Identity components did not settle in ${MAX_ROUNDS} rounds`);
     await q(`analyze ${graph.name}`);
-    // Twice its pairs bounds the graph's nodes.
-    if (graph.rows * 2 <= options.inProcessLimit) {
-      await regroup(await labelInProcess(runner, graph.name, tables));
+    const finished = await labelInProcess(runner, graph, tables, options.inProcessLimit);
+    if (finished) {
+      await regroup(finished);
       break;
     }
     let labels =
@@ -150,24 +150,31 @@ export function temporaryTables(runner: CopyOutRunner, prefix: string) {
 }
 
 /**
- * The components of the pairs of `graph` (columns v, w) by union-find in this process: its nodes
- * numbered 1..n in id order (so the smallest number of a component is its smallest node), the pairs
- * copied out, the labels of the nodes that move written back. Answers a table (v, l) of every node
- * and its component's smallest node. The process holds 13 bytes per node and 8 per pair.
+ * The components of the pairs of `graph` (columns v, w) by union-find in this process, when they
+ * fit its limit (`fitsInProcess`; else null, nothing left behind): its nodes numbered 1..n in id
+ * order (so the smallest number of a component is its smallest node), the pairs copied out, the
+ * labels of the nodes that move written back. Answers a table (v, l) of every node and its
+ * component's smallest node.
  */
 export async function labelInProcess(
   runner: CopyOutRunner,
-  graph: string,
+  graph: { name: string; rows: number },
   { materialize, counted }: ReturnType<typeof temporaryTables>,
-): Promise<string> {
+  limit: number,
+): Promise<string | null> {
+  if (!mayFitInProcess(graph.rows, limit)) return null;
   const numbered = await counted(
     await materialize(
-      `select v, row_number() over (order by v)::int as i from (select v from ${graph} union select w from ${graph}) d`,
+      `select v, row_number() over (order by v)::int as i from (select v from ${graph.name} union select w from ${graph.name}) d`,
     ),
   );
+  if (!fitsInProcess({ nodes: numbered.rows, pairs: graph.rows }, limit)) {
+    await runner.query(`drop table ${numbered.name}`);
+    return null;
+  }
   const settled = await labelBySmallestMember(
     runner,
-    `select x.i, y.i from ${graph} a join ${numbered.name} x on x.v = a.v
+    `select x.i, y.i from ${graph.name} a join ${numbered.name} x on x.v = a.v
      join ${numbered.name} y on y.v = a.w`,
     numbered.rows,
   );

@@ -18,6 +18,25 @@ export interface GraphComponents {
   iterations: number;
 }
 
+/**
+ * Whether a graph's components may be computed in this process under `limit` (identifiers, the
+ * IDENTITY_IN_PROCESS_IDENTIFIERS setting): the process holds 13 bytes per node and 8 per pair, so
+ * at most `limit` nodes and twice as many pairs (identity graphs have one to two pairs per
+ * identifier: 1.4 in the metrics benchmark's, with 17 identifiers per person). The one rule for
+ * every graph this process labels: a full build's, what the warehouse's contraction leaves of a
+ * larger one, and the clusters an incremental build merges.
+ */
+export function fitsInProcess(graph: { nodes: number; pairs: number }, limit: number): boolean {
+  return graph.nodes <= limit && graph.pairs <= PAIRS_PER_NODE_IN_PROCESS * limit;
+}
+
+const PAIRS_PER_NODE_IN_PROCESS = 2;
+
+/** Whether a graph of `pairs` pairs may fit (its nodes, not yet counted, deciding). */
+export function mayFitInProcess(pairs: number, limit: number): boolean {
+  return fitsInProcess({ nodes: 0, pairs }, limit);
+}
+
 /** A growable list of (a, b) node pairs kept in one Int32Array. */
 class PairList {
   #data: Int32Array;

@@ -1,4 +1,4 @@
-import { componentsInProcess } from './components.ts';
+import { componentsInProcess, fitsInProcess, mayFitInProcess } from './components.ts';
 import { componentsInWarehouse, labelInProcess, temporaryTables } from './components-sql.ts';
 import { qualified, toNumber, type CopyOutRunner, type SqlRunner } from './sql.ts';
 import {
@@ -139,11 +139,8 @@ async function fullBuild(
   );
   const nodeCount = toNumber(counted.rows[0]?.nodes) ?? 0;
   const edgeRows = toNumber(counted.rows[0]?.edges) ?? 0;
-  // The process holds 13 bytes per node and 8 per pair: a graph of few identifiers but many pairs
-  // (records listing dozens of identifiers) goes to the warehouse too, so that the limit bounds
-  // the process's memory whatever the graph's shape.
-  const inProcess =
-    nodeCount <= inProcessLimit && edgeRows <= IN_PROCESS_PAIRS_PER_IDENTIFIER * inProcessLimit;
+  // The edge rows (a pair per source that saw it) stand for the pairs: an upper bound, known now.
+  const inProcess = fitsInProcess({ nodes: nodeCount, pairs: edgeRows }, inProcessLimit);
   const components = inProcess
     ? await componentsInProcess(runner, nodeCount, edgeRows, { maxDegree, maxClusterSize })
     : await componentsInWarehouse(runner, { maxDegree, maxClusterSize, inProcessLimit });
@@ -208,13 +205,6 @@ async function fullBuild(
  * whatever the graph's size.
  */
 export const DEFAULT_IN_PROCESS_LIMIT = 1_000_000;
-
-/**
- * A graph's components are computed in the process only when its edge rows (at least its distinct
- * pairs) are at most this many times the limit: identity graphs have about one to two pairs per
- * identifier (1.4 in the metrics benchmark's, with 17 identifiers per person).
- */
-const IN_PROCESS_PAIRS_PER_IDENTIFIER = 2;
 
 /** Pairs of identifiers seen in one source record, from `_id_obs`. */
 const EDGES_FROM_OBS = `create temp table _id_edge on commit drop as
@@ -286,8 +276,8 @@ async function recordRun(
  * no earlier build, a source without a record key, other limits than the last build's, a node whose
  * new degree crosses `maxDegree` (its old merges must be undone), a new edge at an identifier left
  * unmerged as part of an oversized component, a merged cluster that would exceed `maxClusterSize`,
- * or more new pairs than the in-process limit. Changed or deleted records are not seen: a full build
- * picks them up.
+ * or new pairs whose clusters do not fit the in-process limit (`fitsInProcess`). Changed or deleted
+ * records are not seen: a full build picks them up.
  */
 export async function updateIdentities(
   runner: CopyOutRunner,
@@ -391,8 +381,8 @@ async function incrementalBuild(
     'select count(*) as pairs, coalesce(bool_or(oversized), false) as oversized from _id_fresh',
   );
   if (freshRows[0].oversized) return 'oversized_component_touched';
-  // Their clusters merge by the full build's union-find in this process: at most the limit's worth.
-  if ((toNumber(freshRows[0].pairs) ?? 0) > inProcessLimit) return 'too_many_new_pairs';
+  // Their clusters merge by the full build's union-find in this process, under the same limit.
+  if (!mayFitInProcess(toNumber(freshRows[0].pairs) ?? 0, inProcessLimit)) return 'too_many_new_pairs';
   await q(
     `create temp table _id_degree (node_id bigint primary key, old_degree int not null, degree int not null)
      on commit drop`,
@@ -413,13 +403,16 @@ async function incrementalBuild(
   // Every cluster a new pair touches (both ends under the degree limit) → the cluster it becomes:
   // the smallest cluster id of its component, as a full build names a cluster by its smallest node.
   const tables = temporaryTables(runner, '_id_merge');
-  const joined = await tables.materialize(
-    `select f.cluster_a as v, f.cluster_b as w
-     from _id_fresh f join _id_degree a on a.node_id = f.node_a join _id_degree b on b.node_id = f.node_b
-     where a.degree <= $1 and b.degree <= $1`,
-    [maxDegree],
+  const joined = await tables.counted(
+    await tables.materialize(
+      `select f.cluster_a as v, f.cluster_b as w
+       from _id_fresh f join _id_degree a on a.node_id = f.node_a join _id_degree b on b.node_id = f.node_b
+       where a.degree <= $1 and b.degree <= $1`,
+      [maxDegree],
+    ),
   );
-  const merged = await labelInProcess(runner, joined, tables);
+  const merged = await labelInProcess(runner, joined, tables, inProcessLimit);
+  if (!merged) return 'too_many_new_pairs';
   await q(`create temp table _id_remap (old bigint primary key, new bigint not null) on commit drop`);
   await q(`insert into _id_remap select v, l from ${merged}`);
   await q('analyze _id_remap');
