@@ -879,6 +879,62 @@ describe('identity graph', () => {
     expect(await nodes('idg_dense_w')).toEqual(await nodes('idg_dense_p'));
   });
 
+  it('ignores the edges of identifiers over a degree limit that most identifiers pass, in the process as in the warehouse', async () => {
+    // A path of 20 identifiers (18 with two neighbours) and five separate pairs, at max_degree 1.
+    await db.query('create table qt.low_degree (a text, b text)');
+    await db.query(
+      `insert into qt.low_degree
+       select 'p' || lpad(i::text, 2, '0') || '@l.io', 'p' || lpad((i + 1)::text, 2, '0') || '@l.io' from generate_series(1, 19) i
+       union all select 'x' || i || '@l.io', 'y' || i || '@l.io' from generate_series(1, 5) i`,
+    );
+    const options = {
+      sources: [
+        {
+          table: { schema: 'qt', name: 'low_degree' },
+          identifiers: ['a', 'b'].map((column) => ({ column, type: 'email' })),
+        },
+      ],
+      maxDegree: 1,
+    };
+    const graph = async (schema: string) => ({
+      nodes: (
+        await db.query(
+          `select id_value, cluster_id::int, degree, flagged from ${schema}.identity_nodes order by node_id`,
+        )
+      ).rows,
+      // Each edge is ignored exactly when one of its ends is flagged over the degree limit.
+      mismatched: (
+        await db.query(
+          `select count(*)::int as n from ${schema}.identity_edges e
+           where e.ignored <> exists (select 1 from ${schema}.identity_nodes n
+                                      where n.node_id in (e.node_a, e.node_b) and n.flagged = 'high_degree')`,
+        )
+      ).rows[0].n,
+    });
+    const inProcess = await resolveIdentities(db, { ...options, schema: 'idg_low_degree_p' });
+    const inWarehouse = await resolveIdentities(db, {
+      ...options,
+      schema: 'idg_low_degree_w',
+      inProcessLimit: 0,
+    });
+    for (const result of [inProcess, inWarehouse])
+      expect(result).toMatchObject({
+        identifiers: 30,
+        edges: 24,
+        ignored_edges: 19,
+        flagged_nodes: 18,
+        clusters: 25,
+        largest_cluster: 2,
+      });
+    expect(inWarehouse.components_in).toBe('warehouse');
+    const processed = await graph('idg_low_degree_p');
+    expect(processed.mismatched).toBe(0);
+    expect(processed.nodes.filter((n) => n.flagged === 'high_degree').map((n) => n.id_value)).toEqual(
+      Array.from({ length: 18 }, (_, i) => `p${String(i + 2).padStart(2, '0')}@l.io`),
+    );
+    expect(await graph('idg_low_degree_w')).toEqual(processed);
+  });
+
   it('finishes in the process what is left of a graph once it fits the limit in identifiers and pairs', async () => {
     // Ten paths of seven identifiers whose ids zigzag (1-5-2-6-3-7-4: one round of pointers leaves
     // four groups of each), and 40 identifiers alone in their records: 110 identifiers, 60 pairs.

@@ -12,8 +12,8 @@ import type { CopyOutRunner } from './sql.ts';
 export interface GraphComponents {
   oversizedComponents: number;
   largestOversized: number;
-  /** Nodes with more than `maxDegree` neighbours. */
-  highDegree: number[];
+  /** How many nodes have more than `maxDegree` neighbours (flagged `high_degree` in `_id_label`). */
+  highDegreeNodes: number;
   /** Rounds: 1 in this process; in the warehouse its contraction rounds, plus one when this process finished the graph. */
   iterations: number;
 }
@@ -216,15 +216,13 @@ export async function componentsInProcess(
   const components = connectedComponents(nodeCount, pairs, limits);
   release(pairs.data);
   await writeLabels((sql, params) => runner.query(sql, params), components, limits.maxDegree);
-  const highDegree: number[] = [];
-  components.degree.forEach((d, node) => {
-    if (d > limits.maxDegree) highDegree.push(node);
-  });
+  let highDegreeNodes = 0;
+  for (const d of components.degree) if (d > limits.maxDegree) highDegreeNodes++;
   release(components.label, components.degree, components.oversized);
   return {
     oversizedComponents: components.oversizedComponents,
     largestOversized: components.largestOversized,
-    highDegree,
+    highDegreeNodes,
     iterations: 1,
   };
 }

@@ -158,13 +158,21 @@ async function fullBuild(
      where n.first_seen`,
     [types],
   );
-  // High-degree identifiers are few: the edges at them are found by a hash lookup, not a join.
+  // The identifiers over the degree limit are usually none, but with a low limit most of a graph's:
+  // a table the edges are joined with when there are any, never a list in this process.
+  const high = components.highDegreeNodes > 0;
+  if (high)
+    await q(
+      `create temp table _id_high on commit drop as
+       select node_id from _id_label where flagged = 'high_degree'`,
+    );
   await q(
     `insert into ${t.edges} (node_a, node_b, rule, source_table, occurrences, ignored)
      select e.node_a, e.node_b, ($1::text[])[e.src], ($2::text[])[e.src], e.occurrences,
-       e.node_a = any($3::bigint[]) or e.node_b = any($3::bigint[])
-     from _id_edge e`,
-    [rules, sourceTables, components.highDegree],
+       ${high ? 'ha.node_id is not null or hb.node_id is not null' : 'false'}
+     from _id_edge e
+     ${high ? 'left join _id_high ha on ha.node_id = e.node_a left join _id_high hb on hb.node_id = e.node_b' : ''}`,
+    [rules, sourceTables],
   );
   const once = await sourcesWithRecordsOnce(q, options.sources);
   const keyed = '_id_obs where record_key is not null and src';
