@@ -18,6 +18,8 @@ export interface GraphComponents {
   iterations: number;
 }
 
+const PAIRS_PER_NODE_IN_PROCESS = 2;
+
 /**
  * Whether a graph's components may be computed in this process under `limit` (identifiers, the
  * IDENTITY_IN_PROCESS_IDENTIFIERS setting): the process holds 13 bytes per node and 8 per pair, so
@@ -29,8 +31,6 @@ export interface GraphComponents {
 export function fitsInProcess(graph: { nodes: number; pairs: number }, limit: number): boolean {
   return graph.nodes <= limit && graph.pairs <= PAIRS_PER_NODE_IN_PROCESS * limit;
 }
-
-const PAIRS_PER_NODE_IN_PROCESS = 2;
 
 /** Whether a graph of `pairs` pairs may fit (its nodes, not yet counted, deciding). */
 export function mayFitInProcess(pairs: number, limit: number): boolean {
