@@ -343,6 +343,18 @@ describe('identity graph', () => {
     },
   ];
 
+  /** One source, `qt.<table>`, whose columns all hold e-mail addresses (no record key). */
+  const emailColumnsOf = (table: string, columns: string[]): ResolveOptions['sources'] => [
+    {
+      table: { schema: 'qt', name: table },
+      identifiers: columns.map((column) => ({ column, type: 'email' })),
+    },
+  ];
+  /** Every identifier's node and cluster in node order: what two ways of building must agree on. */
+  const nodeClusters = async (schema: string) =>
+    (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
+      .rows;
+
   beforeAll(async () => {
     await db.query('create table qt.crm (id int, email text, phone text)');
     await db.query(`insert into qt.crm values
@@ -650,15 +662,7 @@ describe('identity graph', () => {
     for (const x of parent.keys()) expected.set(find(x), [...(expected.get(find(x)) ?? []), `email:${x}`]);
     await resolveIdentities(db, {
       schema: 'idg_rand',
-      sources: [
-        {
-          table: { schema: 'qt', name: 'rand' },
-          identifiers: [
-            { column: 'a', type: 'email' },
-            { column: 'b', type: 'email' },
-          ],
-        },
-      ],
+      sources: emailColumnsOf('rand', ['a', 'b']),
       maxDegree: 1000,
       maxClusterSize: 1000,
     });
@@ -678,15 +682,7 @@ describe('identity graph', () => {
        from generate_series(1, 40) s, generate_series(1, 4) k`,
     );
     const options = {
-      sources: [
-        {
-          table: { schema: 'qt', name: 'stars' },
-          identifiers: [
-            { column: 'hub', type: 'email' },
-            { column: 'spoke', type: 'email' },
-          ],
-        },
-      ],
+      sources: emailColumnsOf('stars', ['hub', 'spoke']),
     };
     const inWarehouse = await resolveIdentities(db, { ...options, schema: 'idg_stars_w', inProcessLimit: 0 });
     const inProcess = await resolveIdentities(db, { ...options, schema: 'idg_stars_p' });
@@ -696,10 +692,7 @@ describe('identity graph', () => {
       clusters: 40,
       largest_cluster: 5,
     });
-    const nodes = async (schema: string) =>
-      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
-        .rows;
-    expect(await nodes('idg_stars_w')).toEqual(await nodes('idg_stars_p'));
+    expect(await nodeClusters('idg_stars_w')).toEqual(await nodeClusters('idg_stars_p'));
     expect(inProcess.clusters).toBe(40);
   });
 
@@ -721,15 +714,7 @@ describe('identity graph', () => {
       rows.map((r) => r[0]),
       rows.map((r) => r[1]),
     ]);
-    const sources = [
-      {
-        table: { schema: 'qt', name: 'both_ways' },
-        identifiers: [
-          { column: 'a', type: 'email' },
-          { column: 'b', type: 'email' },
-        ],
-      },
-    ];
+    const sources = emailColumnsOf('both_ways', ['a', 'b']);
     const graph = async (schema: string) => ({
       nodes: (
         await db.query(
@@ -814,15 +799,7 @@ describe('identity graph', () => {
     }
     const canon = (groups: string[][]) => groups.map((g) => [...g].sort().join(' ')).sort();
     const options = {
-      sources: [
-        {
-          table: { schema: 'qt', name: 'cycles' },
-          identifiers: [
-            { column: 'a', type: 'email' },
-            { column: 'b', type: 'email' },
-          ],
-        },
-      ],
+      sources: emailColumnsOf('cycles', ['a', 'b']),
       maxClusterSize: n,
     };
     const clusters = async (schema: string) =>
@@ -856,16 +833,8 @@ describe('identity graph', () => {
        from generate_series(1, 20) r`,
     );
     const options = {
-      sources: [
-        {
-          table: { schema: 'qt', name: 'dense' },
-          identifiers: ['a', 'b', 'c', 'd', 'e', 'f'].map((column) => ({ column, type: 'email' })),
-        },
-      ],
+      sources: emailColumnsOf('dense', ['a', 'b', 'c', 'd', 'e', 'f']),
     };
-    const nodes = async (schema: string) =>
-      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
-        .rows;
     const fits = await resolveIdentities(db, { ...options, schema: 'idg_dense_p', inProcessLimit: 150 });
     const tooManyPairs = await resolveIdentities(db, {
       ...options,
@@ -876,7 +845,7 @@ describe('identity graph', () => {
       expect(result).toMatchObject({ identifiers: 120, edges: 300, clusters: 20, largest_cluster: 6 });
     expect(fits.components_in).toBe('process');
     expect(tooManyPairs.components_in).toBe('warehouse');
-    expect(await nodes('idg_dense_w')).toEqual(await nodes('idg_dense_p'));
+    expect(await nodeClusters('idg_dense_w')).toEqual(await nodeClusters('idg_dense_p'));
   });
 
   it('ignores the edges of identifiers over a degree limit that most identifiers pass, in the process as in the warehouse', async () => {
@@ -888,12 +857,7 @@ describe('identity graph', () => {
        union all select 'x' || i || '@l.io', 'y' || i || '@l.io' from generate_series(1, 5) i`,
     );
     const options = {
-      sources: [
-        {
-          table: { schema: 'qt', name: 'low_degree' },
-          identifiers: ['a', 'b'].map((column) => ({ column, type: 'email' })),
-        },
-      ],
+      sources: emailColumnsOf('low_degree', ['a', 'b']),
       maxDegree: 1,
     };
     const graph = async (schema: string) => ({
@@ -946,16 +910,8 @@ describe('identity graph', () => {
        union all select 's' || i || '@z.io', null from generate_series(1, 40) i`,
     );
     const options = {
-      sources: [
-        {
-          table: { schema: 'qt', name: 'zigzag' },
-          identifiers: ['a', 'b'].map((column) => ({ column, type: 'email' })),
-        },
-      ],
+      sources: emailColumnsOf('zigzag', ['a', 'b']),
     };
-    const nodes = async (schema: string) =>
-      (await db.query(`select node_id::int, cluster_id::int from ${schema}.identity_nodes order by node_id`))
-        .rows;
     const inProcess = await resolveIdentities(db, { ...options, schema: 'idg_zigzag_p' });
     expect(inProcess).toMatchObject({ identifiers: 110, edges: 60, clusters: 50, largest_cluster: 7 });
     // Over 100 identifiers, but its 70 linked ones and 60 pairs fit: no round in the warehouse.
@@ -965,7 +921,7 @@ describe('identity graph', () => {
     expect(atOnce).toMatchObject({ components_in: 'warehouse', iterations: 1 });
     expect(oneRound).toMatchObject({ components_in: 'warehouse', iterations: 2 });
     for (const schema of ['idg_zigzag_100', 'idg_zigzag_50'])
-      expect(await nodes(schema)).toEqual(await nodes('idg_zigzag_p'));
+      expect(await nodeClusters(schema)).toEqual(await nodeClusters('idg_zigzag_p'));
   });
 
   it('adds new records incrementally with the same clusters as a full rebuild', async () => {
