@@ -16,10 +16,12 @@
  * default and once with IDENTITY_IN_PROCESS_IDENTIFIERS at half the graph (contracted in the
  * warehouse, finished in the server's process, as graphs over the limit are).
  * Then 1% new people are added and the incremental build is timed against the full one, on a graph
- * with planner statistics (as autovacuum leaves it); they are removed again before the baseline
- * runs. Elapsed times and the CPU time of the server process and of this one are printed (the CPU
- * figures move less when other work shares the machine; parallel index build workers of the server
- * are not counted), with the peak RSS of this process during our builds.
+ * with planner statistics (as autovacuum leaves it), alone and with the unified profiles built in the
+ * same transaction (all of them after the full build, the changed clusters' after the incremental
+ * one); they are removed again before the baseline runs. Elapsed times and the CPU time of the
+ * server process and of this one are printed (the CPU figures move less when other work shares the
+ * machine; parallel index build workers of the server are not counted), with the peak RSS of this
+ * process during our builds.
  *
  * Last line: `identity: <seconds> s for <n> identifiers; ratio <r> of baseline`.
  */
@@ -31,7 +33,8 @@ import { pipeline } from 'node:stream/promises';
 import pg from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
-import { type IdentitySource } from '../src/quality/identity-schema.ts';
+import { defaultNormalizer, type IdentitySource } from '../src/quality/identity-schema.ts';
+import { buildGoldenRecords, type GoldenRecordOptions } from '../src/quality/golden-records.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
 import {
   benchDatabaseUrl,
@@ -76,6 +79,19 @@ const SOURCES: IdentitySource[] = [
   },
 ];
 
+/** The profile fields a server proposes for these sources: one per identifier type, most frequent value. */
+const PROFILE_FIELDS: GoldenRecordOptions['fields'] = [
+  ...new Set(SOURCES.flatMap((s) => s.identifiers.map((id) => id.type))),
+].map((type) => ({
+  name: type,
+  rule: 'most_frequent',
+  columns: SOURCES.flatMap((source, i) =>
+    source.identifiers
+      .filter((id) => id.type === type)
+      .map((id) => ({ source: i, column: id.column, normalize: defaultNormalizer(type) })),
+  ),
+}));
+
 function people(from: number, to: number): string[] {
   const range = `generate_series(${from}, ${to - 1}) p`;
   return [
@@ -90,6 +106,31 @@ function runnerOf(client: pg.Client): CopyOutRunner {
     query: (sql, params) => client.query(sql, params as unknown[]),
     copyOut: (sql) => client.query(copyTo(sql)),
   };
+}
+
+/** Graph and profiles in one transaction, as the server's build job runs them; milliseconds of each. */
+async function graphAndProfiles(client: pg.Client, incremental: boolean, options: { schema: string }) {
+  const own = runnerOf(client);
+  const runner: CopyOutRunner = {
+    ...own,
+    query: (sql, params) =>
+      /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
+        ? Promise.resolve({ rows: [] })
+        : own.query(sql, params),
+  };
+  await client.query('begin');
+  const graphOptions = { ...options, sources: SOURCES };
+  const graph = incremental
+    ? await updateIdentities(runner, graphOptions)
+    : await resolveIdentities(runner, graphOptions);
+  const started = performance.now();
+  const profiles = await buildGoldenRecords(
+    runner,
+    { ...options, sources: SOURCES, fields: PROFILE_FIELDS },
+    graph.mode === 'incremental',
+  );
+  await client.query('commit');
+  return { graph, profiles, profilesMs: performance.now() - started };
 }
 
 /**
@@ -282,7 +323,9 @@ export async function runIdentityBench() {
     peakRss = 0;
     const measured = await cpuOf(() => resolveIdentities(runner, options));
     ours.push(measured.value.duration_ms);
-    const result = await resolveIdentities(runner, options);
+    // The last full build also builds the unified profiles, for the incremental build's comparison.
+    const fullWithProfiles = await graphAndProfiles(client, false, options);
+    const result = fullWithProfiles.graph;
     ours.push(result.duration_ms);
     const peak = peakRss;
     const oursMs = Math.min(...ours);
@@ -293,10 +336,11 @@ export async function runIdentityBench() {
     // The graph with planner statistics, as autovacuum leaves a warehouse's tables after a full build
     // (this machine runs without it): the incremental build's plans must hold with them too.
     await client.query(
-      'analyze bench_identity.identity_nodes, bench_identity.identity_edges, bench_identity.identity_records, bench_identity.identity_clusters',
+      'analyze bench_identity.identity_nodes, bench_identity.identity_edges, bench_identity.identity_records, bench_identity.identity_clusters, bench_identity.unified_profiles',
     );
     peakRss = 0;
-    const incremental = await updateIdentities(runner, options);
+    const incrementalWithProfiles = await graphAndProfiles(client, true, options);
+    const incremental = incrementalWithProfiles.graph;
     const incrementalPeak = peakRss;
     const incrementalOk = incremental.clusters === persons + added && incremental.largest_cluster === 4;
     for (const table of ['crm_contacts', 'shop_customers', 'support_users'])
@@ -326,6 +370,19 @@ export async function runIdentityBench() {
       `incremental build after 1% new people: ${incremental.duration_ms} ms ` +
         `(${(incremental.duration_ms / oursMs).toFixed(3)} of a full build; target <= 0.1) ` +
         `${incrementalOk ? 'OK' : `UNEXPECTED: ${incremental.clusters} clusters`}`,
+    );
+    const fullTotal = result.duration_ms + fullWithProfiles.profilesMs;
+    const incrementalTotal = incremental.duration_ms + incrementalWithProfiles.profilesMs;
+    const profilesOk =
+      fullWithProfiles.profiles.profiles === persons &&
+      incrementalWithProfiles.profiles.profiles === persons + added &&
+      incrementalWithProfiles.profiles.mode === 'incremental';
+    console.log(
+      `with the unified profiles (${PROFILE_FIELDS.length} fields): full build ${result.duration_ms} + ` +
+        `${fullWithProfiles.profilesMs.toFixed(0)} ms; incremental ${incremental.duration_ms} + ` +
+        `${incrementalWithProfiles.profilesMs.toFixed(0)} ms, the profiles of the changed clusters only ` +
+        `(${(incrementalTotal / fullTotal).toFixed(3)} of a full build with its profiles; target <= 0.1) ` +
+        `${profilesOk ? 'OK' : `UNEXPECTED: ${JSON.stringify([fullWithProfiles.profiles, incrementalWithProfiles.profiles])}`}`,
     );
     const cpu = (c: { server: number; own: number }) =>
       `${(c.server / 1000).toFixed(1)} s server + ${(c.own / 1000).toFixed(1)} s this process`;
@@ -361,7 +418,13 @@ export async function runIdentityBench() {
       `identity: ${(oursMs / 1000).toFixed(2)} s for ${result.identifiers} identifiers; ratio ${ratio.toFixed(2)} of baseline`,
     );
     return (
-      ok && incrementalOk && warehouseOk && ratio <= TARGET_RATIO && incremental.duration_ms <= oursMs / 10
+      ok &&
+      incrementalOk &&
+      warehouseOk &&
+      profilesOk &&
+      ratio <= TARGET_RATIO &&
+      incremental.duration_ms <= oursMs / 10 &&
+      incrementalTotal <= fullTotal / 10
     );
   } finally {
     clearInterval(sampler);

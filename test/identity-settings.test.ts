@@ -65,6 +65,14 @@ const countryOrigins = () =>
     return Object.fromEntries(rows.map((r) => [r.tbl, r.n])) as Record<string, number>;
   });
 
+/** Every profile without its cluster id (a full build numbers clusters anew), in one order. */
+const profileRows = () =>
+  withClient(warehouse.url, async (client) => {
+    const { rows } = await client.query(`
+      select to_jsonb(p) - 'cluster_id' as profile from analytics_identity.unified_profiles p order by 1`);
+    return rows.map((r) => r.profile);
+  });
+
 beforeAll(async () => {
   await warehouse.create();
   await withClient(warehouse.url, async (client) => {
@@ -227,16 +235,28 @@ describe('identity_resolution settings, changed and observed through the API', (
       );
     });
     const added = await buildWith({ incremental: true });
-    expect(added.last_build.result).toMatchObject({ mode: 'incremental', full_reason: null });
+    // The profiles of the clusters it changed are rebuilt, not the whole table.
+    expect(added.last_build.result).toMatchObject({
+      mode: 'incremental',
+      full_reason: null,
+      profiles_mode: 'incremental',
+    });
     // One e-mail and two phones, merged into one new cluster.
     expect(added.identifiers).toBe(baseline.identifiers + 3);
     expect(added.clusters).toBe(baseline.clusters + 1);
 
+    const refreshed = await profileRows();
+
     // Other limits than the last build's: the incremental step cannot apply them, so it rebuilds.
     const changed = await buildWith({ incremental: true, max_degree: 50 });
-    expect(changed.last_build.result).toMatchObject({ mode: 'full', full_reason: 'limits_changed' });
+    expect(changed.last_build.result).toMatchObject({
+      mode: 'full',
+      full_reason: 'limits_changed',
+      profiles_mode: 'full',
+    });
     expect(changed.identifiers).toBe(added.identifiers);
     expect(changed.clusters).toBe(added.clusters);
+    expect(await profileRows()).toEqual(refreshed);
 
     // Off (the default): every build is a full one, and gives what the incremental one gave.
     const off = await buildWith({ max_degree: 50 });

@@ -1289,7 +1289,7 @@ describe('identity graph', () => {
       { source: 0, column },
       { source: 1, column },
     ];
-    const count = await buildGoldenRecords(db, {
+    const built = await buildGoldenRecords(db, {
       schema: graph,
       sources: grSources,
       sourcePriority: ['qt.gr_b'],
@@ -1305,7 +1305,7 @@ describe('identity graph', () => {
         { name: 'city_first', rule: 'first_non_null', columns: both('city') },
       ],
     });
-    expect(count).toBe(2);
+    expect(built).toEqual({ profiles: 2, mode: 'full' });
     const { rows } = await db.query(
       `select email, name, city_recent, city_priority, city_first, lineage from ${graph}.unified_profiles order by email`,
     );
@@ -1389,6 +1389,147 @@ describe('identity graph', () => {
         lineage: { place_or_name: { table: 'qt.gr_a', record_key: 'a3' } },
       },
     ]);
+  });
+
+  it('after an incremental build, rebuilds only the profiles it changed, equal to a full rebuild', async () => {
+    // Both tables' e-mails are their identifiers; pr_b repeats record key b9 over two rows that no
+    // identifier links, so that record spans two clusters and belongs to the smaller one.
+    await db.query('create table qt.pr_a (id text primary key, email text, email2 text, name text)');
+    await db.query(`insert into qt.pr_a values
+        ('a1', 'a@p.io', null, 'Ann'), ('a4', 'w@p.io', null, 'Wes'), ('a8', 'u@p.io', null, 'Uma')`);
+    await db.query('create table qt.pr_b (id text, email text, name text)');
+    await db.query(`insert into qt.pr_b values ('b9', 'm@p.io', 'Mia'), ('b9', 'y@p.io', 'Mia')`);
+    const prSources: ResolveOptions['sources'] = [
+      {
+        table: { schema: 'qt', name: 'pr_a' },
+        keyColumn: 'id',
+        identifiers: [
+          { column: 'email', type: 'email' },
+          { column: 'email2', type: 'email' },
+        ],
+      },
+      {
+        table: { schema: 'qt', name: 'pr_b' },
+        keyColumn: 'id',
+        identifiers: [{ column: 'email', type: 'email' }],
+      },
+    ];
+    const graph = 'idg_profiles_incr';
+    const options = { schema: graph, sources: prSources };
+    const profileOptions = {
+      schema: graph,
+      sources: prSources,
+      fields: [
+        {
+          name: 'email',
+          rule: 'first_non_null' as const,
+          columns: [
+            { source: 0, column: 'email', normalize: 'email' as const },
+            { source: 1, column: 'email', normalize: 'email' as const },
+          ],
+        },
+        {
+          name: 'name',
+          rule: 'most_frequent' as const,
+          columns: [
+            { source: 0, column: 'name' },
+            { source: 1, column: 'name' },
+          ],
+        },
+      ],
+    };
+    // Graph and profiles in one transaction, as the build job runs them.
+    const oneTransaction = async <T>(work: (runner: CopyOutRunner) => Promise<T>) => {
+      const runner: CopyOutRunner = {
+        copyOut: db.copyOut,
+        query: (sql, params) =>
+          /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
+            ? Promise.resolve({ rows: [] })
+            : db.query(sql, params),
+      };
+      await db.query('begin');
+      try {
+        const result = await work(runner);
+        await db.query('commit');
+        return result;
+      } catch (error) {
+        await db.query('rollback');
+        throw error;
+      }
+    };
+    const build = (incremental: boolean, fields = profileOptions.fields) =>
+      oneTransaction(async (runner) => {
+        const graphBuild = incremental
+          ? await updateIdentities(runner, options)
+          : await resolveIdentities(runner, options);
+        const profiles = await buildGoldenRecords(
+          runner,
+          { ...profileOptions, fields },
+          graphBuild.mode === 'incremental',
+        );
+        return { graph: graphBuild.mode, ...profiles };
+      });
+    // Each profile named by its cluster's identifiers: a full build numbers clusters anew.
+    const profiles = async () =>
+      (
+        await db.query(
+          `select (select string_agg(id_value, ' ' order by id_value) from ${graph}.identity_nodes n
+                   where n.cluster_id = p.cluster_id) as members, p.identifiers, p.email, p.name, p.lineage
+           from ${graph}.unified_profiles p order by members`,
+        )
+      ).rows;
+    /** The profile of the cluster an e-mail is in (found by its identifier: a profile may have none). */
+    const profileOf = async (email: string) =>
+      (
+        await db.query(
+          `select p.* from ${graph}.unified_profiles p
+           join ${graph}.identity_nodes n on n.cluster_id = p.cluster_id where n.id_value = $1`,
+          [email],
+        )
+      ).rows[0];
+    const nameOf = async (email: string) => (await profileOf(email))?.name;
+
+    expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full' });
+    // b9 is in the clusters of m@ and y@, and belongs to m@'s (numbered before y@'s).
+    expect(await nameOf('m@p.io')).toBe('Mia');
+    const untouched = await profileOf('u@p.io');
+
+    await db.query(`insert into qt.pr_a values
+        ('a3', 'a@p.io', 'y@p.io', null),
+        ('a5', 'w@p.io', null, 'Wendy'), ('a6', 'W@p.io ', null, 'Wendy'),
+        ('a7', 'n@p.io', null, 'Ned')`);
+    // a3 merges y@'s cluster into a@'s, whose id is smaller than m@'s: b9 moves from m@'s cluster to
+    // it, so m@'s profile, which no new record touched, loses its name; w@ gets a new most frequent
+    // name; n@ is a new person.
+    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    const refreshed = await profiles();
+    expect(await nameOf('m@p.io')).toBeNull();
+    expect(await nameOf('w@p.io')).toBe('Wendy');
+    expect(await nameOf('n@p.io')).toBe('Ned');
+    // a@'s cluster now holds a1, a3 and b9, whose two rows both say Mia.
+    expect(await profileOf('y@p.io')).toMatchObject({
+      identifiers: 2,
+      email: 'a@p.io',
+      name: 'Mia',
+      lineage: {
+        email: { table: 'qt.pr_a', record_key: 'a1' },
+        name: { table: 'qt.pr_b', record_key: 'b9' },
+      },
+    });
+    expect(await profileOf('u@p.io')).toEqual(untouched);
+    // Nothing new: the profiles stay as they are.
+    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    expect(await profiles()).toEqual(refreshed);
+
+    expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full' });
+    expect(await profiles()).toEqual(refreshed);
+
+    // Another plan than the one the profiles were built with: rebuilt whole.
+    const nameOnly = profileOptions.fields.slice(1);
+    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
+    // Profiles of an older graph than the previous build's (a build that wrote none came between).
+    await updateIdentities(db, options);
+    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import { CHANGED_CLUSTERS } from './identity-graph.ts';
 import { normalizeSql, type IdentitySource, type Normalizer } from './identity-schema.ts';
 import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 
@@ -80,10 +82,17 @@ function priorities(options: GoldenRecordOptions): number[] {
  * the benchmark's three fields over three sources (the join on the record key is a costly part),
  * and saves more the more fields read a source.
  */
-export function goldenRecordSelect(options: GoldenRecordOptions, names: RelationNames): string {
+export function goldenRecordSelect(
+  options: GoldenRecordOptions,
+  names: RelationNames,
+  /** Only these clusters' profiles, whose member records are listed: relations of the refresh. */
+  scope?: { members: string; clusters: string },
+): string {
   const priority = priorities(options);
   const ctes = [
-    `member as (
+    scope
+      ? `member as (select source_table, record_key, cluster_id from ${scope.members})`
+      : `member as (
   select r.source_table, r.record_key, min(n.cluster_id) as cluster_id
   from ${names.graph('identity_records')} r join ${names.graph('identity_nodes')} n on n.node_id = r.node_id
   where n.flagged is null
@@ -137,23 +146,107 @@ export function goldenRecordSelect(options: GoldenRecordOptions, names: Relation
     `with ${ctes.join(',\n')}\n` +
     `select c.cluster_id, c.size as identifiers${columns.map((c) => `, ${c}`).join('')},\n` +
     `  jsonb_strip_nulls(jsonb_build_object(${lineage.join(', ') || ''})) as lineage\n` +
-    `from ${names.graph('identity_clusters')} c\n${joins.join('\n')}`
+    `from ${names.graph('identity_clusters')} c\n${joins.join('\n')}` +
+    (scope ? `\nwhere c.cluster_id = any(array(select cluster_id from ${scope.clusters}))` : '')
   );
 }
 
+export interface ProfileBuild {
+  profiles: number;
+  /** `incremental`: only the clusters the graph's incremental build changed were rebuilt. */
+  mode: 'full' | 'incremental';
+}
+
 /**
- * Rebuilds `<schema>.unified_profiles` from the graph (same transaction as the build that calls it:
- * readers see the previous profiles until commit). Returns the number of profiles.
+ * Builds `<schema>.unified_profiles` from the graph, in the transaction of the graph's build that
+ * calls it (readers see the previous profiles until commit).
+ *
+ * After an incremental graph build (`afterIncrementalGraph`), only the profiles of the clusters it
+ * changed are rebuilt, when the table holds the profiles of the graph's previous build under the
+ * same plan: the table's comment records the SELECT's hash and the graph run it was built after.
+ * Otherwise (another plan, profiles of an older graph, a table someone replaced) it is rebuilt whole.
  */
-export async function buildGoldenRecords(runner: SqlRunner, options: GoldenRecordOptions): Promise<number> {
+export async function buildGoldenRecords(
+  runner: SqlRunner,
+  options: GoldenRecordOptions,
+  afterIncrementalGraph = false,
+): Promise<ProfileBuild> {
   const table = `${quoteIdent(options.schema)}.${PROFILE_TABLE}`;
-  await runner.query(`drop table if exists ${table}`);
-  await runner.query(
-    `create table ${table} as ${goldenRecordSelect(options, qualifiedRelations(options.schema))}`,
+  const select = goldenRecordSelect(options, qualifiedRelations(options.schema));
+  const plan = createHash('sha256').update(select).digest('hex');
+  const { rows: runs } = await runner.query(
+    `select run_id from ${quoteIdent(options.schema)}.identity_runs order by run_id desc limit 2`,
   );
-  await runner.query(`alter table ${table} add primary key (cluster_id)`);
+  const stamp = (run: unknown) => `dimas unified profiles: plan ${plan}, graph run ${String(run ?? 'none')}`;
+  let mode: ProfileBuild['mode'] = 'full';
+  if (afterIncrementalGraph && runs.length === 2) {
+    const { rows } = await runner.query(`select obj_description(to_regclass($1), 'pg_class') as stamp`, [
+      table,
+    ]);
+    if (rows[0]?.stamp === stamp(runs[1].run_id)) mode = 'incremental';
+  }
+  if (mode === 'incremental') await refreshChangedProfiles(runner, options, table);
+  else {
+    await runner.query(`drop table if exists ${table}`);
+    await runner.query(`create table ${table} as ${select}`);
+    await runner.query(`alter table ${table} add primary key (cluster_id)`);
+  }
+  await runner.query(`comment on table ${table} is ${quoteLiteral(stamp(runs[0]?.run_id))}`);
   const { rows } = await runner.query(`select count(*) as n from ${table}`);
-  return toNumber(rows[0]?.n) ?? 0;
+  return { profiles: toNumber(rows[0]?.n) ?? 0, mode };
+}
+
+/**
+ * Rebuilds the profiles of the clusters the incremental graph build changed and of every cluster
+ * whose members may have moved with them: a record belongs to the smallest cluster among its
+ * identifiers (a record key repeated over rows that no identifier links can span clusters), so the
+ * clusters of every identifier of a touched cluster's records are rebuilt too, each from all of its
+ * records. The graph is read by index lookups of the changed clusters (`= any(array(…))`, as the
+ * incremental build reads it), never by a join the planner could turn into a scan of the graph.
+ */
+async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOptions, table: string) {
+  const q = (sql: string) => runner.query(sql);
+  const graph = (name: string) => `${quoteIdent(options.schema)}.${name}`;
+  const [records, nodes] = [graph('identity_records'), graph('identity_nodes')];
+  /** The records with an identifier in one of `clusters`' clusters. */
+  const recordsOf = (clusters: string) =>
+    `select distinct source_table, record_key from ${records}
+     where node_id = any(array(select node_id from ${nodes}
+       where cluster_id = any(array(select cluster_id from ${clusters})) and flagged is null))`;
+  /** Every identifier row of the records listed in `listed`. */
+  const rowsOf = (listed: string) =>
+    `select r.source_table, r.record_key, r.node_id from ${records} r
+     where r.record_key = any(array(select record_key from ${listed}))
+       and (r.source_table, r.record_key) in (select source_table, record_key from ${listed})`;
+  await q(
+    `create temp table _gr_touched on commit drop as ${recordsOf(`${CHANGED_CLUSTERS} where not gone`)}`,
+  );
+  await q(
+    `create temp table _gr_clusters on commit drop as
+     select cluster_id from ${CHANGED_CLUSTERS} where not gone
+     union
+     select n.cluster_id from (${rowsOf('_gr_touched')}) r
+     cross join lateral (select cluster_id from ${nodes} n where n.node_id = r.node_id and n.flagged is null limit 1) n`,
+  );
+  await q(`create temp table _gr_records on commit drop as ${recordsOf('_gr_clusters')}`);
+  await q(
+    `create temp table _gr_members on commit drop as
+     select r.source_table, r.record_key, min(n.cluster_id) as cluster_id from (${rowsOf('_gr_records')}) r
+     cross join lateral (select cluster_id from ${nodes} n where n.node_id = r.node_id and n.flagged is null limit 1) n
+     group by 1, 2
+     having min(n.cluster_id) = any(array(select cluster_id from _gr_clusters))`,
+  );
+  await q('analyze _gr_clusters, _gr_members');
+  await q(
+    `delete from ${table} where cluster_id = any(array(
+       select cluster_id from ${CHANGED_CLUSTERS} union select cluster_id from _gr_clusters))`,
+  );
+  await q(
+    `insert into ${table} ${goldenRecordSelect(options, qualifiedRelations(options.schema), {
+      members: '_gr_members',
+      clusters: '_gr_clusters',
+    })}`,
+  );
 }
 
 /** How a build records its profile plan (in its summary), so the project can regenerate the SQL. */

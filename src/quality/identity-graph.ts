@@ -276,6 +276,14 @@ async function recordRun(
 }
 
 /**
+ * After an incremental build, a temporary table of the transaction that lists every cluster it
+ * changed: `(cluster_id, gone)`, the clusters that gained identifiers, records or other clusters
+ * (`gone` false) and the ids of the clusters merged into another (`gone` true). What derives from
+ * clusters (the unified profiles) is brought up to date from it instead of being rebuilt.
+ */
+export const CHANGED_CLUSTERS = '_id_changed';
+
+/**
  * Adds the records that are new since the last build (by record key, per source) to the graph:
  * their identifiers become nodes (or meet existing ones), their pairs become edges, and the
  * clusters they touch merge. Costs in proportion to the new records, not to the graph.
@@ -477,6 +485,14 @@ async function incrementalBuild(
      group by cluster_id
      on conflict (cluster_id) do update set size = excluded.size, built_at = excluded.built_at`,
     [startedAt],
+  );
+  await q(
+    `create temp table ${CHANGED_CLUSTERS} on commit drop as
+     select cluster_id, false as gone from (
+       select new as cluster_id from _id_remap
+       union select n.cluster_id from (select distinct node_id from _id_obs) o
+       cross join lateral (select cluster_id from ${t.nodes} n where n.node_id = o.node_id limit 1) n) c
+     union all select old, true from _id_remap where old <> new`,
   );
   return recordRun(ctx, {
     startedAt,

@@ -352,7 +352,8 @@ export function normalizeSql(expression: string, normalizer: Normalizer): string
   return accepted(clean(`${expression}::text`));
 }
 
-function defaultNormalizer(type: string): Normalizer {
+/** How an identifier type is normalised when its source does not say. */
+export function defaultNormalizer(type: string): Normalizer {
   return type === 'email' ? 'email' : type === 'phone' ? 'phone' : 'trim';
 }
 

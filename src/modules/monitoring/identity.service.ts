@@ -5,6 +5,7 @@ import { isFeatureEnabledFor } from '../../features.ts';
 import { resolveIdentities, updateIdentities } from '../../quality/identity-graph.ts';
 import {
   createIdentitySchema,
+  defaultNormalizer,
   identityGraphStats,
   type IdentifierColumn,
 } from '../../quality/identity-schema.ts';
@@ -297,7 +298,11 @@ function profileFields(
       columns: keyed.flatMap(({ s, i }) =>
         s.identifiers
           .filter((id) => id.type === type)
-          .map((id) => ({ source: i, column: id.column, normalize: id.normalize ?? normalizerOf(id.type) })),
+          .map((id) => ({
+            source: i,
+            column: id.column,
+            normalize: id.normalize ?? defaultNormalizer(id.type),
+          })),
       ),
     });
   const columnsOf = (i: number) =>
@@ -330,8 +335,6 @@ function profileFields(
       });
   return fields;
 }
-
-const normalizerOf = (type: string) => (type === 'email' ? 'email' : type === 'phone' ? 'phone' : 'trim');
 
 /** Where the workspace's graph lives: as created by create-schema, else next to the target schema. */
 export function graphLocation(config: ConnectionConfig, graph: IdentityGraphEntity | null) {
@@ -445,13 +448,12 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
             full_reason: graph.lastResult ? ('sources_changed' as const) : ('no_previous_build' as const),
           }
         : await resolveIdentities(runner, options);
-    const count = await buildGoldenRecords(runner, {
-      schema,
-      sources,
-      fields: plan.fields,
-      sourcePriority: plan.sourcePriority,
-    });
-    return { result: built, profiles: count };
+    const profiles = await buildGoldenRecords(
+      runner,
+      { schema, sources, fields: plan.fields, sourcePriority: plan.sourcePriority },
+      built.mode === 'incremental',
+    );
+    return { result: built, profiles };
   });
   const { stats } = await graphStatistics(warehouse, schema, 0);
   const health = evaluateIdentityHealth(schema, stats, { maxMergeJumpRatio: limits.max_merge_jump_ratio });
@@ -468,7 +470,8 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     sources_origin: plan.origin,
     notes: plan.notes,
     profile_table: `${schema}.${PROFILE_TABLE}`,
-    profiles,
+    profiles: profiles.profiles,
+    profiles_mode: profiles.mode,
     profile_fields: plan.fields.map((f) => ({
       name: f.name,
       rule: f.rule,
