@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { CHANGED_CLUSTERS } from './identity-graph.ts';
-import { normalizeSql, type IdentitySource, type Normalizer } from './identity-schema.ts';
+import { normalizerSteps, type IdentitySource, type Normalizer } from './identity-schema.ts';
 import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 
 /*
@@ -108,18 +108,22 @@ export function goldenRecordSelect(
       ? `t.${quoteIdent(source.timestampColumn)}::timestamptz`
       : 'null::timestamptz';
     for (let slot = 0; slot < slots; slot++) {
+      // Each value is cleaned once per joined row, in a lateral subquery that `offset 0` keeps the
+      // planner from merging into the outer one (it would copy the cleaning into the accepting step
+      // again). It reads the member row too, so that it runs after the join: a refresh of a few
+      // clusters cleans their records' values, not the whole source's.
+      const cleaned: string[] = [];
       const values = columnsOf.map((columns, f) => {
         const column = columns[slot];
         if (!column) return `null::text as v${f}`;
-        const raw = `t.${quoteIdent(column.column)}`;
-        const value = column.normalize
-          ? normalizeSql(raw, column.normalize)
-          : `nullif(btrim(${raw}::text), '')`;
-        return `${value} as v${f}`;
+        const { clean, accepted } = normalizerSteps(column.normalize ?? 'trim');
+        cleaned.push(`${clean(`t.${quoteIdent(column.column)}::text`)} as c${cleaned.length}`);
+        return `${accepted(`k.c${cleaned.length - 1}`)} as v${f}`;
       });
       branches.push(`select m.cluster_id, m.source_table, m.record_key, ${ts} as ts, ${priority[index]} as priority,
     ${values.join(', ')}
   from member m join ${names.source(source.table)} t on t.${quoteIdent(source.keyColumn)}::text = m.record_key
+  cross join lateral (select m.record_key, ${cleaned.join(', ')} offset 0) k
   where m.source_table = ${quoteLiteral(tableName(source.table))}`);
     }
   });
