@@ -36,6 +36,8 @@ import { resolveIdentities, updateIdentities } from '../src/quality/identity-gra
 import { defaultNormalizer, type IdentitySource } from '../src/quality/identity-schema.ts';
 import { buildGoldenRecords, type GoldenRecordOptions } from '../src/quality/golden-records.ts';
 import type { CopyOutRunner } from '../src/quality/sql.ts';
+import { transactionRunner } from '../src/modules/monitoring/monitoring-metrics.ts';
+import type { WarehouseTransaction } from '../src/warehouse/warehouse.ts';
 import {
   benchDatabaseUrl,
   createAdmin,
@@ -110,14 +112,11 @@ function runnerOf(client: pg.Client): CopyOutRunner {
 
 /** Graph and profiles in one transaction, as the server's build job runs them; milliseconds of each. */
 async function graphAndProfiles(client: pg.Client, incremental: boolean, options: { schema: string }) {
-  const own = runnerOf(client);
-  const runner: CopyOutRunner = {
-    ...own,
-    query: (sql, params) =>
-      /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
-        ? Promise.resolve({ rows: [] })
-        : own.query(sql, params),
-  };
+  const runner = transactionRunner({
+    query: (sql, params) => client.query(sql, params),
+    copyFrom: (sql) => client.query(copyFrom(sql)),
+    copyTo: (sql) => client.query(copyTo(sql)),
+  } as WarehouseTransaction);
   await client.query('begin');
   const graphOptions = { ...options, sources: SOURCES };
   const graph = incremental

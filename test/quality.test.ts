@@ -1440,13 +1440,10 @@ describe('identity graph', () => {
     };
     // Graph and profiles in one transaction, as the build job runs them.
     const oneTransaction = async <T>(work: (runner: CopyOutRunner) => Promise<T>) => {
-      const runner: CopyOutRunner = {
-        copyOut: db.copyOut,
-        query: (sql, params) =>
-          /^\s*(begin|commit|rollback)\s*;?\s*$/i.test(sql)
-            ? Promise.resolve({ rows: [] })
-            : db.query(sql, params),
-      };
+      const runner = transactionRunner({
+        query: (sql, params) => db.query(sql, params),
+        copyTo: (sql) => db.copyOut(sql),
+      } as WarehouseTransaction);
       await db.query('begin');
       try {
         const result = await work(runner);

@@ -178,8 +178,9 @@ export async function buildGoldenRecords(
   const table = `${quoteIdent(options.schema)}.${PROFILE_TABLE}`;
   const select = goldenRecordSelect(options, qualifiedRelations(options.schema));
   const plan = createHash('sha256').update(select).digest('hex');
+  // The profiles are one row per cluster of the graph: the build just before counted them in its run.
   const { rows: runs } = await runner.query(
-    `select run_id from ${quoteIdent(options.schema)}.identity_runs order by run_id desc limit 2`,
+    `select run_id, clusters from ${quoteIdent(options.schema)}.identity_runs order by run_id desc limit 2`,
   );
   const stamp = (run: unknown) => `dimas unified profiles: plan ${plan}, graph run ${String(run ?? 'none')}`;
   let mode: ProfileBuild['mode'] = 'full';
@@ -196,8 +197,7 @@ export async function buildGoldenRecords(
     await runner.query(`alter table ${table} add primary key (cluster_id)`);
   }
   await runner.query(`comment on table ${table} is ${quoteLiteral(stamp(runs[0]?.run_id))}`);
-  const { rows } = await runner.query(`select count(*) as n from ${table}`);
-  return { profiles: toNumber(rows[0]?.n) ?? 0, mode };
+  return { profiles: toNumber(runs[0]?.clusters) ?? 0, mode };
 }
 
 /**
@@ -232,7 +232,12 @@ async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOp
      select n.cluster_id from (${rowsOf('_gr_touched')}) r
      cross join lateral (select cluster_id from ${nodes} n where n.node_id = r.node_id and n.flagged is null limit 1) n`,
   );
-  await q(`create temp table _gr_records on commit drop as ${recordsOf('_gr_clusters')}`);
+  // Usually no cluster was added to the touched ones, and their records are already listed.
+  await q(
+    `create temp table _gr_records on commit drop as select * from _gr_touched union ${recordsOf(
+      `_gr_clusters except select cluster_id from ${CHANGED_CLUSTERS} where not gone`,
+    )}`,
+  );
   await q(
     `create temp table _gr_members on commit drop as
      select r.source_table, r.record_key, min(n.cluster_id) as cluster_id from (${rowsOf('_gr_records')}) r
