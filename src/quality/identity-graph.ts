@@ -5,6 +5,7 @@ import {
   type ResolveOptions,
   type ResolutionResult,
   type FullBuildReason,
+  type NewRecordsFilter,
   TYPE_NAME,
   names,
   dropKeysStatements,
@@ -110,7 +111,7 @@ async function fullBuild(
   );
   const startedAt = new Date();
   await buildSettings(q, options);
-  const { sourceXmin } = await sourceSnapshot(q, null);
+  const { sourceXmin, snapshot } = await sourceSnapshot(q, {});
   // Staged and numbered in one statement (no staging table written and read back). Numbered in
   // (value, type) order, so identical inputs give identical node and cluster ids; the value leads
   // because the sort then compares most rows by an abbreviated key of its first bytes (led by the
@@ -202,6 +203,7 @@ async function fullBuild(
     componentsIn: inProcess ? 'process' : 'warehouse',
     mode: 'full',
     sourceXmin,
+    snapshot,
   });
 }
 
@@ -231,15 +233,16 @@ async function recordRun(
     componentsIn: 'process' | 'warehouse' | null;
     mode: 'full' | 'incremental';
     sourceXmin: string;
+    snapshot: string;
   },
 ): Promise<ResolutionResult> {
   const { rows } = await q(
     `insert into ${t.runs} (started_at, finished_at, identifiers, edges, ignored_edges, flagged_nodes, clusters,
        largest_cluster, singletons, merged_identifiers, oversized_components, largest_oversized_component,
-       iterations, max_degree, max_cluster_size, source_xmin, identifiers_by_type, largest_cluster_id,
-       cluster_size_distribution)
+       iterations, max_degree, max_cluster_size, source_xmin, source_snapshot, identifiers_by_type,
+       largest_cluster_id, cluster_size_distribution)
      select $1, $2, s.identifiers, s.edges, s.ignored_edges, s.flagged_nodes, s.clusters, s.largest_cluster,
-       s.singletons, s.identifiers - s.clusters, $3, $4, $8, $5, $6, $7, s.identifiers_by_type,
+       s.singletons, s.identifiers - s.clusters, $3, $4, $8, $5, $6, $7, $9, s.identifiers_by_type,
        s.largest_cluster_id, s.cluster_size_distribution
      from (${graphStatisticsSql(t)}) s
      returning *`,
@@ -252,6 +255,7 @@ async function recordRun(
       maxClusterSize,
       run.sourceXmin,
       run.iterations,
+      run.snapshot,
     ],
   );
   const r = rows[0];
@@ -284,9 +288,11 @@ async function recordRun(
 export const CHANGED_CLUSTERS = '_id_changed';
 
 /**
- * Adds the records that are new since the last build (by record key, per source) to the graph:
- * their identifiers become nodes (or meet existing ones), their pairs become edges, and the
- * clusters they touch merge. Costs in proportion to the new records, not to the graph.
+ * Adds the rows that are new since the last build to the graph: their identifiers become nodes (or
+ * meet existing ones), their pairs become edges, and the clusters they touch merge. Costs in
+ * proportion to the new rows, not to the graph. A source whose key the catalog shows unique brings
+ * new keys (a row of a known key is that record rewritten); any other table brings new rows, of
+ * known keys too; a view or foreign table, whose rows carry no writing transaction, new keys.
  *
  * What an incremental step cannot express falls back to a full rebuild, in the same transaction:
  * no earlier build, a source without a record key, other limits than the last build's, a node whose
@@ -322,37 +328,61 @@ async function incrementalBuild(
   const startedAt = new Date();
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(
-    `select max_degree, max_cluster_size, source_xmin from ${t.runs} order by run_id desc limit 1`,
+    `select max_degree, max_cluster_size, source_xmin, source_snapshot from ${t.runs} order by run_id desc limit 1`,
   );
   const previous = last.rows[0];
   if (!previous) return 'no_previous_build';
   if (toNumber(previous.max_degree) !== maxDegree || toNumber(previous.max_cluster_size) !== maxClusterSize)
     return 'limits_changed';
   await buildSettings(q, options);
-  const { sourceXmin, writtenWithin } = await sourceSnapshot(q, previous.source_xmin);
+  const { sourceXmin, snapshot, writtenWithin, unseen } = await sourceSnapshot(q, previous);
   const heapTables =
     writtenWithin === null ? new Set<string>() : await tablesWithRowVersions(q, options.sources);
   await q(
     `create temp table _id_stage (src int not null, rid bigint not null, record_key text, id_type text not null,
-       id_value text not null) on commit drop`,
+       id_value text not null, fresh boolean not null) on commit drop`,
   );
   for (const [i, source] of options.sources.entries())
     await q(
       stageSourceSql(source, i, {
         newSince: t.records,
         sourceTable: sourceTables[i],
-        ...(heapTables.has(sourceTables[i]) ? { writtenWithin: writtenWithin! } : {}),
+        ...(heapTables.has(sourceTables[i]) ? { writtenWithin: writtenWithin!, unseen } : {}),
       }),
     );
   if (heapTables.size) {
-    // The recently written rows include rows the graph already holds (rewritten ones, and those
-    // of transactions that ran alongside the last build): they are few, each found by its key.
-    // A subquery per staged row (not a join the planner could turn into a hash of the whole graph).
-    await q(
-      `delete from _id_stage s where (select true from ${t.records} x
-         where x.source_table = ($1::text[])[s.src] and x.record_key = s.record_key limit 1)`,
-      [sourceTables],
-    );
+    // The recently written rows include rows the graph already holds (rewritten ones, and those of
+    // transactions that ran alongside the last build). Few, each looked up by a subquery per staged
+    // row (not a join the planner could turn into a hash of the whole graph).
+    const heap = options.sources.flatMap((_, i) => (heapTables.has(sourceTables[i]) ? [i + 1] : []));
+    const uniqueKeys = await sourcesWithUniqueKeys(q, options.sources);
+    const [keyed, rowed] = [
+      heap.filter((src) => uniqueKeys.includes(src)),
+      heap.filter((src) => !uniqueKeys.includes(src)),
+    ];
+    // Where the catalog shows the key unique, a row whose key the graph holds is that record,
+    // rewritten: skipped, as append-only sources promise no rewrites.
+    if (keyed.length)
+      await q(
+        `delete from _id_stage s where s.src = any($2::int[]) and (select true from ${t.records} x
+           where x.source_table = ($1::text[])[s.src] and x.record_key = s.record_key limit 1)`,
+        [sourceTables, keyed],
+      );
+    // Elsewhere a key may repeat over rows, and a new row of a known key is new: a row goes only if
+    // the last build may have read it (not fresh) and the graph holds each of its identifiers
+    // under its key.
+    if (rowed.length)
+      await q(
+        `delete from _id_stage s using (
+         select g.src, g.rid from _id_stage g where g.src = any($2::int[]) and not g.fresh
+         group by g.src, g.rid
+         having bool_and((select true from ${t.records} x
+           where x.record_key = g.record_key and x.source_table = ($1::text[])[g.src]
+             and x.node_id = (select n.node_id from ${t.nodes} n where n.id_value = g.id_value and n.id_type = g.id_type)
+           limit 1) is not null)) held
+       where s.src = held.src and s.rid = held.rid`,
+        [sourceTables, rowed],
+      );
   }
   // New identifiers are numbered after the existing ones, in the full build's order.
   //
@@ -503,6 +533,7 @@ async function incrementalBuild(
     componentsIn: null,
     mode: 'incremental',
     sourceXmin,
+    snapshot,
   });
 }
 
@@ -517,10 +548,16 @@ async function incrementalBuild(
  * `relhassubclass` may stay set after the last one is dropped: the distinct then, still right).
  */
 async function sourcesWithRecordsOnce(q: Query, sources: ResolveOptions['sources']): Promise<number[]> {
-  const candidates = sources.flatMap((source, i) => {
+  const once = sources.flatMap((source, i) => {
     const types = source.identifiers.map((id) => id.type);
-    return source.keyColumn && new Set(types).size === types.length ? [i] : [];
+    return new Set(types).size === types.length ? [i + 1] : [];
   });
+  return (await sourcesWithUniqueKeys(q, sources)).filter((src) => once.includes(src));
+}
+
+/** The sources (numbered from 1) whose record key the catalog shows unique (see above). */
+async function sourcesWithUniqueKeys(q: Query, sources: ResolveOptions['sources']): Promise<number[]> {
+  const candidates = sources.flatMap((source, i) => (source.keyColumn ? [i] : []));
   if (!candidates.length) return [];
   const { rows } = await q(
     `select t.src from unnest($1::text[], $2::text[], $3::int[]) t(quoted, key_column, src)
@@ -544,26 +581,49 @@ async function sourcesWithRecordsOnce(q: Query, sources: ResolveOptions['sources
 const XID_HORIZON = 2_000_000_000;
 
 /**
- * The oldest transaction still running as this build starts (`pg_snapshot_xmin`, as a 64-bit id
- * that never wraps): every row this build's statements cannot see was written by it or a later
- * one. Recorded with the run; the next incremental build reads only rows written since
- * (`writtenWithin`: their `age(xmin)` is at most the age of the recorded id), or, without a
- * recorded id or when too many transactions have passed to compare, every row (null).
+ * The snapshot this build reads the sources with, recorded with its run: the oldest transaction
+ * still running (`pg_snapshot_xmin`, as a 64-bit id that never wraps; every row this build's
+ * statements cannot see was written by it or a later one) and the whole snapshot. The next
+ * incremental build reads only rows written since that oldest one (`writtenWithin`: their
+ * `age(xmin)` is at most its age), or, without a recorded id or when too many transactions have
+ * passed to compare, every row (null); and it tells apart, among them, the rows the last build
+ * cannot have read (`unseen`: written by a transaction at or after its snapshot's end, or running
+ * then), when the last build recorded its snapshot.
  */
 async function sourceSnapshot(
   q: Query,
-  previousXmin: unknown,
-): Promise<{ sourceXmin: string; writtenWithin: number | null }> {
-  const previous = previousXmin === null || previousXmin === undefined ? null : String(previousXmin);
+  previous: { source_xmin?: unknown; source_snapshot?: unknown },
+): Promise<{
+  sourceXmin: string;
+  snapshot: string;
+  writtenWithin: number | null;
+  unseen: NewRecordsFilter['unseen'];
+}> {
+  const text = (value: unknown) => (value === null || value === undefined ? null : String(value));
+  // One statement: `age()` counts from a transaction id fixed at its first call in the transaction.
   const { rows } = await q(
-    `select pg_snapshot_xmin(s)::text as xmin,
-       case when $1::text is not null and pg_snapshot_xmax(s)::text::numeric - $1::text::numeric < $2
-         then age(xid($1::text::xid8)) end as written_within
-     from pg_current_snapshot() s`,
-    [previous, XID_HORIZON],
+    `select pg_snapshot_xmin(s)::text as xmin, s::text as snapshot, w.within as written_within,
+       case when w.within is not null and $3::text is not null then age(xid(pg_snapshot_xmax($3::pg_snapshot))) end
+         as unseen_within,
+       case when w.within is not null and $3::text is not null then
+         array(select xid(x)::text from pg_snapshot_xip($3::pg_snapshot) x) end as in_progress
+     from pg_current_snapshot() s
+     cross join lateral (select case when $1::text is not null
+       and pg_snapshot_xmax(s)::text::numeric - $1::text::numeric < $2 then age(xid($1::text::xid8)) end as within) w`,
+    [text(previous.source_xmin), XID_HORIZON, text(previous.source_snapshot)],
   );
-  const within = rows[0].written_within;
-  return { sourceXmin: rows[0].xmin, writtenWithin: within === null ? null : Number(within) };
+  const row = rows[0];
+  const within = toNumber(row.written_within);
+  const unseenWithin = toNumber(row.unseen_within);
+  return {
+    sourceXmin: row.xmin,
+    snapshot: row.snapshot,
+    writtenWithin: within ?? null,
+    unseen:
+      unseenWithin === null || unseenWithin === undefined
+        ? undefined
+        : { within: unseenWithin, inProgress: (row.in_progress as string[]).map(String) },
+  };
 }
 
 /**

@@ -168,6 +168,7 @@ function identitySchemaStatements(schema: string): string[] {
  */
 const RUN_COLUMNS_ADDED_LATER = [
   ['source_xmin', 'bigint'],
+  ['source_snapshot', 'text'],
   ['identifiers_by_type', 'jsonb'],
   ['largest_cluster_id', 'bigint'],
   ['cluster_size_distribution', 'jsonb'],
@@ -358,12 +359,18 @@ export function defaultNormalizer(type: string): Normalizer {
  * (`newSince`, an anti-join over the graph's records of that table), or, when `writtenWithin` is
  * set, those written by a transaction at most that many transaction ids before this one
  * (`age(xmin)`): a superset of the rows added since the last build, found without reading the
- * graph, whose rows already in the graph the build then removes by key.
+ * graph, whose rows already in the graph the build then removes.
+ *
+ * `unseen` marks the staged rows the last build cannot have read (`fresh`): written by a
+ * transaction that started after its snapshot (`age(xmin)` at most `within`) or was running then
+ * (`inProgress`, 32-bit ids). Rows written in a subtransaction of one that was running carry an id
+ * the snapshot does not list: they are not marked, and are judged by what the graph holds.
  */
 export interface NewRecordsFilter {
   newSince: string;
   sourceTable: string;
   writtenWithin?: number;
+  unseen?: { within: number; inProgress: string[] };
 }
 
 function newRecordsCondition(only: NewRecordsFilter, key: string): string {
@@ -392,13 +399,14 @@ export function stageSelectSql(
     (id, i) => `${steps[i].clean(`${quoteIdent(id.column)}::text`)} as v${i}`,
   );
   const key = source.keyColumn ? `${quoteIdent(source.keyColumn)}::text` : 'null::text';
+  const fresh = only ? `, ${freshCondition(only)} as fresh` : '';
   const typeOf = (type: string) => (typeNumbers ? `${typeNumbers.get(type)}::smallint` : quoteLiteral(type));
   const values = source.identifiers
     .map((id, i) => `(${typeOf(id.type)}, ${steps[i].accepted(`r.v${i}`)})`)
     .join(', ');
   return (
-    `select ${index + 1}${typeNumbers ? '::smallint' : ''} as src, r.rid, r.k as record_key, v.id_type, v.id_value\n` +
-    `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')} from ${qualified(source.table)} t\n` +
+    `select ${index + 1}${typeNumbers ? '::smallint' : ''} as src, r.rid, r.k as record_key, v.id_type, v.id_value${only ? ', r.fresh' : ''}\n` +
+    `from (select row_number() over () as rid, ${key} as k, ${projections.join(', ')}${fresh} from ${qualified(source.table)} t\n` +
     (only ? newRecordsCondition(only, key) : '') +
     `) r\n` +
     `cross join lateral (values ${values}) as v(id_type, id_value)\n` +
@@ -406,9 +414,17 @@ export function stageSelectSql(
   );
 }
 
-/** The same rows into the temporary `_id_stage`. */
-export function stageSourceSql(source: IdentitySource, index: number, only?: NewRecordsFilter): string {
-  return `insert into _id_stage (src, rid, record_key, id_type, id_value)\n${stageSelectSql(source, index, only)}`;
+function freshCondition(only: NewRecordsFilter): string {
+  if (!only.unseen) return 'false';
+  const { within, inProgress } = only.unseen;
+  if (!Number.isSafeInteger(within) || !inProgress.every((id) => /^\d+$/.test(id)))
+    throw new Error('unseen must hold transaction ids');
+  return `(age(t.xmin) <= ${within} or t.xmin = any('{${inProgress.join(',')}}'::xid[]))`;
+}
+
+/** The new rows of a source into the temporary `_id_stage` of an incremental build. */
+export function stageSourceSql(source: IdentitySource, index: number, only: NewRecordsFilter): string {
+  return `insert into _id_stage (src, rid, record_key, id_type, id_value, fresh)\n${stageSelectSql(source, index, only)}`;
 }
 
 /** @public The declarations of `dimas/client` (npm run build:types) name it in a procedure's output. */
