@@ -17,7 +17,7 @@ import {
   runColumnTests,
 } from '../src/quality/rules.ts';
 import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
-import { buildGoldenRecords } from '../src/quality/golden-records.ts';
+import { buildGoldenRecords, type ProfileSource } from '../src/quality/golden-records.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { until } from './helpers/api.ts';
 import { transactionRunner } from '../src/modules/monitoring/monitoring-metrics.ts';
@@ -1445,8 +1445,8 @@ describe('identity graph', () => {
   });
 
   it('after an incremental build, rebuilds only the profiles it changed, equal to a full rebuild', async () => {
-    // Both tables' e-mails are their identifiers; pr_b repeats record key b9 over two rows that no
-    // identifier links, so that record spans two clusters and belongs to the smaller one.
+    // Both tables' e-mails are their identifiers; pr_b repeats record key b9 over rows that no
+    // identifier links, so that record spans clusters and belongs to its first identifier's.
     await db.query('create table qt.pr_a (id text primary key, email text, email2 text, name text)');
     await db.query(`insert into qt.pr_a values
         ('a1', 'a@p.io', null, 'Ann'), ('a4', 'w@p.io', null, 'Wes'), ('a8', 'u@p.io', null, 'Uma')`);
@@ -1540,7 +1540,7 @@ describe('identity graph', () => {
     const nameOf = async (email: string) => (await profileOf(email))?.name;
 
     expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full' });
-    // b9 is in the clusters of m@ and y@, and belongs to m@'s (numbered before y@'s).
+    // b9 is in the clusters of m@ and y@, and belongs to m@'s.
     expect(await nameOf('m@p.io')).toBe('Mia');
     const untouched = await profileOf('u@p.io');
 
@@ -1548,38 +1548,147 @@ describe('identity graph', () => {
         ('a3', 'a@p.io', 'y@p.io', null),
         ('a5', 'w@p.io', null, 'Wendy'), ('a6', 'W@p.io ', null, 'Wendy'),
         ('a7', 'n@p.io', null, 'Ned')`);
-    // a3 merges y@'s cluster into a@'s, whose id is smaller than m@'s: b9 moves from m@'s cluster to
-    // it, so m@'s profile, which no new record touched, loses its name; w@ gets a new most frequent
-    // name; n@ is a new person.
-    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    await db.query(`insert into qt.pr_b values ('b9', 'c@p.io', 'Mia')`);
+    // b9's new row brings c@, a new person, whose identifier comes first: b9 moves to c@'s cluster,
+    // so m@'s profile, which no new record touched, loses its name. a3 merges y@'s cluster into
+    // a@'s; w@ gets a new most frequent name; n@ is a new person.
+    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 6, mode: 'incremental' });
     const refreshed = await profiles();
     expect(await nameOf('m@p.io')).toBeNull();
+    expect(await profileOf('c@p.io')).toMatchObject({
+      identifiers: 1,
+      email: 'c@p.io',
+      name: 'Mia',
+      lineage: { name: { table: 'qt.pr_b', record_key: 'b9' } },
+    });
     expect(await nameOf('w@p.io')).toBe('Wendy');
     expect(await nameOf('n@p.io')).toBe('Ned');
-    // a@'s cluster now holds a1, a3 and b9, whose two rows both say Mia.
+    // a@'s cluster now holds a1 and a3.
     expect(await profileOf('y@p.io')).toMatchObject({
       identifiers: 2,
       email: 'a@p.io',
-      name: 'Mia',
+      name: 'Ann',
       lineage: {
         email: { table: 'qt.pr_a', record_key: 'a1' },
-        name: { table: 'qt.pr_b', record_key: 'b9' },
+        name: { table: 'qt.pr_a', record_key: 'a1' },
       },
     });
     expect(await profileOf('u@p.io')).toEqual(untouched);
     // Nothing new: the profiles stay as they are.
-    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 6, mode: 'incremental' });
     expect(await profiles()).toEqual(refreshed);
 
-    expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full' });
+    expect(await build(false)).toEqual({ graph: 'full', profiles: 6, mode: 'full' });
     expect(await profiles()).toEqual(refreshed);
 
     // Another plan than the one the profiles were built with: rebuilt whole.
     const nameOnly = profileOptions.fields.slice(1);
-    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
+    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 6, mode: 'full' });
     // Profiles of an older graph than the previous build's (a build that wrote none came between).
     await updateIdentities(db, options);
-    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
+    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 6, mode: 'full' });
+  });
+
+  it('keeps a graph and its profiles built incrementally over random appends equal to full builds', async () => {
+    // Two sources drawing identifiers from small pools, so appends keep merging clusters; rd_b's key
+    // repeats over rows its identifiers do not link (records spanning clusters), and its rows of one
+    // key disagree on values and share timestamps (ties down to the value).
+    let seed = 29;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const pick = <T>(values: T[]) => values[Math.floor(next() * values.length)];
+    const maybe = (value: string) => (next() < 0.2 ? null : value);
+    const email = () => maybe(`${pick(['', ' ', 'X'])}e${Math.floor(next() * 40)}@r.io`);
+    const name = () => maybe(pick(['Ann', 'Bo', 'Cy', 'Di']));
+    const seen = () => maybe(pick(['2024-01-01', '2024-02-01', '2024-03-01']));
+    await db.query(
+      'create table qt.rd_a (id text primary key, email text, phone text, name text, seen date)',
+    );
+    await db.query('create table qt.rd_b (id text, email text, name text, seen date)');
+    let ids = 0;
+    const append = async (aRows: number, bRows: number) => {
+      for (let i = 0; i < aRows; i++)
+        await db.query('insert into qt.rd_a values ($1, $2, $3, $4, $5)', [
+          `a${ids++}`,
+          email(),
+          maybe(`555 01${String(Math.floor(next() * 30)).padStart(2, '0')}`),
+          name(),
+          seen(),
+        ]);
+      for (let i = 0; i < bRows; i++)
+        await db.query('insert into qt.rd_b values ($1, $2, $3, $4)', [
+          `k${Math.floor(next() * 12)}`,
+          email(),
+          name(),
+          seen(),
+        ]);
+    };
+    const sources: ProfileSource[] = [
+      {
+        table: { schema: 'qt', name: 'rd_a' },
+        keyColumn: 'id',
+        timestampColumn: 'seen',
+        identifiers: [
+          { column: 'email', type: 'email' },
+          { column: 'phone', type: 'phone' },
+        ],
+      },
+      {
+        table: { schema: 'qt', name: 'rd_b' },
+        keyColumn: 'id',
+        timestampColumn: 'seen',
+        identifiers: [{ column: 'email', type: 'email' }],
+      },
+    ];
+    const both = (column: string, normalize?: 'email') =>
+      [0, 1].map((source) => ({ source, column, ...(normalize ? { normalize } : {}) }));
+    const fields = [
+      { name: 'email', rule: 'first_non_null' as const, columns: both('email', 'email') },
+      { name: 'name', rule: 'most_frequent' as const, columns: both('name') },
+      { name: 'latest_name', rule: 'most_recent' as const, columns: both('name') },
+      { name: 'preferred_name', rule: 'source_priority' as const, columns: both('name') },
+    ];
+    const build = async (schema: string, incremental: boolean) => {
+      const runner = transactionRunner({
+        query: (sql, params) => db.query(sql, params),
+        copyTo: (sql) => db.copyOut(sql),
+      } as WarehouseTransaction);
+      const options = { schema, sources, maxDegree: 1000, maxClusterSize: 1000 };
+      await db.query('begin');
+      const graph = incremental
+        ? await updateIdentities(runner, options)
+        : await resolveIdentities(runner, options);
+      const profiles = await buildGoldenRecords(
+        runner,
+        { schema, sources, fields, sourcePriority: ['qt.rd_b'] },
+        graph.mode === 'incremental',
+      );
+      await db.query('commit');
+      return `${graph.mode}/${profiles.mode}`;
+    };
+    // Each profile named by its cluster's identifiers: the two builds number clusters differently.
+    const state = async (schema: string) => ({
+      ...(await graphState(schema)),
+      profiles: (
+        await db.query(
+          `select (select string_agg(id_value, ' ' order by id_value) from ${schema}.identity_nodes n
+                   where n.cluster_id = p.cluster_id) as members,
+             p.identifiers, p.email, p.name, p.latest_name, p.preferred_name, p.lineage
+           from ${schema}.unified_profiles p order by members`,
+        )
+      ).rows,
+    });
+
+    await append(12, 6);
+    await build('idg_random', false);
+    const modes: string[] = [];
+    for (let round = 0; round < 8; round++) {
+      await append(2 + Math.floor(next() * 4), 1 + Math.floor(next() * 4));
+      modes.push(await build('idg_random', true));
+      await build('idg_random_full', false);
+      const [incremental, full] = [await state('idg_random'), await state('idg_random_full')];
+      expect(incremental, `round ${round}`).toEqual(full);
+    }
+    expect(modes).toEqual(Array(8).fill('incremental/incremental'));
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {

@@ -14,8 +14,14 @@ import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type Tab
  *   first_non_null   the first value in source order, then record key order (byte order, as
  *                    the graph's records compare their keys)
  *
+ * Ties left after a rule's order (rows of one record key that hold different values) go to the
+ * value first in byte order, so that two builds of the same rows pick the same value.
+ *
  * A record belongs to the cluster of its identifiers; identifiers flagged by the runaway-merge
- * guards (high degree, oversized component) do not place a record anywhere.
+ * guards (high degree, oversized component) do not place a record anywhere. A record key repeated
+ * over rows that no identifier links can span clusters: it belongs to the cluster of its first
+ * identifier (value, then type, in byte order). Not the smallest cluster id: an incremental build
+ * numbers new identifiers after the old ones, a full build in value order, and the two must agree.
  */
 
 export type SurvivorshipRule = 'most_frequent' | 'most_recent' | 'source_priority' | 'first_non_null';
@@ -64,6 +70,18 @@ const ORDER_BY: Record<SurvivorshipRule, string> = {
 
 const tableName = (t: TableRef) => `${t.schema}.${t.name}`;
 
+/**
+ * The cluster a record belongs to, in a query grouped by `r.source_table, r.record_key` over its
+ * identifiers' nodes `n`: almost every record's identifiers are in one cluster (one row links them),
+ * and only a record whose identifiers are in several looks up its first identifier's.
+ */
+function ownerCluster(records: string, nodes: string) {
+  return `case when min(n.cluster_id) = max(n.cluster_id) then min(n.cluster_id) else (
+    select first.cluster_id from ${records} o join ${nodes} first on first.node_id = o.node_id
+    where o.record_key = r.record_key and o.source_table = r.source_table and first.flagged is null
+    order by first.id_value collate "C", first.id_type collate "C" limit 1) end`;
+}
+
 function priorities(options: GoldenRecordOptions): number[] {
   const listed = options.sourcePriority ?? [];
   return options.sources.map((s, i) => {
@@ -93,7 +111,8 @@ export function goldenRecordSelect(
     scope
       ? `member as (select source_table, record_key, cluster_id from ${scope.members})`
       : `member as (
-  select r.source_table, r.record_key, min(n.cluster_id) as cluster_id
+  select r.source_table, r.record_key,
+    ${ownerCluster(names.graph('identity_records'), names.graph('identity_nodes'))} as cluster_id
   from ${names.graph('identity_records')} r join ${names.graph('identity_nodes')} n on n.node_id = r.node_id
   where n.flagged is null
   group by 1, 2)`,
@@ -137,7 +156,7 @@ export function goldenRecordSelect(
     ctes.push(`f${f} as (
   select distinct on (cluster_id) cluster_id, v${f} as value, source_table, record_key
   from ${ranked}
-  order by cluster_id, ${ORDER_BY[field.rule]})`);
+  order by cluster_id, ${ORDER_BY[field.rule]}, v${f} collate "C")`);
   });
   const columns = options.fields.map((field, f) => `f${f}.value as ${quoteIdent(field.name)}`);
   const lineage = options.fields.map(
@@ -202,10 +221,10 @@ export async function buildGoldenRecords(
 
 /**
  * Rebuilds the profiles of the clusters the incremental graph build changed and of every cluster
- * whose members may have moved with them: a record belongs to the smallest cluster among its
- * identifiers (a record key repeated over rows that no identifier links can span clusters), so the
- * clusters of every identifier of a touched cluster's records are rebuilt too, each from all of its
- * records. The graph is read by index lookups of the changed clusters (`= any(array(…))`, as the
+ * whose members may have moved with them: a record key repeated over rows that no identifier links
+ * can span clusters and belongs to its first identifier's, so a new row of it can take it from a
+ * cluster no new record touched. The clusters of every identifier of a touched cluster's records are
+ * rebuilt too, each from all of its records. The graph is read by index lookups of the changed clusters (`= any(array(…))`, as the
  * incremental build reads it), never by a join the planner could turn into a scan of the graph.
  */
 async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOptions, table: string) {
@@ -240,10 +259,12 @@ async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOp
   );
   await q(
     `create temp table _gr_members on commit drop as
-     select r.source_table, r.record_key, min(n.cluster_id) as cluster_id from (${rowsOf('_gr_records')}) r
-     cross join lateral (select cluster_id from ${nodes} n where n.node_id = r.node_id and n.flagged is null limit 1) n
-     group by 1, 2
-     having min(n.cluster_id) = any(array(select cluster_id from _gr_clusters))`,
+     select * from (
+       select r.source_table, r.record_key, ${ownerCluster(records, nodes)} as cluster_id
+       from (${rowsOf('_gr_records')}) r
+       cross join lateral (select cluster_id from ${nodes} n where n.node_id = r.node_id and n.flagged is null limit 1) n
+       group by 1, 2) m
+     where cluster_id = any(array(select cluster_id from _gr_clusters))`,
   );
   await q('analyze _gr_clusters, _gr_members');
   await q(
