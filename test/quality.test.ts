@@ -1118,12 +1118,14 @@ describe('identity graph', () => {
         },
       ],
     };
-    const [open, withSavepoint] = [
+    const [open, withSavepoint, committer] = [
+      new pg.Client({ connectionString: serverUrl }),
       new pg.Client({ connectionString: serverUrl }),
       new pg.Client({ connectionString: serverUrl }),
     ];
     await open.connect();
     await withSavepoint.connect();
+    await committer.connect();
     try {
       await open.query('begin');
       await open.query(`insert into qt.open_events values ('u1', 'late@e.io', '555 070 0002')`);
@@ -1133,19 +1135,33 @@ describe('identity graph', () => {
       await withSavepoint.query(`insert into qt.open_events values ('u2', 'sub@e.io', '555 070 0003')`);
       // Committed after the open ones began and before the build: the build reads it.
       await db.query(`insert into qt.open_events values ('u1', 'seen@e.io', '555 070 0001')`);
-      expect(await resolveIdentities(db, options)).toMatchObject({ identifiers: 3 });
+      // Committed while the build runs, just before the statement that reads the source: read too.
+      let between = false;
+      const committingBeforeReading: CopyOutRunner = {
+        copyOut: db.copyOut,
+        query: async (sql, params) => {
+          if (!between && /create temp table _id_obs/.test(sql)) {
+            between = true;
+            await committer.query(`insert into qt.open_events values ('u3', 'between@e.io', '555 070 0004')`);
+          }
+          return db.query(sql, params);
+        },
+      };
+      expect(await resolveIdentities(committingBeforeReading, options)).toMatchObject({ identifiers: 5 });
+      expect(between).toBe(true);
       await open.query('commit');
       await withSavepoint.query('commit');
     } finally {
       await open.end();
       await withSavepoint.end();
+      await committer.end();
     }
     // New rows of u1, one the same as its first: counted again, as a full build counts it.
     await db.query(
       `insert into qt.open_events values ('u1', 'after@e.io', '555 070 0002'), ('u1', 'u1@e.io', '555 070 0001')`,
     );
     const added = await updateIdentities(db, options);
-    expect(added).toMatchObject({ mode: 'incremental', identifiers: 8, clusters: 3 });
+    expect(added).toMatchObject({ mode: 'incremental', identifiers: 10, clusters: 4 });
     const incremental = await graphState(schema);
     await resolveIdentities(db, options);
     // The same occurrences too: the row the last build read is not counted again.

@@ -111,7 +111,7 @@ async function fullBuild(
   );
   const startedAt = new Date();
   await buildSettings(q, options);
-  const { sourceXmin, snapshot } = await sourceSnapshot(q, {});
+  const { sourceXmin } = await sourceSnapshot(q, {});
   // Staged and numbered in one statement (no staging table written and read back). Numbered in
   // (value, type) order, so identical inputs give identical node and cluster ids; the value leads
   // because the sort then compares most rows by an abbreviated key of its first bytes (led by the
@@ -129,6 +129,7 @@ async function fullBuild(
      from (${options.sources.map((source, i) => stageSelectSql(source, i, undefined, typeNumbers)).join('\nunion all\n')}) s
      window w as (order by id_value collate "C", id_type)`,
   );
+  const snapshot = await snapshotAfterReading(q);
   // Without statistics the planner expects millions of pairs and merge-joins two full sorts; with
   // them it hashes the records once (half the time at a million identifiers).
   await q('analyze _id_obs');
@@ -335,7 +336,7 @@ async function incrementalBuild(
   if (toNumber(previous.max_degree) !== maxDegree || toNumber(previous.max_cluster_size) !== maxClusterSize)
     return 'limits_changed';
   await buildSettings(q, options);
-  const { sourceXmin, snapshot, writtenWithin, unseen } = await sourceSnapshot(q, previous);
+  const { sourceXmin, writtenWithin, unseen } = await sourceSnapshot(q, previous);
   const heapTables =
     writtenWithin === null ? new Set<string>() : await tablesWithRowVersions(q, options.sources);
   await q(
@@ -350,6 +351,7 @@ async function incrementalBuild(
         ...(heapTables.has(sourceTables[i]) ? { writtenWithin: writtenWithin!, unseen } : {}),
       }),
     );
+  const snapshot = await snapshotAfterReading(q);
   if (heapTables.size) {
     // The recently written rows include rows the graph already holds (rewritten ones, and those of
     // transactions that ran alongside the last build). Few, each looked up by a subquery per staged
@@ -581,28 +583,26 @@ async function sourcesWithUniqueKeys(q: Query, sources: ResolveOptions['sources'
 const XID_HORIZON = 2_000_000_000;
 
 /**
- * The snapshot this build reads the sources with, recorded with its run: the oldest transaction
- * still running (`pg_snapshot_xmin`, as a 64-bit id that never wraps; every row this build's
- * statements cannot see was written by it or a later one) and the whole snapshot. The next
- * incremental build reads only rows written since that oldest one (`writtenWithin`: their
- * `age(xmin)` is at most its age), or, without a recorded id or when too many transactions have
- * passed to compare, every row (null); and it tells apart, among them, the rows the last build
- * cannot have read (`unseen`: written by a transaction at or after its snapshot's end, or running
- * then), when the last build recorded its snapshot.
+ * Where this build starts reading the sources, recorded with its run: the oldest transaction still
+ * running (`pg_snapshot_xmin`, as a 64-bit id that never wraps): every row this build's statements
+ * cannot see was written by it or a later one. The next incremental build reads only rows written
+ * since (`writtenWithin`: their `age(xmin)` is at most its age), or, without a recorded id or when
+ * too many transactions have passed to compare, every row (null); and it tells apart, among them,
+ * the rows the last build cannot have read (`unseen`: see `snapshotAfterReading`), when the last
+ * build recorded its snapshot.
  */
 async function sourceSnapshot(
   q: Query,
   previous: { source_xmin?: unknown; source_snapshot?: unknown },
 ): Promise<{
   sourceXmin: string;
-  snapshot: string;
   writtenWithin: number | null;
   unseen: NewRecordsFilter['unseen'];
 }> {
   const text = (value: unknown) => (value === null || value === undefined ? null : String(value));
   // One statement: `age()` counts from a transaction id fixed at its first call in the transaction.
   const { rows } = await q(
-    `select pg_snapshot_xmin(s)::text as xmin, s::text as snapshot, w.within as written_within,
+    `select pg_snapshot_xmin(s)::text as xmin, w.within as written_within,
        case when w.within is not null and $3::text is not null then age(xid(pg_snapshot_xmax($3::pg_snapshot))) end
          as unseen_within,
        case when w.within is not null and $3::text is not null then
@@ -617,13 +617,25 @@ async function sourceSnapshot(
   const unseenWithin = toNumber(row.unseen_within);
   return {
     sourceXmin: row.xmin,
-    snapshot: row.snapshot,
     writtenWithin: within ?? null,
     unseen:
       unseenWithin === null || unseenWithin === undefined
         ? undefined
         : { within: unseenWithin, inProgress: (row.in_progress as string[]).map(String) },
   };
+}
+
+/**
+ * A snapshot taken once the build's statements have read the sources, recorded with its run. Each
+ * statement reads with its own snapshot (read committed), so one taken before could call a row
+ * committed in between unread. A transaction running in this one, or starting after it, wrote rows
+ * this build did not read: the next build takes them as new (`fresh`). A row this one calls visible
+ * may still have been committed after the build read its source: it is judged by what the graph
+ * holds.
+ */
+async function snapshotAfterReading(q: Query): Promise<string> {
+  const { rows } = await q('select pg_current_snapshot()::text as snapshot');
+  return String(rows[0].snapshot);
 }
 
 /**
