@@ -1605,7 +1605,7 @@ describe('identity graph', () => {
     expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 6, mode: 'full' });
   });
 
-  it('keeps a graph and its profiles built incrementally over random appends equal to full builds', async () => {
+  it('keeps a graph and its profiles built incrementally over random appends equal to full builds, guards included', async () => {
     // Two sources drawing identifiers from small pools, so appends keep merging clusters; rd_b's key
     // repeats over rows its identifiers do not link (records spanning clusters), and its rows of one
     // key disagree on values and share timestamps (ties down to the value).
@@ -1663,12 +1663,16 @@ describe('identity graph', () => {
       { name: 'latest_name', rule: 'most_recent' as const, columns: both('name') },
       { name: 'preferred_name', rule: 'source_priority' as const, columns: both('name') },
     ];
-    const build = async (schema: string, incremental: boolean) => {
+    // Without guards, and with guards tight enough to flag identifiers as the graph grows.
+    const limits = { idg_random: 1000, idg_guarded: 3 };
+    // Incrementally in the graph's schema (a full build the first time), or in full beside it.
+    const build = async (name: keyof typeof limits, incremental: boolean) => {
       const runner = transactionRunner({
         query: (sql, params) => db.query(sql, params),
         copyTo: (sql) => db.copyOut(sql),
       } as WarehouseTransaction);
-      const options = { schema, sources, maxDegree: 1000, maxClusterSize: 1000 };
+      const schema = incremental ? name : `${name}_full`;
+      const options = { schema, sources, maxDegree: limits[name], maxClusterSize: 2 * limits[name] };
       await db.query('begin');
       const graph = incremental
         ? await updateIdentities(runner, options)
@@ -1695,16 +1699,27 @@ describe('identity graph', () => {
     });
 
     await append(12, 6);
-    await build('idg_random', false);
+    await build('idg_random', true);
+    await build('idg_guarded', true);
     const modes: string[] = [];
+    const guardedWhileFlagged: string[] = [];
     for (let round = 0; round < 8; round++) {
       await append(2 + Math.floor(next() * 4), 1 + Math.floor(next() * 4));
-      modes.push(await build('idg_random', true));
-      await build('idg_random_full', false);
-      const [incremental, full] = [await state('idg_random'), await state('idg_random_full')];
-      expect(incremental, `round ${round}`).toEqual(full);
+      for (const graph of ['idg_random', 'idg_guarded'] as const) {
+        const flagged = await db.query(
+          `select count(*)::int as n from ${graph}.identity_nodes where flagged is not null`,
+        );
+        const mode = await build(graph, true);
+        if (graph === 'idg_random') modes.push(mode);
+        else if (flagged.rows[0].n > 0) guardedWhileFlagged.push(mode);
+        await build(graph, false);
+        expect(await state(graph), `${graph}, round ${round}`).toEqual(await state(`${graph}_full`));
+      }
     }
     expect(modes).toEqual(Array(8).fill('incremental/incremental'));
+    // Under the guards some builds fall back to full ones; some stay incremental beside flagged identifiers.
+    expect(guardedWhileFlagged).toContain('incremental/incremental');
+    expect(guardedWhileFlagged).toContain('full/full');
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {
