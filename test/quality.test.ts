@@ -1007,6 +1007,33 @@ describe('identity graph', () => {
     ],
   });
 
+  /**
+   * A graph build and the unified profiles after it in one transaction, as the build job runs
+   * them: the profiles are refreshed when the graph's build was incremental.
+   */
+  async function graphAndProfiles(
+    options: ResolveOptions,
+    profileOptions: Parameters<typeof buildGoldenRecords>[1],
+    incremental: boolean,
+  ) {
+    const runner = transactionRunner({
+      query: (sql, params) => db.query(sql, params),
+      copyTo: (sql) => db.copyOut(sql),
+    } as WarehouseTransaction);
+    await db.query('begin');
+    try {
+      const graph = incremental
+        ? await updateIdentities(runner, options)
+        : await resolveIdentities(runner, options);
+      const profiles = await buildGoldenRecords(runner, profileOptions, graph.mode === 'incremental');
+      await db.query('commit');
+      return { graph: graph.mode, ...profiles };
+    } catch (error) {
+      await db.query('rollback');
+      throw error;
+    }
+  }
+
   /** Clusters as sorted member lists, edge occurrences and record count: what a full build must equal. */
   async function graphState(schema: string) {
     const clusters = await db.query(
@@ -1102,22 +1129,11 @@ describe('identity graph', () => {
   it('reads new rows of a known key once, those of transactions open during the last build included', async (context) => {
     if (!serverUrl) return context.skip(); // transactions alongside the build need other connections
     const schema = 'idg_open_events';
-    // No unique key: a user's events are rows of one record key, each linking an e-mail and a phone.
-    await db.query('create table qt.open_events (user_id text, email text, phone text)');
+    // No unique key: a user's events are rows of one record key (`id`, the user's), each linking an
+    // e-mail and a phone.
+    await db.query('create table qt.open_events (id text, email text, phone text)');
     await db.query(`insert into qt.open_events values ('u1', 'u1@e.io', '555 070 0001')`);
-    const options = {
-      schema,
-      sources: [
-        {
-          table: { schema: 'qt', name: 'open_events' },
-          keyColumn: 'user_id',
-          identifiers: [
-            { column: 'email', type: 'email' },
-            { column: 'phone', type: 'phone' },
-          ],
-        },
-      ],
-    };
+    const options = emailAndPhoneOf(schema, 'open_events');
     const [open, withSavepoint, committer] = [
       new pg.Client({ connectionString: serverUrl }),
       new pg.Client({ connectionString: serverUrl }),
@@ -1507,34 +1523,8 @@ describe('identity graph', () => {
         },
       ],
     };
-    // Graph and profiles in one transaction, as the build job runs them.
-    const oneTransaction = async <T>(work: (runner: CopyOutRunner) => Promise<T>) => {
-      const runner = transactionRunner({
-        query: (sql, params) => db.query(sql, params),
-        copyTo: (sql) => db.copyOut(sql),
-      } as WarehouseTransaction);
-      await db.query('begin');
-      try {
-        const result = await work(runner);
-        await db.query('commit');
-        return result;
-      } catch (error) {
-        await db.query('rollback');
-        throw error;
-      }
-    };
     const build = (incremental: boolean, fields = profileOptions.fields) =>
-      oneTransaction(async (runner) => {
-        const graphBuild = incremental
-          ? await updateIdentities(runner, options)
-          : await resolveIdentities(runner, options);
-        const profiles = await buildGoldenRecords(
-          runner,
-          { ...profileOptions, fields },
-          graphBuild.mode === 'incremental',
-        );
-        return { graph: graphBuild.mode, ...profiles };
-      });
+      graphAndProfiles(options, { ...profileOptions, fields }, incremental);
     // Each profile named by its cluster's identifiers: a full build numbers clusters anew.
     const profiles = async () =>
       (
@@ -1667,23 +1657,13 @@ describe('identity graph', () => {
     const limits = { idg_random: 1000, idg_guarded: 3 };
     // Incrementally in the graph's schema (a full build the first time), or in full beside it.
     const build = async (name: keyof typeof limits, incremental: boolean) => {
-      const runner = transactionRunner({
-        query: (sql, params) => db.query(sql, params),
-        copyTo: (sql) => db.copyOut(sql),
-      } as WarehouseTransaction);
       const schema = incremental ? name : `${name}_full`;
-      const options = { schema, sources, maxDegree: limits[name], maxClusterSize: 2 * limits[name] };
-      await db.query('begin');
-      const graph = incremental
-        ? await updateIdentities(runner, options)
-        : await resolveIdentities(runner, options);
-      const profiles = await buildGoldenRecords(
-        runner,
+      const built = await graphAndProfiles(
+        { schema, sources, maxDegree: limits[name], maxClusterSize: 2 * limits[name] },
         { schema, sources, fields, sourcePriority: ['qt.rd_b'] },
-        graph.mode === 'incremental',
+        incremental,
       );
-      await db.query('commit');
-      return `${graph.mode}/${profiles.mode}`;
+      return `${built.graph}/${built.mode}`;
     };
     // Each profile named by its cluster's identifiers: the two builds number clusters differently.
     const state = async (schema: string) => ({

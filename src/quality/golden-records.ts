@@ -223,9 +223,10 @@ export async function buildGoldenRecords(
  * Rebuilds the profiles of the clusters the incremental graph build changed and of every cluster
  * whose members may have moved with them: a record key repeated over rows that no identifier links
  * can span clusters and belongs to its first identifier's, so a new row of it can take it from a
- * cluster no new record touched. The clusters of every identifier of a touched cluster's records are
- * rebuilt too, each from all of its records. The graph is read by index lookups of the changed clusters (`= any(array(…))`, as the
- * incremental build reads it), never by a join the planner could turn into a scan of the graph.
+ * cluster no new record touched. The clusters of every identifier of a touched cluster's records
+ * are rebuilt too, each from all of its records. The graph is read by index lookups of the changed
+ * clusters (`= any(array(…))`, as the incremental build reads it), never by a join the planner
+ * could turn into a scan of the graph.
  */
 async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOptions, table: string) {
   const q = (sql: string) => runner.query(sql);

@@ -613,13 +613,12 @@ async function sourceSnapshot(
     [text(previous.source_xmin), XID_HORIZON, text(previous.source_snapshot)],
   );
   const row = rows[0];
-  const within = toNumber(row.written_within);
   const unseenWithin = toNumber(row.unseen_within);
   return {
     sourceXmin: row.xmin,
-    writtenWithin: within ?? null,
+    writtenWithin: toNumber(row.written_within),
     unseen:
-      unseenWithin === null || unseenWithin === undefined
+      unseenWithin === null
         ? undefined
         : { within: unseenWithin, inProgress: (row.in_progress as string[]).map(String) },
   };
