@@ -1342,6 +1342,45 @@ describe('identity graph', () => {
     });
   });
 
+  it('builds in full when the new rows are many against the graph, where a full build is faster', async () => {
+    const options = emailAndPhoneOf('idg_incr_batch', 'big_batch');
+    const people = (from: number, to: number) =>
+      db.query(
+        `insert into qt.big_batch select g, 'b' || g || '@n.io', '555 400 ' || lpad(g::text, 6, '0')
+         from generate_series($1::int, $2::int) g`,
+        [from, to],
+      );
+    await db.query('create table qt.big_batch (id int primary key, email text, phone text)');
+    await people(1, 6_000);
+    expect(await resolveIdentities(db, options)).toMatchObject({ identifiers: 12_000 });
+    // 5,001 new people: 10,002 new observations, more than half of the graph's 12,000 identifiers.
+    await people(6_001, 11_001);
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'full',
+      full_reason: 'large_batch',
+      identifiers: 22_002,
+      clusters: 11_001,
+    });
+    // 11,002 new people, 22,004 observations: as large a batch, but a full build of the grown graph
+    // would no longer fit an in-process limit of 40,000 identifiers (it would be contracted in the
+    // warehouse, slower than the incremental build).
+    await people(11_002, 22_003);
+    expect(await updateIdentities(db, { ...options, inProcessLimit: 40_000 })).toMatchObject({
+      mode: 'incremental',
+      full_reason: null,
+      identifiers: 44_006,
+      clusters: 22_003,
+    });
+    // 5,001 new people: under half of the graph it has grown to.
+    await people(22_004, 27_004);
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'incremental',
+      full_reason: null,
+      identifiers: 54_008,
+      clusters: 27_004,
+    });
+  });
+
   it('builds golden records by each survivorship rule, with the record each value came from', async () => {
     await db.query(
       'create table qt.gr_a (id text primary key, email text, name text, city text, updated_at timestamptz)',

@@ -89,7 +89,8 @@ export type FullBuildReason =
   | 'oversized_component_touched'
   | 'degree_limit_crossed'
   | 'cluster_limit_crossed'
-  | 'too_many_new_pairs';
+  | 'too_many_new_pairs'
+  | 'large_batch';
 
 export const TYPE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 
