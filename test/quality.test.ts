@@ -1007,6 +1007,17 @@ describe('identity graph', () => {
     ],
   });
 
+  /** Person `n`'s e-mail and phone as SQL over the integer expression `n`. */
+  const personEmail = (n: string) => `'m' || ${n} || '@n.io'`;
+  const personPhone = (n: string) => `'555 300 ' || lpad(${n}::text, 6, '0')`;
+  /** People `from`..`to` (each an id, an e-mail and a phone) into `qt.<table>`. */
+  const addPeople = (table: string, from: number, to: number) =>
+    db.query(
+      `insert into qt.${table} select g, ${personEmail('g')}, ${personPhone('g')}
+       from generate_series($1::int, $2::int) g`,
+      [from, to],
+    );
+
   /**
    * A graph build and the unified profiles after it in one transaction, as the build job runs
    * them: the profiles are refreshed when the graph's build was incremental.
@@ -1305,12 +1316,7 @@ describe('identity graph', () => {
     // A limit of 4: an incremental build merges the pairs of at most 4 clusters (and 8 pairs) in the
     // process, as a full build takes at most 4 identifiers (and 8 pairs) there.
     const options = { ...emailAndPhoneOf('idg_incr_pairs', 'many_new'), inProcessLimit: 4 };
-    const people = (from: number, to: number) =>
-      db.query(
-        `insert into qt.many_new select g, 'm' || g || '@n.io', '555 300 ' || lpad(g::text, 4, '0')
-         from generate_series($1::int, $2::int) g`,
-        [from, to],
-      );
+    const people = (from: number, to: number) => addPeople('many_new', from, to);
     await db.query('create table qt.many_new (id int primary key, email text, phone text)');
     await people(1, 10);
     expect(await resolveIdentities(db, options)).toMatchObject({ clusters: 10 });
@@ -1320,7 +1326,7 @@ describe('identity graph', () => {
     // Six records pairing the e-mail of one of four people with the phone of another: 6 new pairs,
     // more than the limit, between 4 clusters, which fit it.
     await db.query(
-      `insert into qt.many_new select 100 + row_number() over (), 'm' || a || '@n.io', '555 300 ' || lpad(b::text, 4, '0')
+      `insert into qt.many_new select 100 + row_number() over (), ${personEmail('a')}, ${personPhone('b')}
        from (values (1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)) p(a, b)`,
     );
     expect(await updateIdentities(db, options)).toMatchObject({
@@ -1344,12 +1350,7 @@ describe('identity graph', () => {
 
   it('builds in full when the new rows are many against the graph, where a full build is faster', async () => {
     const options = emailAndPhoneOf('idg_incr_batch', 'big_batch');
-    const people = (from: number, to: number) =>
-      db.query(
-        `insert into qt.big_batch select g, 'b' || g || '@n.io', '555 400 ' || lpad(g::text, 6, '0')
-         from generate_series($1::int, $2::int) g`,
-        [from, to],
-      );
+    const people = (from: number, to: number) => addPeople('big_batch', from, to);
     await db.query('create table qt.big_batch (id int primary key, email text, phone text)');
     await people(1, 6_000);
     expect(await resolveIdentities(db, options)).toMatchObject({ identifiers: 12_000 });
