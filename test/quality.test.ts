@@ -1382,6 +1382,38 @@ describe('identity graph', () => {
     });
   });
 
+  it('rebuilds every profile when a fifth of the clusters changed, where that is faster than a refresh', async () => {
+    const options = emailAndPhoneOf('idg_incr_profiles', 'many_profiles');
+    const profileOptions = {
+      schema: 'idg_incr_profiles',
+      sources: options.sources,
+      fields: [{ name: 'email', rule: 'most_frequent' as const, columns: [{ source: 0, column: 'email' }] }],
+    };
+    await db.query('create table qt.many_profiles (id int primary key, email text, phone text)');
+    await addPeople('many_profiles', 1, 4_000);
+    expect(await graphAndProfiles(options, profileOptions, false)).toMatchObject({ mode: 'full' });
+    // 1,001 new people: 1,001 of 5,001 clusters changed, over a fifth.
+    await addPeople('many_profiles', 4_001, 5_001);
+    expect(await graphAndProfiles(options, profileOptions, true)).toMatchObject({
+      graph: 'incremental',
+      mode: 'full',
+      profiles: 5_001,
+    });
+    // 1,001 more: under a fifth of the 6,002 clusters.
+    await addPeople('many_profiles', 5_002, 6_002);
+    expect(await graphAndProfiles(options, profileOptions, true)).toMatchObject({
+      graph: 'incremental',
+      mode: 'incremental',
+      profiles: 6_002,
+    });
+    const { rows } = await db.query(
+      `select count(*)::int as profiles, count(*) filter (where p.email = n.id_value)::int as own_email
+       from idg_incr_profiles.unified_profiles p
+       join idg_incr_profiles.identity_nodes n on n.cluster_id = p.cluster_id and n.id_type = 'email'`,
+    );
+    expect(rows[0]).toEqual({ profiles: 6_002, own_email: 6_002 });
+  });
+
   it('builds golden records by each survivorship rule, with the record each value came from', async () => {
     await db.query(
       'create table qt.gr_a (id text primary key, email text, name text, city text, updated_at timestamptz)',
