@@ -407,15 +407,8 @@ async function incrementalBuild(
         [sourceTables, rowed],
       );
   }
-  const staged = await q('select count(*) as observations from _id_stage');
-  if (
-    isLargeBatch(
-      toNumber(staged.rows[0].observations) ?? 0,
-      toNumber(previous.identifiers) ?? 0,
-      inProcessLimit,
-    )
-  )
-    return 'large_batch';
+  const staged = toNumber((await q('select count(*) as observations from _id_stage')).rows[0].observations);
+  if (isLargeBatch(staged ?? 0, toNumber(previous.identifiers) ?? 0, inProcessLimit)) return 'large_batch';
   // New identifiers are numbered after the existing ones, in the full build's order.
   //
   // Here and below, the graph is read by a lookup per new row (a scalar subquery, a lateral one with
