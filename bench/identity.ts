@@ -18,7 +18,8 @@
  * Then 1% new people are added and the incremental build is timed against the full one, on a graph
  * with planner statistics (as autovacuum leaves it), alone and with the unified profiles built in the
  * same transaction (all of them after the full build, the changed clusters' after the incremental
- * one); they are removed again before the baseline runs. Elapsed times and the CPU time of the
+ * one); they are removed again before the baseline runs. The steps of the fastest full build and of
+ * the incremental one are printed as their results report them. Elapsed times and the CPU time of the
  * server process and of this one are printed (the CPU figures move less when other work shares the
  * machine; parallel index build workers of the server are not counted), with the peak RSS of this
  * process during our builds.
@@ -393,6 +394,10 @@ export async function runIdentityBench() {
           .map((l) => l.toFixed(1))
           .join(' ')})`,
     );
+    const steps = (r: { steps: { step: string; ms: number }[] }) =>
+      r.steps.map((s) => `${s.step} ${s.ms}`).join(', ');
+    const fastest = measured.value.duration_ms <= result.duration_ms ? measured.value : result;
+    console.log(`steps (ms): full build ${steps(fastest)}; incremental ${steps(incremental)}`);
     const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MB`;
     console.log(
       `components in the warehouse: ${inWarehouse.duration_ms} ms, ${inWarehouse.iterations} rounds ` +

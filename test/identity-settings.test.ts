@@ -53,6 +53,21 @@ async function buildWith(value: Record<string, unknown>) {
   return graph.body;
 }
 
+const FULL_BUILD_STEPS = ['staging', 'edges', 'components', 'tables', 'keys', 'statistics'];
+
+/**
+ * The build's steps, as the result reports them (in the order they ran), each a duration within
+ * the build's; and the profiles' time beside them.
+ */
+function expectSteps(result: any, steps: string[]) {
+  expect(result.steps.map((s: { step: string }) => s.step)).toEqual(steps);
+  const times = result.steps.map((s: { ms: number }) => s.ms) as number[];
+  for (const ms of times) expect(ms).toBeGreaterThanOrEqual(0);
+  // Each step and the whole are rounded to a millisecond apart.
+  expect(times.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(result.duration_ms + times.length);
+  expect(result.profiles_ms).toBeGreaterThanOrEqual(0);
+}
+
 const healthOf = (graph: any, check: string) =>
   (graph.last_build.result.health as { check: string; status: string }[]).find((h) => h.check === check);
 
@@ -241,6 +256,7 @@ describe('identity_resolution settings, changed and observed through the API', (
       full_reason: null,
       profiles_mode: 'incremental',
     });
+    expectSteps(added.last_build.result, ['staging', 'merge', 'tables', 'statistics']);
     // One e-mail and two phones, merged into one new cluster.
     expect(added.identifiers).toBe(baseline.identifiers + 3);
     expect(added.clusters).toBe(baseline.clusters + 1);
@@ -254,6 +270,8 @@ describe('identity_resolution settings, changed and observed through the API', (
       full_reason: 'limits_changed',
       profiles_mode: 'full',
     });
+    // What the discarded incremental attempt cost, then the full build's steps.
+    expectSteps(changed.last_build.result, ['incremental_attempt', ...FULL_BUILD_STEPS]);
     expect(changed.identifiers).toBe(added.identifiers);
     expect(changed.clusters).toBe(added.clusters);
     expect(await profileRows()).toEqual(refreshed);
@@ -262,6 +280,7 @@ describe('identity_resolution settings, changed and observed through the API', (
     const off = await buildWith({ max_degree: 50 });
     // Nobody asked for an incremental build, so there is nothing to explain.
     expect(off.last_build.result).toMatchObject({ mode: 'full', full_reason: null });
+    expectSteps(off.last_build.result, FULL_BUILD_STEPS);
     expect(off.clusters).toBe(added.clusters);
 
     // Other sources than the last build's: rebuilt, then incremental again over the new sources.

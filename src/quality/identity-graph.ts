@@ -5,6 +5,7 @@ import {
   type ResolveOptions,
   type ResolutionResult,
   type FullBuildReason,
+  type BuildStep,
   type NewRecordsFilter,
   TYPE_NAME,
   names,
@@ -63,6 +64,21 @@ export async function resolveIdentities(
 
 type Query = SqlRunner['query'];
 
+/** Times a build's steps: `step(name)` ends the step that has run since the previous call. */
+function stepClock() {
+  const steps: ResolutionResult['steps'] = [];
+  let last = performance.now();
+  return {
+    steps,
+    step(name: BuildStep) {
+      const now = performance.now();
+      steps.push({ step: name, ms: Math.round(now - last) });
+      last = now;
+    },
+  };
+}
+type StepClock = ReturnType<typeof stepClock>;
+
 interface BuildContext {
   q: Query;
   t: ReturnType<typeof names>;
@@ -109,6 +125,7 @@ async function fullBuild(
     runner,
     options,
   );
+  const clock = stepClock();
   const startedAt = new Date();
   await buildSettings(q, options);
   const { sourceXmin } = await sourceSnapshot(q, {});
@@ -133,6 +150,7 @@ async function fullBuild(
   // Without statistics the planner expects millions of pairs and merge-joins two full sorts; with
   // them it hashes the records once (half the time at a million identifiers).
   await q('analyze _id_obs');
+  clock.step('staging');
   await q(EDGES_FROM_OBS);
   // Counted, not taken from the statement's row count, which PGlite does not report for
   // `create table as` (~40 ms at a million identifiers).
@@ -143,10 +161,12 @@ async function fullBuild(
   const edgeRows = toNumber(counted.rows[0]?.edges) ?? 0;
   // The edge rows (a pair per source that saw it) stand for the pairs: an upper bound, known now.
   const inProcess = fitsInProcess({ nodes: nodeCount, pairs: edgeRows }, inProcessLimit);
+  clock.step('edges');
   const components = inProcess
     ? await componentsInProcess(runner, nodeCount, edgeRows, { maxDegree, maxClusterSize })
     : await componentsInWarehouse(runner, { maxDegree, maxClusterSize, inProcessLimit });
   await q('analyze _id_label');
+  clock.step('components');
 
   await q(`truncate ${t.nodes}, ${t.edges}, ${t.records}, ${t.clusters}`);
   // Loading into tables without their keys and building the keys afterwards (one sort each)
@@ -194,8 +214,10 @@ async function fullBuild(
      select cluster_id, count(*), $1 from ${t.nodes} group by cluster_id`,
     [startedAt],
   );
+  clock.step('tables');
   for (const statement of addKeysStatements(options.schema)) await q(statement);
-  return recordRun(buildContext(runner, options), {
+  clock.step('keys');
+  return recordRun(buildContext(runner, options), clock, {
     startedAt,
     started,
     oversizedComponents: components.oversizedComponents,
@@ -244,6 +266,7 @@ const EDGES_FROM_OBS = `create temp table _id_edge on commit drop as
 
 async function recordRun(
   { q, t, maxDegree, maxClusterSize }: BuildContext,
+  clock: StepClock,
   run: {
     startedAt: Date;
     started: number;
@@ -279,6 +302,7 @@ async function recordRun(
     ],
   );
   const r = rows[0];
+  clock.step('statistics');
   return {
     run_id: toNumber(r.run_id)!,
     identifiers: toNumber(r.identifiers)!,
@@ -296,6 +320,7 @@ async function recordRun(
     built_at: run.startedAt,
     mode: run.mode,
     full_reason: null,
+    steps: clock.steps,
   };
 }
 
@@ -335,7 +360,13 @@ export async function updateIdentities(
     const incremental = await incrementalBuild(runner, options, started);
     if (typeof incremental !== 'string') return incremental;
     await runner.query('rollback to savepoint incremental');
-    return { ...(await fullBuild(runner, options, started)), full_reason: incremental };
+    const attempt = Math.round(performance.now() - started);
+    const full = await fullBuild(runner, options, started);
+    return {
+      ...full,
+      full_reason: incremental,
+      steps: [{ step: 'incremental_attempt', ms: attempt }, ...full.steps],
+    };
   });
 }
 
@@ -346,6 +377,7 @@ async function incrementalBuild(
 ): Promise<ResolutionResult | FullBuildReason> {
   const ctx = buildContext(runner, options);
   const { q, t, maxDegree, maxClusterSize, inProcessLimit, sourceTables, rules } = ctx;
+  const clock = stepClock();
   const startedAt = new Date();
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(
@@ -433,6 +465,7 @@ async function incrementalBuild(
   // The new rows are few: with statistics on them the planner probes the graph's keys instead of
   // scanning the graph's tables (a third of an incremental build at a million identifiers).
   await q('analyze _id_obs');
+  clock.step('staging');
   await q(EDGES_FROM_OBS);
   await q('analyze _id_edge');
   // Pairs the graph has not seen (under any rule) raise degrees; their ends' clusters may merge.
@@ -497,6 +530,7 @@ async function incrementalBuild(
        group by new) s`,
   );
   if ((toNumber(sizes.rows[0]?.largest) ?? 0) > maxClusterSize) return 'cluster_limit_crossed';
+  clock.step('merge');
   await q(
     `insert into ${t.nodes} (node_id, id_type, id_value, cluster_id, degree, flagged)
      select o.node_id, o.id_type, o.id_value, coalesce(r.new, o.node_id), coalesce(d.degree, 0),
@@ -549,7 +583,8 @@ async function incrementalBuild(
        cross join lateral (select cluster_id from ${t.nodes} n where n.node_id = o.node_id limit 1) n) c
      union all select old, true from _id_remap where old <> new`,
   );
-  return recordRun(ctx, {
+  clock.step('tables');
+  return recordRun(ctx, clock, {
     startedAt,
     started,
     oversizedComponents: 0,

@@ -78,7 +78,18 @@ export interface ResolutionResult {
   mode: 'full' | 'incremental';
   /** Why a build read everything: null for an incremental build, and for a full one nobody asked to avoid. */
   full_reason: FullBuildReason | null;
+  /**
+   * Where the build's time went, step by step in the order they ran (milliseconds): a full build's
+   * `staging` (sources read, identifiers numbered), `edges`, `components`, `tables` (the graph's rows
+   * written), `keys` and `statistics`; an incremental one's `staging`, `merge`, `tables` and
+   * `statistics`. A full build that an incremental one fell back to starts with `incremental_attempt`,
+   * the discarded work.
+   */
+  steps: { step: BuildStep; ms: number }[];
 }
+
+export type BuildStep =
+  'incremental_attempt' | 'staging' | 'edges' | 'components' | 'merge' | 'tables' | 'keys' | 'statistics';
 
 /** What sends an incremental build (setting `incremental: true`) back to a full one. */
 export type FullBuildReason =

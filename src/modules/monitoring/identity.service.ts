@@ -448,12 +448,13 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
             full_reason: graph.lastResult ? ('sources_changed' as const) : ('no_previous_build' as const),
           }
         : await resolveIdentities(runner, options);
+    const profilesStarted = performance.now();
     const profiles = await buildGoldenRecords(
       runner,
       { schema, sources, fields: plan.fields, sourcePriority: plan.sourcePriority },
       built.mode === 'incremental',
     );
-    return { result: built, profiles };
+    return { result: built, profiles: { ...profiles, ms: Math.round(performance.now() - profilesStarted) } };
   });
   const { stats } = await graphStatistics(warehouse, schema, 0);
   const health = evaluateIdentityHealth(schema, stats, { maxMergeJumpRatio: limits.max_merge_jump_ratio });
@@ -472,6 +473,7 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     profile_table: `${schema}.${PROFILE_TABLE}`,
     profiles: profiles.profiles,
     profiles_mode: profiles.mode,
+    profiles_ms: profiles.ms,
     profile_fields: plan.fields.map((f) => ({
       name: f.name,
       rule: f.rule,
