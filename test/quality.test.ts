@@ -7,7 +7,9 @@ import { buildMetricsQuery, computeTableMetrics, type ColumnInput } from '../src
 import { resolveIdentities, updateIdentities } from '../src/quality/identity-graph.ts';
 import {
   createIdentitySchema,
+  graphStatisticsSql,
   identityGraphStats,
+  names,
   type ResolveOptions,
 } from '../src/quality/identity-schema.ts';
 import {
@@ -1058,6 +1060,18 @@ describe('identity graph', () => {
     return { clusters: clusters.rows.map((r) => r.members as string), ...totals.rows[0] };
   }
 
+  /** The statistics the last build recorded (an incremental one derives them) are what the graph counts. */
+  async function expectRecordedStatistics(schema: string, context: string) {
+    const columns = `identifiers::bigint, flagged_nodes::bigint, identifiers_by_type, edges::bigint,
+      ignored_edges::bigint, clusters::bigint, largest_cluster::bigint, singletons::bigint,
+      cluster_size_distribution, largest_cluster_id::bigint`;
+    const recorded = await db.query(
+      `select ${columns} from ${schema}.identity_runs order by run_id desc limit 1`,
+    );
+    const counted = await db.query(`select ${columns} from (${graphStatisticsSql(names(schema))}) s`);
+    expect(recorded.rows[0], context).toEqual(counted.rows[0]);
+  }
+
   it('reads only the rows written since the last build, and counts a rewritten one once', async () => {
     const schema = 'idg_written';
     await peopleTable('written', 40, 'w', '555 02');
@@ -1260,6 +1274,16 @@ describe('identity graph', () => {
       clusters: 5,
       flagged_nodes: 1,
     });
+    // One more record at the flagged phone: incremental, and its new edge links nothing (ignored).
+    await db.query(`insert into qt.hub values (5, 'h5@h.io', '555 777 0000')`);
+    expect(await updateIdentities(db, options)).toMatchObject({
+      mode: 'incremental',
+      clusters: 6,
+      flagged_nodes: 1,
+      edges: 5,
+      ignored_edges: 5,
+    });
+    await expectRecordedStatistics('idg_incr_hub', 'a new edge at a flagged identifier');
   });
 
   it('falls back to a full build when new records merge clusters past the size limit', async () => {
@@ -1762,6 +1786,7 @@ describe('identity graph', () => {
           `select count(*)::int as n from ${graph}.identity_nodes where flagged is not null`,
         );
         const mode = await build(graph, true);
+        await expectRecordedStatistics(graph, `${graph}, round ${round}, ${mode}`);
         if (graph === 'idg_random') modes.push(mode);
         else if (flagged.rows[0].n > 0) guardedWhileFlagged.push(mode);
         await build(graph, false);

@@ -16,6 +16,7 @@ import {
   stageSourceSql,
   stageSelectSql,
   graphStatisticsSql,
+  incrementalStatisticsSql,
 } from './identity-schema.ts';
 
 // Building the identity graph: a full rebuild, or an incremental update that falls back to one.
@@ -277,6 +278,8 @@ async function recordRun(
     mode: 'full' | 'incremental';
     sourceXmin: string;
     snapshot: string;
+    /** A SELECT of the run's statistics (`graphStatisticsSql`'s columns); counted from the graph by default. */
+    statistics?: string;
   },
 ): Promise<ResolutionResult> {
   const { rows } = await q(
@@ -287,7 +290,7 @@ async function recordRun(
      select $1, $2, s.identifiers, s.edges, s.ignored_edges, s.flagged_nodes, s.clusters, s.largest_cluster,
        s.singletons, s.identifiers - s.clusters, $3, $4, $8, $5, $6, $7, $9, s.identifiers_by_type,
        s.largest_cluster_id, s.cluster_size_distribution
-     from (${graphStatisticsSql(t)}) s
+     from (${run.statistics ?? graphStatisticsSql(t)}) s
      returning *`,
     [
       run.startedAt,
@@ -381,8 +384,9 @@ async function incrementalBuild(
   const startedAt = new Date();
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(
-    `select identifiers, max_degree, max_cluster_size, source_xmin, source_snapshot from ${t.runs}
-     order by run_id desc limit 1`,
+    `select run_id, identifiers, max_degree, max_cluster_size, source_xmin, source_snapshot,
+       identifiers_by_type is not null and cluster_size_distribution is not null as has_statistics
+     from ${t.runs} order by run_id desc limit 1`,
   );
   const previous = last.rows[0];
   if (!previous) return 'no_previous_build';
@@ -531,6 +535,11 @@ async function incrementalBuild(
   );
   if ((toNumber(sizes.rows[0]?.largest) ?? 0) > maxClusterSize) return 'cluster_limit_crossed';
   clock.step('merge');
+  // The clusters this build grows or merges, with their sizes before (for the run's statistics).
+  await q(
+    `create temp table _id_before on commit drop as
+     select cluster_id, size from ${t.clusters} where cluster_id = any(array(select old from _id_remap))`,
+  );
   await q(
     `insert into ${t.nodes} (node_id, id_type, id_value, cluster_id, degree, flagged)
      select o.node_id, o.id_type, o.id_value, coalesce(r.new, o.node_id), coalesce(d.degree, 0),
@@ -549,13 +558,19 @@ async function incrementalBuild(
      where n.cluster_id = any(array(select old from _id_remap where old <> new))
        and n.cluster_id = r.old and r.old <> r.new`,
   );
-  await q(
-    `insert into ${t.edges} (node_a, node_b, rule, source_table, occurrences, ignored)
-     select e.node_a, e.node_b, ($1::text[])[e.src], ($2::text[])[e.src], e.occurrences,
-       na.degree > $3 or nb.degree > $3
+  const edgeRows = `select e.node_a, e.node_b, ($1::text[])[e.src] as rule, ($2::text[])[e.src] as source_table,
+       e.occurrences, na.degree > $3 or nb.degree > $3 as ignored
      from _id_edge e
      cross join lateral (select degree from ${t.nodes} n where n.node_id = e.node_a limit 1) na
-     cross join lateral (select degree from ${t.nodes} n where n.node_id = e.node_b limit 1) nb
+     cross join lateral (select degree from ${t.nodes} n where n.node_id = e.node_b limit 1) nb`;
+  const { rows: newEdges } = await q(
+    `select count(*) as edges, count(*) filter (where ignored) as ignored from (${edgeRows}) e
+     where (select true from ${t.edges} x where x.node_a = e.node_a and x.node_b = e.node_b
+              and x.rule = e.rule and x.source_table = e.source_table) is null`,
+    [rules, sourceTables, maxDegree],
+  );
+  await q(
+    `insert into ${t.edges} (node_a, node_b, rule, source_table, occurrences, ignored) ${edgeRows}
      on conflict (node_a, node_b, rule, source_table)
      do update set occurrences = ${t.edges}.occurrences + excluded.occurrences`,
     [rules, sourceTables, maxDegree],
@@ -584,7 +599,20 @@ async function incrementalBuild(
      union all select old, true from _id_remap where old <> new`,
   );
   clock.step('tables');
+  // Recorded from the previous run's statistics and the changes; counted when that run has none.
+  const statistics = previous.has_statistics
+    ? incrementalStatisticsSql(t, {
+        previousRun: toNumber(previous.run_id)!,
+        newNodes: '_id_obs where first_seen',
+        before: '_id_before',
+        after: `${t.clusters} where cluster_id = any(array(
+          select new from _id_remap union select node_id from _id_obs where first_seen))`,
+        newEdges: toNumber(newEdges[0].edges) ?? 0,
+        newIgnoredEdges: toNumber(newEdges[0].ignored) ?? 0,
+      })
+    : undefined;
   return recordRun(ctx, clock, {
+    statistics,
     startedAt,
     started,
     oversizedComponents: 0,

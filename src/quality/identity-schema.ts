@@ -477,9 +477,12 @@ const SIZE_BUCKETS = ['1', '2', '3-5', '6-10', '11-100', '101-1000', '>1000'];
  * `identity_runs`: a build records them with its run, and graphs last built by an earlier
  * version are counted by it when read.
  */
-export function graphStatisticsSql(t: ReturnType<typeof names>): string {
-  const bucket = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
+/** The size bucket (`SIZE_BUCKETS`) of a cluster's `size`. */
+const SIZE_BUCKET = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
     when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
+
+export function graphStatisticsSql(t: ReturnType<typeof names>): string {
+  const bucket = SIZE_BUCKET;
   return `select n.identifiers, n.flagged as flagged_nodes, n.by_type as identifiers_by_type,
       e.edges, e.ignored as ignored_edges, c.clusters, c.largest as largest_cluster, c.singletons,
       c.distribution as cluster_size_distribution,
@@ -494,6 +497,60 @@ export function graphStatisticsSql(t: ReturnType<typeof names>): string {
           from (select ${bucket} as bucket, count(*) as n, max(size) as largest,
                   count(*) filter (where size = 1) as singletons
                 from ${t.clusters} group by 1) b) c`;
+}
+
+/**
+ * The statistics of an incremental build, in the columns of `graphStatisticsSql`, from the previous
+ * run's row and what the build changed, so that recording them costs in proportion to the changes
+ * (counting a 1M-identifier graph took 0.19 s of a 0.61 s build). An incremental build only adds:
+ * new identifiers (none flagged: one over the degree limit sends it to a full build), new edges,
+ * and clusters that grow or merge, never shrink. So the clusters it touched are taken out with
+ * their sizes before (`before`: cluster_id, size) and put back with their sizes after (`after`);
+ * the largest cluster is the largest of those after, or the previous one if untouched.
+ */
+export function incrementalStatisticsSql(
+  t: ReturnType<typeof names>,
+  changes: {
+    previousRun: number;
+    /** The identifiers this build added. */
+    newNodes: string;
+    before: string;
+    after: string;
+    newEdges: number;
+    newIgnoredEdges: number;
+  },
+): string {
+  const { previousRun, newNodes, before, after, newEdges, newIgnoredEdges } = changes;
+  if (![previousRun, newEdges, newIgnoredEdges].every(Number.isSafeInteger))
+    throw new Error('incremental statistics need whole numbers');
+  /** A jsonb object of counts plus the `(key, count)` rows of `rows`, without keys counted 0. */
+  const added = (counts: string, rows: string) =>
+    `(select coalesce(jsonb_object_agg(k, n), '{}') from (
+       select k, sum(n) as n from (select key as k, value::bigint as n from jsonb_each_text(${counts})
+         union all ${rows}) x group by k having sum(n) <> 0) y)`;
+  return `with p as (select * from ${t.runs} where run_id = ${previousRun}),
+    fresh as (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged
+      from ${t.nodes} where node_id = any(array(select node_id from ${newNodes})) group by id_type),
+    was as (select cluster_id, size from ${before}),
+    now as (select cluster_id, size from ${after})
+    select p.identifiers + (select coalesce(sum(n), 0) from fresh) as identifiers,
+      p.flagged_nodes + (select coalesce(sum(flagged), 0) from fresh) as flagged_nodes,
+      ${added('p.identifiers_by_type', 'select id_type, n from fresh')} as identifiers_by_type,
+      p.edges + ${newEdges} as edges, p.ignored_edges + ${newIgnoredEdges} as ignored_edges,
+      p.clusters - (select count(*) from was) + (select count(*) from now) as clusters,
+      greatest(p.largest_cluster, (select coalesce(max(size), 0) from now)) as largest_cluster,
+      p.singletons - (select count(*) from was where size = 1) + (select count(*) from now where size = 1)
+        as singletons,
+      ${added(
+        'p.cluster_size_distribution',
+        `select ${SIZE_BUCKET}, -1 from was union all select ${SIZE_BUCKET}, 1 from now`,
+      )} as cluster_size_distribution,
+      (select cluster_id from (
+         select cluster_id, size from now
+         union all select p.largest_cluster_id, p.largest_cluster
+         where p.largest_cluster_id is not null and not exists (select 1 from was where was.cluster_id = p.largest_cluster_id)
+       ) c order by size desc, cluster_id limit 1) as largest_cluster_id
+    from p`;
 }
 
 /** Statistics in one statement; `built: false` when the schema or a build is missing. */
