@@ -36,6 +36,19 @@ export interface JobKindOptions {
   timeoutSeconds?: number;
   /** Runs of this kind one process works on at the same time. */
   concurrency?: number;
+  /**
+   * Called when the queue ends a run failed that its handler could not end: its worker stopped
+   * responding on the last attempt (or pg-boss would not retry it). The area records the failure
+   * where it keeps the run's outcome, which the handler would have written.
+   */
+  onAbandoned?: (run: AbandonedRun) => Promise<void>;
+}
+
+interface AbandonedRun {
+  runId: string;
+  organizationId: string;
+  payload: Record<string, unknown>;
+  error: string;
 }
 
 export interface EnqueueOptions {

@@ -38,7 +38,7 @@ export interface JobQueueDeps {
   cronCheckSeconds?: number;
 }
 
-const KIND_DEFAULTS: Required<JobKindOptions> = {
+const KIND_DEFAULTS: Required<Omit<JobKindOptions, 'onAbandoned'>> = {
   retryLimit: 2,
   retryDelaySeconds: 5,
   retryBackoff: true,
@@ -110,7 +110,8 @@ function embeddedBossDb(pg: PGlite) {
 
 interface Registration {
   handler: JobHandler<any>;
-  options: Required<JobKindOptions>;
+  options: Required<Omit<JobKindOptions, 'onAbandoned'>>;
+  onAbandoned?: JobKindOptions['onAbandoned'];
   workerIds: string[];
 }
 
@@ -269,7 +270,8 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   /**
    * Running rows whose worker stopped beating (killed, or cut off from the database for longer than
    * the timeout): the row goes back to queued (failed after the last attempt) in one conditional
-   * update, so one process claims it, and the pg-boss job is failed so that pg-boss retries it.
+   * update, so one process claims it, and the pg-boss job is failed so that pg-boss retries it. A
+   * run ended failed here was never ended by its handler: the kind's `onAbandoned` records it.
    */
   async function sweepDeadAttempts(): Promise<void> {
     const missedBeats = () => ({
@@ -278,7 +280,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     const stale = await fork().find(
       JobRun,
       { status: 'running', updatedAt: missedBeats() },
-      { fields: ['id', 'kind', 'retryCount'], disableIdentityMap: true },
+      { fields: ['id', 'kind', 'retryCount', 'organizationId', 'payload'], disableIdentityMap: true },
     );
     for (const row of stale) {
       const registration = registrations.get(row.kind);
@@ -292,10 +294,22 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       if (!claimed) continue;
       logger.warn({ runId: row.id, kind: row.kind, final }, 'job run lost its worker');
       const job = await boss.getJobById(row.kind, row.id);
+      let ended = final;
       if (job?.state === 'active') await boss.fail(row.kind, row.id, { message });
       else if (!job || ['completed', 'cancelled', 'failed'].includes(job.state))
         // pg-boss will not hand the job out again: the row must not wait for it.
-        await updateRun({ id: row.id, status: 'queued' }, { status: 'failed', finishedAt: now() });
+        ended =
+          (await updateRun({ id: row.id, status: 'queued' }, { status: 'failed', finishedAt: now() })) > 0 ||
+          final;
+      if (ended && registration.onAbandoned)
+        await registration
+          .onAbandoned({
+            runId: row.id,
+            organizationId: row.organizationId,
+            payload: row.payload ?? {},
+            error: message,
+          })
+          .catch((error) => logger.warn({ err: error, runId: row.id }, 'recording an abandoned run failed'));
     }
   }
 
@@ -396,9 +410,11 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   return {
     async register(kind, handler, options = {}) {
       assertName(kind);
+      const { onAbandoned, ...kindOptions } = options;
       const registration: Registration = {
         handler: handler as JobHandler<any>,
-        options: { ...KIND_DEFAULTS, ...options },
+        options: { ...KIND_DEFAULTS, ...kindOptions },
+        onAbandoned,
         workerIds: [],
       };
       registrations.set(kind, registration);

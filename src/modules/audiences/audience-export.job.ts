@@ -341,6 +341,19 @@ export async function registerExportJob(deps: AppDeps): Promise<void> {
       retryLimit: 2,
       retryDelaySeconds: 2,
       timeoutSeconds: 6 * 3600,
+      // Its worker died on the last attempt: the export records the failure its handler would have.
+      async onAbandoned(run) {
+        await deps.orm.em.fork().nativeUpdate(
+          AudienceExport,
+          {
+            id: String(run.payload.export_id),
+            organization: run.organizationId,
+            lastRunId: run.runId,
+            lastRunStatus: 'running',
+          },
+          { lastRunStatus: 'failed', lastError: run.error, updatedAt: new Date() },
+        );
+      },
     },
   );
 }

@@ -129,6 +129,23 @@ export async function registerMaterializeJob(deps: AppDeps): Promise<void> {
   await deps.jobs.register<MaterializePayload>(
     MATERIALIZE_KIND,
     (payload, context) => materializeAudience(deps, payload, context),
-    { retryLimit: 1, retryDelaySeconds: 5, timeoutSeconds: 6 * 3600 },
+    {
+      retryLimit: 1,
+      retryDelaySeconds: 5,
+      timeoutSeconds: 6 * 3600,
+      // Its worker died on the last attempt: the audience must not show that run as running forever.
+      async onAbandoned(run) {
+        await deps.orm.em.fork().nativeUpdate(
+          Audience,
+          {
+            id: String(run.payload.audience_id),
+            organization: run.organizationId,
+            lastRunId: run.runId,
+            materializationStatus: { $in: ['queued', 'running'] },
+          },
+          { materializationStatus: 'failed', lastError: run.error, updatedAt: new Date() },
+        );
+      },
+    },
   );
 }
