@@ -472,17 +472,16 @@ export interface IdentityGraphStats {
 
 const SIZE_BUCKETS = ['1', '2', '3-5', '6-10', '11-100', '101-1000', '>1000'];
 
+/** The size bucket (`SIZE_BUCKETS`) of a cluster's `size`. */
+const SIZE_BUCKET = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
+    when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
+
 /**
  * The graph's statistics counted from its tables, one row whose columns are named as in
  * `identity_runs`: a build records them with its run, and graphs last built by an earlier
  * version are counted by it when read.
  */
-/** The size bucket (`SIZE_BUCKETS`) of a cluster's `size`. */
-const SIZE_BUCKET = `case when size = 1 then '1' when size = 2 then '2' when size <= 5 then '3-5'
-    when size <= 10 then '6-10' when size <= 100 then '11-100' when size <= 1000 then '101-1000' else '>1000' end`;
-
 export function graphStatisticsSql(t: ReturnType<typeof names>): string {
-  const bucket = SIZE_BUCKET;
   return `select n.identifiers, n.flagged as flagged_nodes, n.by_type as identifiers_by_type,
       e.edges, e.ignored as ignored_edges, c.clusters, c.largest as largest_cluster, c.singletons,
       c.distribution as cluster_size_distribution,
@@ -494,7 +493,7 @@ export function graphStatisticsSql(t: ReturnType<typeof names>): string {
          (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
          (select coalesce(sum(n), 0) as clusters, coalesce(max(largest), 0) as largest,
             coalesce(sum(singletons), 0) as singletons, coalesce(jsonb_object_agg(bucket, n), '{}') as distribution
-          from (select ${bucket} as bucket, count(*) as n, max(size) as largest,
+          from (select ${SIZE_BUCKET} as bucket, count(*) as n, max(size) as largest,
                   count(*) filter (where size = 1) as singletons
                 from ${t.clusters} group by 1) b) c`;
 }
