@@ -5,12 +5,14 @@ import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AudienceExport } from '../src/modules/audiences/audiences.entity.ts';
 import { MATERIALIZE_KIND } from '../src/modules/audiences/audience-materialize.job.ts';
 import { EXPORT_KIND } from '../src/modules/audiences/audience-export.job.ts';
+import { HYPOTHESIS_TEST_KIND } from '../src/modules/analytics/analytics.jobs.ts';
 
 /*
  * A run whose worker died (killed, or cut off for longer than JOB_HEARTBEAT_TIMEOUT_SECONDS) is ended
  * failed by the queue's sweep on its last attempt, or when pg-boss will not hand it out again. Its
  * handler never wrote the outcome, so what mirrors the run (an audience's materialization status, an
- * export's last run status) records the failure instead of showing the run as running forever. The
+ * export's last run status, a hypothesis' status) records the failure instead of showing the run as
+ * running forever. The
  * dead worker is a run row left running with an old heartbeat; the server sweeps every second.
  */
 const warehouse = scratchDatabase('abandoned');
@@ -26,8 +28,10 @@ const api = bindCall(
 beforeAll(async () => {
   await warehouse.create();
   await warehouse.sql(`create schema crm;
-    create table crm.customers (customer_id integer primary key, email text);
-    insert into crm.customers select i, 'c' || i || '@example.com' from generate_series(1, 20) i;`);
+    create table crm.customers (customer_id integer primary key, email text, plan text);
+    insert into crm.customers
+      select i, 'c' || i || '@example.com', case when i % 2 = 0 then 'basic' else 'pro' end
+        from generate_series(1, 20) i;`);
   server = await startTestServer({ JOB_HEARTBEAT_TIMEOUT_SECONDS: '2' });
   tenant = await createTenant(server);
   await createWorkspace(server, tenant.admin.token, {
@@ -42,6 +46,7 @@ beforeAll(async () => {
           columns: [
             { name: 'customer_id', type: 'integer', nullable: false },
             { name: 'email', type: 'text' },
+            { name: 'plan', type: 'text' },
           ],
         },
       ],
@@ -155,5 +160,50 @@ describe('a run whose worker died', () => {
       run_id: runId,
       status: 'failed',
     });
+  });
+
+  it("fails the hypothesis' test, which then neither shows as running nor blocks an insight as running", async () => {
+    const analyticsApi = bindCall(
+      () => server,
+      () => tenant.admin.token,
+      '/api/analytics',
+    );
+    const analytics = (method: string, path: string, body?: Record<string, unknown>) =>
+      analyticsApi(method, path, { body });
+    const created = await analytics('POST', '/hypotheses', {
+      statement: 'Pro customers have higher ids',
+      table: 'customers',
+      metric: { expression: 'customer_id' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    const hypothesisId = created.body.id;
+    // Tests are not retried: the first attempt is the last.
+    const runId = await runWithDeadWorker(HYPOTHESIS_TEST_KIND, { hypothesis_id: hypothesisId }, 0, {
+      table: 'hypotheses',
+      status: 'status',
+      id: hypothesisId,
+    });
+    const hypothesis = await until(
+      'the test to record the failure',
+      async () => (await analytics('GET', `/hypotheses/${hypothesisId}`)).body,
+      (h) => h.status !== 'running',
+    );
+    expect(hypothesis).toMatchObject({ status: 'failed', last_run_id: runId });
+    expect(hypothesis.error).toMatch(/stopped responding/);
+    const insight = await analytics('POST', '/insights', { hypothesis_id: hypothesisId });
+    expect(insight.status).toBe(409);
+    expect(insight.body.message).toMatch(/test it first/);
+    // A new test runs as usual.
+    const started = await analytics('POST', '/hypotheses/test', { hypothesis_id: hypothesisId });
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    const tested = await until(
+      'the new test',
+      async () => (await analytics('GET', `/status/${hypothesisId}`)).body,
+      (s) => s.status === 'tested' || s.status === 'failed',
+    );
+    expect(tested).toMatchObject({ status: 'tested', error: null });
+    expect(tested.run.id).not.toBe(runId);
   });
 });

@@ -103,6 +103,23 @@ export async function registerAnalyticsJobs(deps: AppDeps): Promise<void> {
     HYPOTHESIS_TEST_KIND,
     (payload, context) =>
       runHypothesisTest(deps, payload, context).finally(() => handlerReturned.emit(context.runId)),
-    { retryLimit: 0, timeoutSeconds: 2 * 3600 },
+    {
+      retryLimit: 0,
+      timeoutSeconds: 2 * 3600,
+      // Its worker died: the hypothesis must not show that run as running (nor refuse an insight as
+      // "still running") until it is tested again.
+      async onAbandoned(run) {
+        await deps.orm.em.fork().nativeUpdate(
+          Hypothesis,
+          {
+            id: String(run.payload.hypothesis_id),
+            organization: run.organizationId,
+            lastRunId: run.runId,
+            status: { $in: ['queued', 'running'] },
+          },
+          { status: 'failed', lastError: run.error, updatedAt: new Date() },
+        );
+      },
+    },
   );
 }
