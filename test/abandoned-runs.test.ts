@@ -24,6 +24,11 @@ const api = bindCall(
   () => tenant.admin.token,
   '/api/api/audiences',
 );
+const analytics = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/analytics',
+);
 
 beforeAll(async () => {
   await warehouse.create();
@@ -163,19 +168,14 @@ describe('a run whose worker died', () => {
   });
 
   it("fails the hypothesis' test, which then neither shows as running nor blocks an insight as running", async () => {
-    const analyticsApi = bindCall(
-      () => server,
-      () => tenant.admin.token,
-      '/api/analytics',
-    );
-    const analytics = (method: string, path: string, body?: Record<string, unknown>) =>
-      analyticsApi(method, path, { body });
     const created = await analytics('POST', '/hypotheses', {
-      statement: 'Pro customers have higher ids',
-      table: 'customers',
-      metric: { expression: 'customer_id' },
-      segment: { column: 'plan', groups: ['pro', 'basic'] },
-      test: 'welch_t',
+      body: {
+        statement: 'Pro customers have higher ids',
+        table: 'customers',
+        metric: { expression: 'customer_id' },
+        segment: { column: 'plan', groups: ['pro', 'basic'] },
+        test: 'welch_t',
+      },
     });
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const hypothesisId = created.body.id;
@@ -192,11 +192,11 @@ describe('a run whose worker died', () => {
     );
     expect(hypothesis).toMatchObject({ status: 'failed', last_run_id: runId });
     expect(hypothesis.error).toMatch(/stopped responding/);
-    const insight = await analytics('POST', '/insights', { hypothesis_id: hypothesisId });
+    const insight = await analytics('POST', '/insights', { body: { hypothesis_id: hypothesisId } });
     expect(insight.status).toBe(409);
     expect(insight.body.message).toMatch(/test it first/);
     // A new test runs as usual.
-    const started = await analytics('POST', '/hypotheses/test', { hypothesis_id: hypothesisId });
+    const started = await analytics('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId } });
     expect(started.status, JSON.stringify(started.body)).toBe(200);
     const tested = await until(
       'the new test',
