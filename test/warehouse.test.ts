@@ -317,6 +317,20 @@ describe('sql guard', () => {
     await expectAppError(assertReadOnlySql('  '), 'BAD_REQUEST', /no statement/);
   });
 
+  it("gives the warehouse the statement as a SELECT a view can hold: an EXPLAIN's query, parameters as NULL", async () => {
+    const select = async (sql: string) => (await assertReadOnlySql(sql)).check.select;
+    expect(await select('explain (analyze, format json) with a as (select 1) select * from a')).toBe(
+      'with a as (select 1) select * from a',
+    );
+    expect(await select('EXPLAIN ANALYZE VERBOSE (select 1)')).toBe('(select 1)');
+    expect(await select('explain analyze table t')).toBe('table t');
+    expect(await select(`select $1::int, 'it''s $2', $12 from t where a = any($2)`)).toBe(
+      `select null::int, 'it''s $2', null from t where a = any(null)`,
+    );
+    // Locations count bytes: a multi-byte character before a parameter, and a comment before the statement.
+    expect(await select(`/* é */ select 'é' || $1;`)).toBe(`/* é */ select 'é' || null`);
+  });
+
   it('validates a mapping expression and returns the columns it reads', async () => {
     expect(await parseSqlExpression(`lower(trim(c.email)) || '@' || domain`)).toEqual({
       columns: [
@@ -330,7 +344,7 @@ describe('sql guard', () => {
           // The parser writes SQL-standard trim() as pg_catalog.btrim.
           { schema: 'pg_catalog', name: 'btrim' },
         ],
-        operators: ['||'],
+        operators: [{ schema: null, name: '||' }],
       },
     });
     expect((await parseSqlExpression(`case when amount > 0 then amount else null end`)).columns).toHaveLength(

@@ -13,7 +13,16 @@ import {
   SAMPLE_LIMIT_MAX,
   translate,
 } from './postgres-sql.ts';
-import { assertReadOnlySql, catalogVerdictSql, refusedRoutine, type CalledRoutines } from './sql-guard.ts';
+import {
+  assertReadOnlySql,
+  catalogVerdictSql,
+  dependencyVerdictStatements,
+  OWN_REFUSED_ROUTINES_SQL,
+  reachedVerdictSql,
+  refusedRoutine,
+  type RoutineCheck,
+  type CatalogObject,
+} from './sql-guard.ts';
 import type {
   AggregateOptions,
   IntrospectOptions,
@@ -35,6 +44,13 @@ export interface PoolEntry {
   lastUsed: number;
   /** Type OID → name, filled as result columns are described. */
   typeNames: Map<number, string>;
+  /**
+   * Whether user SQL can be checked as a temporary view here (not a standby, TEMPORARY granted, not
+   * read only by default); asked once per pool.
+   */
+  holdsTempViews?: Promise<boolean>;
+  /** Whether the last statement checked found functions of the database's own that may not run. */
+  ownRefusedRoutines?: boolean;
 }
 
 /** A PostgreSQL database behind the Warehouse interface, over one pool of the registry. */
@@ -80,36 +96,87 @@ export class PostgresWarehouse implements Warehouse {
   }
 
   /**
-   * READ ONLY transaction with a statement timeout around `fn`. With `calls` (what user SQL calls),
-   * the same round trip asks the catalog which of them may not run, and refuses before running it;
-   * the connection is then reset (`discard all`) after the commit, so nothing the statement did to its
-   * session outlives it.
+   * READ ONLY transaction with a statement timeout around `fn`. With `check` (user SQL), the round
+   * trip that opens the transaction also asks the catalog which routines the statement would run that
+   * may not run, and refuses before running it; the connection is then reset (`discard all`) after
+   * the commit, so nothing the statement did to its session outlives it.
    */
   #readOnly<T>(
     timeoutMs: number,
     fn: (client: pg.PoolClient) => Promise<T>,
     context: ErrorContext,
-    calls?: CalledRoutines,
+    check?: RoutineCheck,
   ): Promise<T> {
     return this.#withClient(async (client) => {
-      await this.#begin(client, timeoutMs, calls);
+      await this.#begin(client, timeoutMs, check);
       const result = await fn(client);
       await client.query('commit');
       // DISCARD ALL cannot share a multi-statement query (an implicit transaction): its own round trip.
-      if (calls) await client.query('discard all');
+      if (check) await client.query('discard all');
       return result;
     }, context);
   }
 
-  async #begin(client: pg.PoolClient, timeoutMs: number, calls?: CalledRoutines) {
-    const verdict = calls ? catalogVerdictSql(calls) : null;
+  async #begin(client: pg.PoolClient, timeoutMs: number, check?: RoutineCheck): Promise<void> {
+    const timeout = `set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`;
     // One round trip (no parameters: the simple protocol takes several statements).
-    const results = (await client.query(
-      `begin transaction read only; set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}` +
-        (verdict ? `; ${verdict}` : ''),
-    )) as unknown as pg.QueryResult[] | pg.QueryResult;
-    const refused = verdict && Array.isArray(results) ? results[2]?.rows[0] : undefined;
+    const run = async (statements: string[]) =>
+      [(await client.query(statements.join(';\n'))) as unknown as pg.QueryResult[] | pg.QueryResult].flat();
+    const byName = check ? catalogVerdictSql(check.calls) : null;
+    const viaView = check !== undefined && (await this.#holdsTempViews(client));
+    // The view is made only while the database holds functions of its own that may not run: without
+    // any, no dependency can lead to one. Whether it does is asked again in every round trip.
+    const view =
+      viaView && this.entry.ownRefusedRoutines !== false ? dependencyVerdictStatements(check.select) : null;
+    const statements = [viaView ? 'begin' : 'begin transaction read only', timeout];
+    const nameAt = byName ? statements.push(byName) - 1 : -1;
+    const ownAt = viaView ? statements.push(OWN_REFUSED_ROUTINES_SQL) - 1 : -1;
+    const viewAt = view
+      ? statements.push(...view.statements) - view.statements.length + view.verdictIndex
+      : -1;
+    if (viaView) statements.push('set transaction read only');
+    let results: pg.QueryResult[];
+    try {
+      results = await run(statements);
+    } catch (error) {
+      if (!view) throw error;
+      // PostgreSQL rejected the statement as a view (a missing column, a type mismatch). A routine
+      // refused by name is still the answer to give; the database's error otherwise.
+      await client.query('rollback');
+      const named = byName
+        ? (await run(['begin transaction read only', timeout, byName]))[2]?.rows[0]
+        : undefined;
+      if (named) throw refusedRoutine(named as { routine: string; kind: string });
+      throw error;
+    }
+    let refused = nameAt >= 0 ? results[nameAt]?.rows[0] : undefined;
+    if (viaView) {
+      const own = results[ownAt]?.rows[0]?.present === true;
+      this.entry.ownRefusedRoutines = own;
+      if (!refused && own && !view) {
+        // Such a function appeared since the last statement: again, with the view.
+        await client.query('rollback');
+        return this.#begin(client, timeoutMs, check);
+      }
+      // Functions, views, domains, operators or policies of the database's own: one more round trip.
+      const reached = view ? (results[viewAt]?.rows as CatalogObject[]) : [];
+      if (!refused && reached.length) refused = (await client.query(reachedVerdictSql(reached))).rows[0];
+    }
     if (refused) throw refusedRoutine(refused as { routine: string; kind: string });
+  }
+
+  #holdsTempViews(client: pg.PoolClient): Promise<boolean> {
+    this.entry.holdsTempViews ??= client
+      .query<{ holds: boolean }>(
+        `select has_database_privilege(current_database(), 'TEMPORARY') and not pg_is_in_recovery()
+           and current_setting('default_transaction_read_only') = 'off' as holds`,
+      )
+      .then(({ rows }) => rows[0]?.holds === true)
+      .catch((error: unknown) => {
+        this.entry.holdsTempViews = undefined;
+        throw error;
+      });
+    return this.entry.holdsTempViews;
   }
 
   async ping() {
@@ -182,7 +249,7 @@ export class PostgresWarehouse implements Warehouse {
   }
 
   async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
-    const { kind, statement, calls } = await assertReadOnlySql(sql);
+    const { kind, statement, check } = await assertReadOnlySql(sql);
     const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
     const started = performance.now();
     return this.#readOnly(
@@ -205,25 +272,25 @@ export class PostgresWarehouse implements Warehouse {
         };
       },
       'user-sql',
-      calls,
+      check,
     );
   }
 
   async assertUserSqlAllowed(sql: string): Promise<void> {
-    const { calls } = await assertReadOnlySql(sql);
-    await this.#readOnly(this.settings.statementTimeoutMs, async () => undefined, 'user-sql', calls);
+    const { check } = await assertReadOnlySql(sql);
+    await this.#readOnly(this.settings.statementTimeoutMs, async () => undefined, 'user-sql', check);
   }
 
   async aggregate(sql: string, options: AggregateOptions = {}): Promise<Record<string, unknown>[]> {
     // Generated SQL carries users' expressions (metrics, filters, mapping expressions): the functions
     // it calls pass the same catalog rule as user SQL, and the connection is reset afterwards. What
     // can fail at run time (a cast, a division) is a 400 with the database's message, as for user SQL.
-    const { calls } = await assertReadOnlySql(sql);
+    const { check } = await assertReadOnlySql(sql);
     return this.#readOnly(
       options.timeoutMs ?? this.settings.statementTimeoutMs,
       async (client) => (await client.query(sql, options.params)).rows,
       'user-sql',
-      calls,
+      check,
     );
   }
 
@@ -242,12 +309,12 @@ export class PostgresWarehouse implements Warehouse {
   }
 
   async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
-    const { calls } = await assertReadOnlySql(sql);
+    const { check } = await assertReadOnlySql(sql);
     const client = await this.#connect();
     let clean = false;
     try {
       try {
-        await this.#begin(client, options.timeoutMs ?? 0, calls);
+        await this.#begin(client, options.timeoutMs ?? 0, check);
       } catch (error) {
         throw translate(error, this.config, 'user-sql');
       }

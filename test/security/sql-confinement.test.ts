@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from '../helpers/server.ts';
 import { call, createTenant, createWorkspace, unique, until, type Tenant } from '../helpers/api.ts';
-import { pgConfig, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
+import { ADMIN_URL, pgConfig, scratchDatabase, withClient } from '../helpers/scratch-db.ts';
 
 /*
  * User SQL is confined by what the warehouse's catalog says of each function it calls (volatile
@@ -15,6 +15,7 @@ let tenant: Tenant;
 const workspaceName = unique('sqlc');
 
 const config = pgConfig(warehouse.name, { schemas: ['app'] });
+const reader = unique('sqlc_reader').replaceAll('-', '_');
 
 beforeAll(async () => {
   await warehouse.create();
@@ -24,7 +25,22 @@ beforeAll(async () => {
       insert into app.t select g, 'n' || g from generate_series(1, 20) g;
       create function app.bump() returns int language sql volatile as 'select 1';
       create function app.quiet_search_path() returns text language plpgsql stable as
-        $$ begin perform set_config('search_path', 'pg_catalog', false); return 'changed'; end $$;`);
+        $$ begin perform set_config('search_path', 'pg_catalog', false); return 'changed'; end $$;
+      create sequence app.s;
+      -- Volatile functions that the statement runs without naming them; each leaves a large object.
+      create function app.noise() returns bool language plpgsql volatile as
+        $$ begin perform lo_from_bytea(0, 'x'); return true; end $$;
+      -- In public, on the search path, where attribute notation finds it.
+      create function public.noted(app.t) returns bool language sql volatile as 'select app.noise()';
+      create schema hidden;
+      create function hidden.same(int, int) returns bool language sql volatile as 'select app.noise() and $1 = $2';
+      create operator hidden.=== (leftarg = int, rightarg = int, function = hidden.same);
+      create function app.checked_value(int) returns bool language sql volatile as 'select app.noise()';
+      create domain app.checked as int check (app.checked_value(value));
+      create view app.noisy_view as select id, app.noise() as noise from app.t;
+      create function app.step(int, int) returns int language sql volatile as 'select case when app.noise() then $2 end';
+      create aggregate app.last_noisily(int) (sfunc = app.step, stype = int);
+      create function app.random() returns double precision language sql volatile as 'select 0.5 where app.noise()';`);
   });
   server = await startTestServer();
   tenant = await createTenant(server);
@@ -52,6 +68,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   await warehouse.drop();
+  // Roles belong to the server, not to the database: dropped once the database that granted it went.
+  await withClient(ADMIN_URL, (client) => client.query(`drop role if exists ${reader}`));
 });
 
 const routes = ['/api/analytics/execute', '/api/sources/execute-query'];
@@ -79,7 +97,18 @@ describe('functions are judged by the catalog', () => {
     `select pg_catalog.set_config('statement_timeout', '0', false)`,
     `select app.bump()`,
     `select pg_sleep(0)`,
-    `select 1 where exists (select nextval('no_such_seq'))`,
+    `select 1 where exists (select nextval('app.s'))`,
+    // Functions run without being named: attribute notation, an operator outside the search path
+    // (in an expression and against a subquery), a domain's check, a view's column, an aggregate's
+    // step, an EXPLAIN ANALYZE of any of them, and a function named like a harmless built-in.
+    `select t.noted from app.t t`,
+    `select 1 operator(hidden.===) 1`,
+    `select id from app.t where id operator(hidden.===) any (select 1)`,
+    `select 2::app.checked`,
+    `select id from app.noisy_view`,
+    `select app.last_noisily(id) from app.t`,
+    `explain (analyze, costs off) select t.noted from app.t t`,
+    `select app.random()`,
   ];
 
   for (const route of routes)
@@ -154,6 +183,89 @@ describe("users' expressions inside generated SQL", () => {
     expect(created.body).toMatchObject({ reason: 'ROUTINE_NOT_ALLOWED' });
     expect(created.body.message).toContain('lo_create');
     expect(await largeObjects()).toBe(before);
+  });
+});
+
+describe('a function created between two statements', () => {
+  // A database without functions of its own that may not run skips the view; the next statement
+  // sees one created since.
+  const plain = scratchDatabase('sqlc_plain');
+  let plainTenant: Tenant;
+
+  beforeAll(async () => {
+    await plain.create();
+    await withClient(plain.url, (client) =>
+      client.query(`create schema app; create table app.t (id int primary key);
+        insert into app.t select generate_series(1, 3)`),
+    );
+    plainTenant = await createTenant(server);
+    const plainConfig = pgConfig(plain.name, { schemas: ['app'] });
+    await createWorkspace(server, plainTenant.admin.token, {
+      name: unique('sqlc-plain'),
+      source_config: plainConfig,
+      target_config: plainConfig,
+    });
+  }, 60_000);
+
+  // Dropped with the server's connections still open (`with (force)`).
+  afterAll(() => plain.drop());
+
+  it('is refused however it is called', async () => {
+    const asPlain = (sql: string) =>
+      call(server, 'POST', '/api/analytics/execute', { token: plainTenant.admin.token, body: { sql } });
+    const objects = () =>
+      withClient(plain.url, async (client) =>
+        Number((await client.query('select count(*) as n from pg_largeobject_metadata')).rows[0].n),
+      );
+    const first = await asPlain('select count(*)::int as n from app.t');
+    expect(first.body.rows, JSON.stringify(first.body)).toEqual([{ n: 3 }]);
+    await withClient(plain.url, (client) =>
+      client.query(`create function public.later(app.t) returns bool language plpgsql volatile as
+        $$ begin perform lo_from_bytea(0, 'x'); return true; end $$`),
+    );
+    const res = await asPlain('select t.later from app.t t');
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect(res.body).toMatchObject({ reason: 'ROUTINE_NOT_ALLOWED' });
+    expect(res.body.message).toContain('later(app.t)');
+    expect(await objects()).toBe(0);
+    expect((await asPlain('select count(*)::int as n from app.t')).body.rows).toEqual([{ n: 3 }]);
+  });
+});
+
+describe('where the warehouse cannot hold a temporary view', () => {
+  // A role without TEMPORARY on the database (as on a standby, nothing can be created there): the
+  // routines a statement names are still judged by the catalog; only those run unnamed go unseen.
+  let readerTenant: Tenant;
+
+  beforeAll(async () => {
+    await withClient(warehouse.url, async (client) => {
+      await client.query(`create role ${reader} login;
+        grant usage on schema app to ${reader};
+        grant select on all tables in schema app to ${reader};
+        revoke temporary on database ${warehouse.name} from public`);
+    });
+    readerTenant = await createTenant(server);
+    const readerConfig = pgConfig(warehouse.name, { schemas: ['app'], user: reader });
+    await createWorkspace(server, readerTenant.admin.token, {
+      name: unique('sqlc-reader'),
+      source_config: readerConfig,
+      target_config: readerConfig,
+    });
+  }, 60_000);
+
+  it('refuses routines by name and runs ordinary SQL', async () => {
+    const asReader = (sql: string) =>
+      call(server, 'POST', '/api/analytics/execute', { token: readerTenant.admin.token, body: { sql } });
+    const before = await largeObjects();
+    for (const sql of [`select lo_from_bytea(0, 'x'::bytea)`, 'select app.noise()', 'select app.random()']) {
+      const res = await asReader(sql);
+      expect(res.status, `${sql}: ${JSON.stringify(res.body)}`).toBe(400);
+      expect(res.body.reason, sql).toBe('ROUTINE_NOT_ALLOWED');
+    }
+    expect(await largeObjects()).toBe(before);
+    const ok = await asReader('select count(*)::int as n, current_user as who from app.t');
+    expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+    expect(ok.body.rows).toEqual([{ n: 20, who: reader }]);
   });
 });
 
