@@ -439,6 +439,25 @@ describe('connections', () => {
     }
   });
 
+  it('hands a connection back reset after a transaction: settings and advisory locks stay inside', async () => {
+    // One connection in the pool, so the next borrower is the same session.
+    const reg = new WarehouseRegistry({ statementTimeoutMs: 1000, rowCap: 10, poolMax: 1 });
+    try {
+      const single = await reg.open(config());
+      const inside = await single.transaction(async (tx) => {
+        await tx.query(`select set_config('search_path', 'pg_catalog', false), pg_advisory_lock(7)`);
+        return (await tx.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
+      });
+      const [after] = await single.aggregate(
+        `select pg_backend_pid() as pid, current_setting('search_path') as path,
+           (select count(*)::int from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()) as locks`,
+      );
+      expect(after).toEqual({ pid: inside, path: '"$user", public', locks: 0 });
+    } finally {
+      await reg.close();
+    }
+  });
+
   it('rolls a failed transaction back', async () => {
     await expectAppError(
       warehouse.transaction(async (tx) => {

@@ -353,6 +353,10 @@ export class PostgresWarehouse implements Warehouse {
           copyTo: (text: string) => client.query(copyTo(text)),
         });
         await client.query('commit');
+        // Back to the pool as it came: a session setting or advisory lock taken inside (by users'
+        // expressions that a write runs: a stable function may still call set_config) must not reach
+        // the next borrower. Its own round trip, as in #readOnly.
+        await client.query('discard all');
         return result;
       } catch (error) {
         await client.query('rollback').catch(() => {});

@@ -162,6 +162,33 @@ describe('user SQL that runs inside a write', () => {
     expect(done.materialization.error).toMatch(/lo_from_bytea is not allowed/);
     expect(await largeObjects()).toBe(before);
   });
+
+  it('refuses a model test whose mapping expression calls a volatile function', async () => {
+    // The transformation project's model carries the expression; a model test runs it on the source
+    // into a temporary table, inside a write.
+    const as = (method: string, path: string, body?: unknown) =>
+      call(server, method, path, { token: tenant.admin.token, body });
+    const steps: [string, unknown][] = [
+      ['tables', { source_table: 't', relationship: 'primary' }],
+      ['connection', { connection: { source_field: 't.id', target_field: 'id' } }],
+      [
+        'transformation',
+        { transformation: { target_field: 'name', expression: 't.name || app.noise()::text' } },
+      ],
+      ['commit-transformation', { message: 'a name that writes' }],
+    ];
+    for (const [route, body] of steps) {
+      const step = await as('POST', `/api/mappings/t/${route}`, body);
+      expect(step.status, `${route}: ${JSON.stringify(step.body)}`).toBe(200);
+    }
+    expect((await as('POST', '/api/pipelines/generate-project', {})).status).toBe(200);
+    const before = await largeObjects();
+    const tested = await as('POST', '/api/pipelines/test-model', { table_name: 't' });
+    expect(tested.status, JSON.stringify(tested.body)).toBe(400);
+    expect(tested.body).toMatchObject({ reason: 'ROUTINE_NOT_ALLOWED' });
+    expect(tested.body.message).toContain('noise');
+    expect(await largeObjects()).toBe(before);
+  });
 });
 
 describe("users' expressions inside generated SQL", () => {

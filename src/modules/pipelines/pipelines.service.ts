@@ -343,6 +343,9 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
   const timeout = scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS;
 
   const relationshipChecks: { result: TestResult; values: string[]; to: string; field: string }[] = [];
+  // The model carries users' mapping expressions and runs inside a write (its temporary table): the
+  // read-only rules first, as for a materialization.
+  await source.assertUserSqlAllowed(sql);
   const { rowsTested, results } = await source.transaction(async (tx) => {
     await tx.query(`set local statement_timeout = ${timeout}`);
     await tx.query(
