@@ -754,7 +754,11 @@ describe('audience definitions', () => {
 
   it('materializes a SQL audience and every operator compiles and runs', async () => {
     const res = await create({
-      definition: { type: 'sql', sql: "select customer_id, country from crm.customers where country = 'FR'" },
+      // As pasted from an editor: a final semicolon and a comment after it.
+      definition: {
+        type: 'sql',
+        sql: "select customer_id, country from crm.customers where country = 'FR'; -- French customers",
+      },
       attribute_columns: ['country'],
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);

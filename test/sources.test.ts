@@ -37,10 +37,12 @@ const sourceConfig = (overrides: Record<string, unknown> = {}) =>
     ctes: [
       {
         name: 'big_spenders',
-        sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500;',
+        // Ending in a comment, as an editor leaves it.
+        sql: 'select customer_id, sum(total_amount) as spent from shop.orders group by customer_id having sum(total_amount) > 500 -- the top',
         description: 'Customers above 500 in total',
       },
       { name: 'broken', sql: 'select * from shop.no_such_table' },
+      { name: 'finished', sql: 'select 1 as one;' },
     ],
     ...overrides,
   });
@@ -82,16 +84,16 @@ describe('GET /api/sources/unified-schema', () => {
       database: source.name,
       schemas: ['shop'],
       flatten: false,
-      table_count: 8,
+      table_count: 9,
     });
     const names = res.body.tables.map((t: { qualified_name: string }) => t.qualified_name);
-    expect(names.slice(0, 2)).toEqual(['big_spenders', 'broken']);
-    expect(names.slice(2).sort()).toEqual(
+    expect(names.slice(0, 3)).toEqual(['big_spenders', 'broken', 'finished']);
+    expect(names.slice(3).sort()).toEqual(
       ['crm_contacts', 'customers', 'order_items', 'orders', 'products', 'web_events'].map(
         (n) => `shop.${n}`,
       ),
     );
-    const [spenders, broken] = res.body.tables;
+    const [spenders, broken, finished] = res.body.tables;
     expect(spenders).toMatchObject({
       kind: 'cte',
       schema: null,
@@ -102,6 +104,8 @@ describe('GET /api/sources/unified-schema', () => {
       ['spent', 'numeric'],
     ]);
     expect(broken.error).toMatch(/no_such_table/);
+    // A final semicolon and a final comment are the CTE's own, not the query's it is read in.
+    expect(finished.columns.map((c: { name: string }) => c.name)).toEqual(['one']);
     const orders = res.body.tables.find((t: { name: string }) => t.name === 'orders');
     expect(orders).toMatchObject({ kind: 'table', primary_key: ['order_id'], estimated_rows: 3500 });
     expect(orders.columns.find((c: { name: string }) => c.name === 'customer_id')).toMatchObject({

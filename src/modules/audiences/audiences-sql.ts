@@ -54,10 +54,11 @@ export async function memberSelect(
 ): Promise<MemberSelect> {
   const columns = [...audience.identifierColumns, ...audience.attributeColumns].map(quoteIdent).join(', ');
   if (audience.definitionType === 'sql') {
-    const { kind } = await assertReadOnlySql(audience.sql ?? '');
+    const { kind, statement } = await assertReadOnlySql(audience.sql ?? '');
     if (kind !== 'SELECT')
       throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
-    return { sql: `select ${columns} from (${audience.sql}) as audience_source`, params: [] };
+    // The statement as parsed (no final semicolon), on lines of its own so a trailing comment ends there.
+    return { sql: `select ${columns} from (\n${statement}\n) as audience_source`, params: [] };
   }
   const table = schemaTable(schema, audience.targetTable);
   if (!table)

@@ -29,8 +29,12 @@ export async function workspaceWarehouse(
 
 type Cte = NonNullable<ConnectionConfig['ctes']>[number];
 
-/** A CTE's query as a subquery: a trailing `;` would end the statement it is embedded in. */
-const cteSql = (cte: Cte) => cte.sql.trim().replace(/;+\s*$/, '');
+/**
+ * A CTE's query as a subquery: a trailing `;` would end the statement it is embedded in, and it is set
+ * on lines of its own so that a comment ending its last line ends there (the source's own dialect:
+ * not parsed here).
+ */
+const cteSql = (cte: Cte) => `\n${cte.sql.trim().replace(/;+\s*$/, '')}\n`;
 
 function tableView(table: IntrospectedTable): SourceTableView {
   const references = new Map<string, { schema: string; table: string; column: string }>();
