@@ -53,8 +53,8 @@ export interface CalledRoutines {
 /**
  * What the warehouse needs to judge a statement before running it: `select`, the statement as a
  * plain SELECT (an EXPLAIN's query, parameters as NULL) for PostgreSQL to resolve
- * (`dependencyVerdictSql`), and the routines it names (`calls`), judged by name where the warehouse
- * cannot hold a temporary view.
+ * (`dependencyVerdictStatements`), and the routines it names (`calls`), judged by name beside it, or
+ * alone where the warehouse cannot hold a temporary view.
  */
 export interface RoutineCheck {
   select: string;
