@@ -117,17 +117,24 @@ export class PostgresWarehouse implements Warehouse {
     }, context);
   }
 
-  async #begin(client: pg.PoolClient, timeoutMs: number, check?: RoutineCheck): Promise<void> {
+  /**
+   * `useView`: whether to check `check` through a temporary view too; by default where the warehouse
+   * can hold one and while it holds functions of its own that may not run (without any, no
+   * dependency can lead to one; whether it does is asked again in every round trip).
+   */
+  async #begin(
+    client: pg.PoolClient,
+    timeoutMs: number,
+    check?: RoutineCheck,
+    useView?: boolean,
+  ): Promise<void> {
     const timeout = `set local statement_timeout = ${Math.max(0, Math.floor(timeoutMs))}`;
-    // One round trip (no parameters: the simple protocol takes several statements).
-    const run = async (statements: string[]) =>
-      [(await client.query(statements.join(';\n'))) as unknown as pg.QueryResult[] | pg.QueryResult].flat();
     const byName = check ? catalogVerdictSql(check.calls) : null;
-    const viaView = check !== undefined && (await this.#holdsTempViews(client));
-    // The view is made only while the database holds functions of its own that may not run: without
-    // any, no dependency can lead to one. Whether it does is asked again in every round trip.
+    const viaView = useView !== false && check !== undefined && (await this.#holdsTempViews(client));
     const view =
-      viaView && this.entry.ownRefusedRoutines !== false ? dependencyVerdictStatements(check.select) : null;
+      viaView && (useView ?? this.entry.ownRefusedRoutines !== false)
+        ? dependencyVerdictStatements(check.select)
+        : null;
     const statements = [viaView ? 'begin' : 'begin transaction read only', timeout];
     const nameAt = byName ? statements.push(byName) - 1 : -1;
     const ownAt = viaView ? statements.push(OWN_REFUSED_ROUTINES_SQL) - 1 : -1;
@@ -137,16 +144,17 @@ export class PostgresWarehouse implements Warehouse {
     if (viaView) statements.push('set transaction read only');
     let results: pg.QueryResult[];
     try {
-      results = await run(statements);
+      // One round trip (no parameters: the simple protocol takes several statements).
+      results = [
+        (await client.query(statements.join(';\n'))) as unknown as pg.QueryResult[] | pg.QueryResult,
+      ].flat();
     } catch (error) {
       if (!view) throw error;
       // PostgreSQL rejected the statement as a view (a missing column, a type mismatch). A routine
-      // refused by name is still the answer to give; the database's error otherwise.
+      // refused by name is still the answer to give (thrown by the check by name alone); the
+      // database's error otherwise.
       await client.query('rollback');
-      const named = byName
-        ? (await run(['begin transaction read only', timeout, byName]))[2]?.rows[0]
-        : undefined;
-      if (named) throw refusedRoutine(named as { routine: string; kind: string });
+      if (byName) await this.#begin(client, timeoutMs, check, false);
       throw error;
     }
     let refused = nameAt >= 0 ? results[nameAt]?.rows[0] : undefined;
@@ -156,7 +164,7 @@ export class PostgresWarehouse implements Warehouse {
       if (!refused && own && !view) {
         // Such a function appeared since the last statement: again, with the view.
         await client.query('rollback');
-        return this.#begin(client, timeoutMs, check);
+        return this.#begin(client, timeoutMs, check, true);
       }
       // Functions, views, domains, operators or policies of the database's own: one more round trip.
       const reached = view ? (results[viewAt]?.rows as CatalogObject[]) : [];

@@ -73,11 +73,11 @@ afterAll(async () => {
 });
 
 const routes = ['/api/analytics/execute', '/api/sources/execute-query'];
-const run = (route: string, sql: string) =>
-  call(server, 'POST', route, { token: tenant.admin.token, body: { sql } });
+const run = (route: string, sql: string, token = tenant.admin.token) =>
+  call(server, 'POST', route, { token, body: { sql } });
 
-const largeObjects = () =>
-  withClient(warehouse.url, async (client) =>
+const largeObjects = (url = warehouse.url) =>
+  withClient(url, async (client) =>
     Number((await client.query('select count(*) as n from pg_largeobject_metadata')).rows[0].n),
   );
 
@@ -238,12 +238,7 @@ describe('a function created between two statements', () => {
   afterAll(() => plain.drop());
 
   it('is refused however it is called', async () => {
-    const asPlain = (sql: string) =>
-      call(server, 'POST', '/api/analytics/execute', { token: plainTenant.admin.token, body: { sql } });
-    const objects = () =>
-      withClient(plain.url, async (client) =>
-        Number((await client.query('select count(*) as n from pg_largeobject_metadata')).rows[0].n),
-      );
+    const asPlain = (sql: string) => run('/api/analytics/execute', sql, plainTenant.admin.token);
     const first = await asPlain('select count(*)::int as n from app.t');
     expect(first.body.rows, JSON.stringify(first.body)).toEqual([{ n: 3 }]);
     await withClient(plain.url, (client) =>
@@ -254,7 +249,7 @@ describe('a function created between two statements', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(400);
     expect(res.body).toMatchObject({ reason: 'ROUTINE_NOT_ALLOWED' });
     expect(res.body.message).toContain('later(app.t)');
-    expect(await objects()).toBe(0);
+    expect(await largeObjects(plain.url)).toBe(0);
     expect((await asPlain('select count(*)::int as n from app.t')).body.rows).toEqual([{ n: 3 }]);
   });
 });
@@ -281,8 +276,7 @@ describe('where the warehouse cannot hold a temporary view', () => {
   }, 60_000);
 
   it('refuses routines by name and runs ordinary SQL', async () => {
-    const asReader = (sql: string) =>
-      call(server, 'POST', '/api/analytics/execute', { token: readerTenant.admin.token, body: { sql } });
+    const asReader = (sql: string) => run('/api/analytics/execute', sql, readerTenant.admin.token);
     const before = await largeObjects();
     for (const sql of [`select lo_from_bytea(0, 'x'::bytea)`, 'select app.noise()', 'select app.random()']) {
       const res = await asReader(sql);
