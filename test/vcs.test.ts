@@ -484,10 +484,15 @@ describe('pushing the workspace', () => {
     expect(added).toContain('transformation/dbt_project.yml');
     expect(added.every((p: string) => p.startsWith('transformation/'))).toBe(true);
 
-    const committed = await commitTable('segments', 'segments from groups');
+    // A message from a client that ends lines with a bare carriage return.
+    const committed = await commitTable('segments', 'segments from groups\rdrop table mart.segments;');
     expect(committed.vcs).toMatchObject({ pushed: true });
     expect(gitServer.git('project', ['rev-parse', 'main'])).toBe(committed.vcs.commit);
     const zip = await expectRemoteEqualsDownload();
+    // Only the message's first line is in the SQL file's comment: the rest would have run as SQL.
+    const sqlFile = zip.get('mappings/segments.sql')!.toString('utf8');
+    expect(sqlFile).not.toContain('drop table');
+    expect(sqlFile.split('\n')[0]).toMatch(/^-- segments, committed version \d+: segments from groups$/);
     expect([...zip.keys()]).toEqual(
       expect.arrayContaining([
         'mappings/contacts.json',

@@ -37,7 +37,8 @@ async function mappingFiles(scope: Scope, workspace: WorkspaceEntity): Promise<W
   for (const [table, commit] of await latestCommits(scope.em, workspace))
     files.push({
       path: sqlFilePath(table),
-      content: `-- ${table}, committed version ${commit.version}: ${commit.message.split('\n')[0]}\n${commit.sql}\n`,
+      // A carriage return ends a SQL comment too: the rest of a message's line would run as SQL.
+      content: `-- ${table}, committed version ${commit.version}: ${commit.message.split(/[\r\n]/)[0]}\n${commit.sql}\n`,
     });
   return files;
 }
