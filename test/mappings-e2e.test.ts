@@ -405,3 +405,103 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(await targetRows(otherTarget)).toEqual(EXPECTED);
   });
 });
+
+describe('a source database that prints values in its own styles', () => {
+  // Day-first dates with zone abbreviations, SQL-standard intervals, escaped bytea and fewer float
+  // digits, set on the database as some deployments do: text read in those styles was parsed again by
+  // the target of a streamed copy (days and months swapped, IST read as Israel time, digits cut).
+  const styled = scratchDatabase('e2e_styles');
+  const formatsTarget = scratchDatabase('e2e_styles_tgt');
+  const eventColumns = ['id', 'day', 'at', 'at_tz', 'span', 'raw', 'ratio'];
+
+  beforeAll(async () => {
+    await styled.create();
+    await formatsTarget.create();
+    await sql(
+      styled,
+      `create schema app;
+       create table app.events (id integer primary key, day date, at timestamp, at_tz timestamptz,
+         span interval, raw bytea, ratio float8);
+       insert into app.events values (1, '2024-01-02', '2024-03-04 05:06:07', '2024-01-01 00:00:00+00',
+         '1 year 2 months 3 days 04:05:06.789', '\\xdeadbeef', 0.1::float8 + 0.2::float8);
+       alter database ${styled.name} set datestyle = 'SQL, DMY';
+       alter database ${styled.name} set timezone = 'Asia/Kolkata';
+       alter database ${styled.name} set intervalstyle = 'sql_standard';
+       alter database ${styled.name} set bytea_output = 'escape';
+       alter database ${styled.name} set extra_float_digits = -15;`,
+    );
+    await createWorkspace(server, token, {
+      name: unique('styles'),
+      select: true,
+      source_config: config(styled.name, ['app']),
+      target_config: config(formatsTarget.name, ['mart']),
+      target_schema: {
+        name: 'mart',
+        version: '1.0.0',
+        tables: [
+          {
+            name: 'events',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'integer', nullable: false },
+              { name: 'day', type: 'date' },
+              { name: 'at', type: 'timestamp' },
+              { name: 'at_tz', type: 'timestamptz' },
+              { name: 'span', type: 'text' },
+              { name: 'raw', type: 'text' },
+              { name: 'ratio', type: 'text' },
+            ],
+          },
+        ],
+      },
+    });
+  });
+
+  afterAll(async () => {
+    for (const db of [styled, formatsTarget]) await db.drop();
+  });
+
+  it('materializes the values the source holds, whatever its styles', async () => {
+    let res = await api('POST', '/api/mappings/events/tables', {
+      body: { source_table: 'app.events', relationship: 'primary' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    for (const column of eventColumns) {
+      const expression = ['span', 'raw', 'ratio'].includes(column)
+        ? `events.${column}::text`
+        : `events.${column}`;
+      res = await api('POST', '/api/mappings/events/transformation', {
+        body: { transformation: { target_field: column, expression } },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    res = await api('POST', '/api/mappings/events/commit-transformation', { body: { message: 'events' } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const { run } = await materializeAndWait('events');
+    expect(run.status, run.error).toBe('succeeded');
+    expect(run.result).toMatchObject({ rows_written: 1, mode: 'streamed_copy' });
+    const { rows } = await sql(
+      formatsTarget,
+      `select id, day, at, at_tz = '2024-01-01 00:00:00+00' as same_instant, span, raw, ratio from mart.events`,
+    );
+    expect(rows).toEqual([
+      {
+        id: '1',
+        day: '2024-01-02',
+        at: '2024-03-04 05:06:07',
+        same_instant: 't',
+        span: '1 year 2 mons 3 days 04:05:06.789',
+        raw: '\\xdeadbeef',
+        ratio: '0.30000000000000004',
+      },
+    ]);
+  });
+
+  it('shows ad-hoc results in ISO dates, whatever the source prints', async () => {
+    const res = await api('POST', '/api/sources/execute-query', {
+      body: { sql: 'select day, at from app.events' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.rows).toEqual([{ day: '2024-01-02', at: '2024-03-04 05:06:07' }]);
+  });
+});

@@ -53,6 +53,22 @@ export interface PoolEntry {
   ownRefusedRoutines?: boolean;
 }
 
+/**
+ * How values leave the warehouse as text, in every transaction dimas opens there: a database or role
+ * may set other styles (`SQL, DMY` dates with zone abbreviations, escaped bytea, fewer float digits),
+ * and text read in those styles was shifted or cut when a streamed copy parsed it in another
+ * database, or when dimas read a date. Output only: `DateStyle = ISO` keeps the session's day order
+ * for input, so the user's own date literals read as before. Set in the transaction's first round
+ * trip, local to it, so nothing outlives it.
+ */
+const TEXT_FORMATS = [
+  'set local DateStyle = ISO',
+  'set local IntervalStyle = postgres',
+  'set local bytea_output = hex',
+  // 3: exact on every version (from 12 on, any positive value prints the shortest exact form).
+  'set local extra_float_digits = 3',
+];
+
 /** A PostgreSQL database behind the Warehouse interface, over one pool of the registry. */
 export class PostgresWarehouse implements Warehouse {
   readonly config: ConnectionConfig;
@@ -135,7 +151,7 @@ export class PostgresWarehouse implements Warehouse {
       viaView && (useView ?? this.entry.ownRefusedRoutines !== false)
         ? dependencyVerdictStatements(check.select)
         : null;
-    const statements = [viaView ? 'begin' : 'begin transaction read only', timeout];
+    const statements = [viaView ? 'begin' : 'begin transaction read only', timeout, ...TEXT_FORMATS];
     const nameAt = byName ? statements.push(byName) - 1 : -1;
     const ownAt = viaView ? statements.push(OWN_REFUSED_ROUTINES_SQL) - 1 : -1;
     const viewAt = view
@@ -350,7 +366,7 @@ export class PostgresWarehouse implements Warehouse {
 
   async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
     return this.#withClient(async (client) => {
-      await client.query('begin');
+      await client.query(['begin', ...TEXT_FORMATS].join(';\n'));
       try {
         const result = await fn({
           query: async <R extends Record<string, unknown>>(text: string, params?: unknown[]) => {
