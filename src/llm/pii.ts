@@ -25,12 +25,16 @@ export function isPersonalColumn(column: ColumnFacts, markedPii = false): boolea
   return (column.patterns ?? []).some((p) => PERSONAL_PATTERNS.has(p.pattern) && p.share >= 0.3);
 }
 
-/** What a masked value looks like: its shape (letters → a/A, digits → 9) with the length kept. */
+/**
+ * What a masked value looks like: its shape (capitals → A, every other letter of any script and the
+ * marks that join letters → a, digits → 9) with the length kept. Scripts without case (Han, Arabic,
+ * Devanagari …) are letters too: only Latin-like cased letters were masked before.
+ */
 function maskValue(value: string): string {
   return value
-    .replace(/\p{Lu}/gu, 'A')
-    .replace(/\p{Ll}/gu, 'a')
-    .replace(/\p{Nd}/gu, '9');
+    .replace(/\p{Lu}|\p{Lt}/gu, 'A')
+    .replace(/\p{L}|\p{M}/gu, 'a')
+    .replace(/\p{N}/gu, '9');
 }
 
 /**
