@@ -1,7 +1,12 @@
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { call, createTenant, createWorkspace, type Tenant } from './helpers/api.ts';
 import { mariadbUnavailable, MARIADB, scratchMysql } from './helpers/mariadb.ts';
+import { LEXING_SQL_MODE } from '../src/warehouse/mysql-guard.ts';
 
 /*
  * A MySQL-family source (the local MariaDB) behind the sources routes: introspection, sample values,
@@ -122,6 +127,54 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     expect(Number(n)).toBe(3);
     const tables = await db.sql('show tables');
     expect(tables).toHaveLength(3);
+  });
+
+  it('reads a comment where MySQL does: a Unicode space after -- hides nothing', async () => {
+    // MySQL starts a -- comment only before a space or an ASCII control character; the guard took any
+    // Unicode space for one and blanked what MySQL then ran (a file written on the database host).
+    for (const space of ['\u00a0', '\u3000', '\ufeff', '\u2028']) {
+      const file = join(tmpdir(), `dimas-outfile-${process.pid}-${space.codePointAt(0)}.txt`);
+      const hidden = `select 2 --${space} from (select 3 as \`${space}\`) t into outfile '${file}'`;
+      const res = await call(server, 'POST', '/api/sources/execute-query', {
+        token: tenant.admin.token,
+        body: { sql: hidden },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      expect(res.body.message).toMatch(/INTO/);
+      expect(existsSync(file)).toBe(false);
+    }
+    // A comment MySQL does read still runs.
+    const res = await call(server, 'POST', '/api/sources/execute-query', {
+      token: tenant.admin.token,
+      body: { sql: 'select 1 as one --\tinto outfile' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.rows).toEqual([{ one: 1 }]);
+  });
+
+  it('drops the sql_mode flags that change how the guard must read a statement', async () => {
+    // A server whose default mode reads strings without backslash escapes or double quotes as names
+    // would end a string where the guard did not; each connection's session is set back first.
+    const c = await mysql.createConnection(MARIADB);
+    try {
+      await c.query("set session sql_mode = 'ANSI,NO_BACKSLASH_ESCAPES,ORACLE,STRICT_TRANS_TABLES'");
+      await c.query(LEXING_SQL_MODE);
+      const [[{ mode }]] = (await c.query('select @@session.sql_mode as mode')) as unknown as [
+        { mode: string }[],
+      ];
+      const flags = mode.split(',');
+      for (const lexing of ['ANSI', 'ANSI_QUOTES', 'NO_BACKSLASH_ESCAPES', 'ORACLE'])
+        expect(flags).not.toContain(lexing);
+      expect(flags).toEqual(expect.arrayContaining(['STRICT_TRANS_TABLES', 'PIPES_AS_CONCAT']));
+    } finally {
+      await c.end();
+    }
+    const res = await call(server, 'POST', '/api/sources/execute-query', {
+      token: tenant.admin.token,
+      body: { sql: `select 'a\\\\' as s, "b" as t` },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.rows).toEqual([{ s: 'a\\', t: 'b' }]);
   });
 
   it('lets the server refuse a write the lexical check cannot see (READ ONLY transaction)', async () => {

@@ -4,6 +4,7 @@ import mysql from 'mysql2';
 import type { Pool } from 'mysql2';
 import { AppError } from '../app-error.ts';
 import { type ConnectionConfig, portOf } from './config.ts';
+import { LEXING_SQL_MODE } from './mysql-guard.ts';
 import { resolveCheckedAddress, type NetworkGuardSettings } from './network-guard.ts';
 import type { TableRef } from './warehouse.ts';
 
@@ -159,6 +160,7 @@ export function entryPool(entry: PoolEntry, settings: MysqlSettings): Promise<Po
       });
       // Every connection reads times in UTC, so timestamp columns mean the same instant everywhere.
       pool.on('connection', (c) => {
+        c.query(LEXING_SQL_MODE);
         c.query("set time_zone = '+00:00'");
         // MySQL's default (1024 bytes) would cut the profile's sampled values.
         c.query('set session group_concat_max_len = 1048576');

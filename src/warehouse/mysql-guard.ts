@@ -9,6 +9,30 @@ import { AppError } from '../app-error.ts';
  * hints (`/*+ … *\/`, which MySQL 8 obeys: `MAX_EXECUTION_TIME`, `SET_VAR`).
  */
 
+/**
+ * The lexer below reads a statement as MySQL does with its default quoting: backslash escapes in
+ * strings, double quotes around strings. `NO_BACKSLASH_ESCAPES` and `ANSI_QUOTES` (and the modes that
+ * imply it) make the server read the same text otherwise (`'a\', 1 into outfile …` would end the
+ * string early), so every connection of a MySQL source drops them from its session's `sql_mode`,
+ * keeping the rest. Run on each new connection, before any statement.
+ */
+export const LEXING_SQL_MODE = `set session sql_mode = trim(both ',' from ${[
+  'ANSI',
+  'ANSI_QUOTES',
+  'NO_BACKSLASH_ESCAPES',
+  'ORACLE',
+  'MSSQL',
+  'DB2',
+  'MAXDB',
+  'POSTGRESQL',
+].reduce((mode, name) => `replace(${mode}, ',${name},', ',')`, "concat(',', @@session.sql_mode, ',')")})`;
+
+/**
+ * What follows `--` for MySQL to read a comment: a space or an ASCII control character. A Unicode
+ * space (no-break, ideographic, U+FEFF) is not one: MySQL reads on, so the guard must too.
+ */
+const startsDashComment = (c: string | undefined) => c === undefined || c <= ' ' || c === '\x7f';
+
 const STARTS = new Set(['select', 'with', 'show', 'explain', 'describe', 'desc', 'values', 'table']);
 
 // Words that may not appear outside literals, whatever the statement starts with.
@@ -55,7 +79,7 @@ function blankOut(sql: string): string {
       const stop = end < 0 ? sql.length : end + 2;
       out += ' '.repeat(stop - i);
       i = stop;
-    } else if ((c === '-' && next === '-' && /\s/.test(sql[i + 2] ?? ' ')) || c === '#') {
+    } else if ((c === '-' && next === '-' && startsDashComment(sql[i + 2])) || c === '#') {
       const end = sql.indexOf('\n', i);
       const stop = end < 0 ? sql.length : end;
       out += ' '.repeat(stop - i);

@@ -234,6 +234,15 @@ export class MysqlWarehouse implements Warehouse {
       await q.query(timeoutSql(this.entry, options.timeoutMs ?? this.settings.statementTimeoutMs));
       await q.query('start transaction read only');
       const { rows, fields, stopped } = await readCapped(connection, statement, options.params, cap, byteCap);
+      // Only an OK packet came back (what a statement the guard should have refused answers).
+      if (!fields?.length)
+        throw new AppError(
+          'BAD_REQUEST',
+          'The statement returned no result set: only queries that return rows run on the source',
+          {
+            reason: 'NO_RESULT_SET',
+          },
+        );
       const truncated = rows.length > cap;
       if (truncated) rows.length = cap;
       if (stopped) connection.destroy();
