@@ -280,6 +280,19 @@ describe('POST /api/sources/execute-query', () => {
     });
     expect(syntax.status).toBe(400);
     expect(syntax.body.message).toMatch(/syntax error.*position 1|position 1.*syntax error/);
+    // Positions count in the text sent, not in the statement dimas wraps it in.
+    for (const [sql, position] of [
+      ['select * from nope', 15],
+      ['  -- the lot\nselect * from nope', 28],
+      ['select 1 as é, * from nope', 23],
+    ] as const) {
+      const missing = await call(server, 'POST', '/api/sources/execute-query', {
+        token: tenant.admin.token,
+        body: { sql },
+      });
+      expect(missing.status).toBe(400);
+      expect(missing.body.message).toMatch(new RegExp(`"nope" does not exist \\(position ${position}\\)$`));
+    }
     const limit = await call(server, 'POST', '/api/sources/execute-query', {
       token: tenant.admin.token,
       body: { sql: 'select 1', limit: 201 },

@@ -28,6 +28,28 @@ export const typeParsers = {
 
 export type ErrorContext = 'connect' | 'user-sql' | 'internal';
 
+/** How many characters (as PostgreSQL counts them) of `text` come before `part`; null if it is not there. */
+export function charsBefore(text: string, part: string): number | null {
+  const at = text.indexOf(part);
+  return at < 0 ? null : [...text.slice(0, at)].length;
+}
+
+/**
+ * A database error about `sent`, SQL of dimas's own that holds `part`, which starts after `partAt`
+ * characters of what the user wrote: its position (1-based, in characters of `sent`) moved to count
+ * in the user's text, or dropped where it falls outside `part` or `part` is not their text as written.
+ */
+export function positionedIn(error: unknown, sent: string, part: string, partAt: number | null): unknown {
+  const e = error as { position?: string };
+  const at = Number(e.position);
+  if (!e.position || !Number.isInteger(at)) return error;
+  const partStart = charsBefore(sent, part);
+  const inPart = partStart === null ? 0 : at - partStart;
+  if (partAt === null || inPart < 1 || inPart > [...part].length + 1) delete e.position;
+  else e.position = String(partAt + inPart);
+  return error;
+}
+
 const NETWORK_REASONS: Record<string, string> = {
   ENOTFOUND: 'unknown host',
   EAI_AGAIN: 'the host name could not be resolved',

@@ -6,7 +6,9 @@ import type { ConnectionConfig } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
 import { readCapped, readCursor } from './postgres-read.ts';
 import {
+  charsBefore,
   type ErrorContext,
+  positionedIn,
   qualified,
   quoteIdent,
   SAMPLE_LIMIT_DEFAULT,
@@ -159,19 +161,18 @@ export class PostgresWarehouse implements Warehouse {
       : -1;
     if (viaView) statements.push('set transaction read only');
     let results: pg.QueryResult[];
+    const batch = statements.join(';\n');
     try {
       // One round trip (no parameters: the simple protocol takes several statements).
-      results = [
-        (await client.query(statements.join(';\n'))) as unknown as pg.QueryResult[] | pg.QueryResult,
-      ].flat();
+      results = [(await client.query(batch)) as unknown as pg.QueryResult[] | pg.QueryResult].flat();
     } catch (error) {
-      if (!view) throw error;
+      if (!view || !check) throw error;
       // PostgreSQL rejected the statement as a view (a missing column, a type mismatch). A routine
       // refused by name is still the answer to give (thrown by the check by name alone); the
       // database's error otherwise.
       await client.query('rollback');
       if (byName) await this.#begin(client, timeoutMs, check, false);
-      throw error;
+      throw positionedIn(error, batch, check.select, check.selectAt);
     }
     let refused = nameAt >= 0 ? results[nameAt]?.rows[0] : undefined;
     if (viaView) {
@@ -282,9 +283,16 @@ export class PostgresWarehouse implements Warehouse {
         // One row past the cap tells that the result was truncated. The cap is a LIMIT around the
         // statement rather than a cursor: PostgreSQL never runs a portal read with a row limit in
         // parallel, and aggregates over large tables need their parallel workers.
-        const text =
-          kind === 'EXPLAIN' ? statement : `select * from (\n${statement}\n) as capped limit ${cap + 1}`;
-        const { rows, fields } = await readCapped(client, text, options.params, this.settings.resultByteCap);
+        const before = kind === 'EXPLAIN' ? '' : 'select * from (\n';
+        const text = kind === 'EXPLAIN' ? statement : `${before}${statement}\n) as capped limit ${cap + 1}`;
+        const { rows, fields } = await readCapped(
+          client,
+          text,
+          options.params,
+          this.settings.resultByteCap,
+        ).catch((error: unknown) => {
+          throw positionedIn(error, text, statement, charsBefore(sql, statement));
+        });
         const truncated = rows.length > cap;
         if (truncated) rows.length = cap;
         return {

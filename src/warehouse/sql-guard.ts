@@ -1,5 +1,6 @@
 import { hasSqlDetails, loadModule, parseSync } from 'libpg-query';
 import { AppError } from '../app-error.ts';
+import { charsBefore } from './postgres-sql.ts';
 
 /*
  * User SQL is classified by the real PostgreSQL parser (libpg-query, WASM), never by regular
@@ -58,6 +59,8 @@ export interface CalledRoutines {
  */
 export interface RoutineCheck {
   select: string;
+  /** Characters of the user's text before `select`; null where it is not their text (parameters). */
+  selectAt: number | null;
   calls: CalledRoutines;
 }
 
@@ -218,7 +221,8 @@ export async function assertReadOnlySql(
     result = 'EXPLAIN';
   } else throw new AppError('BAD_REQUEST', `only read-only statements are allowed; got ${kind}`);
   const calls = refuseUnsafeNodes({ [kind]: node });
-  return { kind: result, statement: text, check: { calls, select: selectForCheck(statements[0]) } };
+  const select = selectForCheck(statements[0]);
+  return { kind: result, statement: text, check: { calls, select, selectAt: charsBefore(sql, select) } };
 }
 
 /** A column an expression reads: `column` or `table.column` (or `schema.table.column`). */
