@@ -159,6 +159,28 @@ describe('table metrics', () => {
     expect(m.freshness).toBeNull();
   });
 
+  it("takes freshness from real timestamps: 'infinity' (never) is not the newest change", async () => {
+    await db.query('create table qt.expiring (id int, updated_at timestamptz, valid_until date)');
+    await db.query(`insert into qt.expiring values (1, '2024-05-01T09:00:00Z', 'infinity'), (2, 'infinity', '-infinity'),
+        (3, '-infinity', '2024-06-30'), (4, '2024-04-01T00:00:00Z', null)`);
+    const columns = [
+      { name: 'id', type: 'integer' },
+      { name: 'updated_at', type: 'timestamp with time zone' },
+      { name: 'valid_until', type: 'date' },
+    ];
+    const table = { schema: 'qt', name: 'expiring' };
+    const m = await computeTableMetrics(db, table, columns);
+    expect(m.freshness?.column).toBe('updated_at');
+    expect(Date.parse(m.freshness!.max_timestamp!)).toBe(Date.parse('2024-05-01T09:00:00Z'));
+    expect(m.freshness!.age_seconds!).toBeGreaterThan(0);
+    expect(m.columns.find((c) => c.name === 'valid_until')).toMatchObject({
+      min: '-infinity',
+      max: 'infinity',
+    });
+    const byDate = await computeTableMetrics(db, table, columns, { timestampColumn: 'valid_until' });
+    expect(byDate.freshness!.max_timestamp).toMatch(/^2024-06-30T00:00:00/);
+  });
+
   it('measures a 20-column table with ONE statement', async () => {
     const columns: ColumnInput[] = Array.from({ length: 20 }, (_, i) => ({
       name: `c${i}`,

@@ -188,7 +188,10 @@ export function buildMetricsQuery(
       select.push(`to_json(min(${col})) #>> '{}' as c${i}_min`, `to_json(max(${col})) #>> '{}' as c${i}_max`);
   });
   if (timestampColumn !== null) {
-    const ts = `max(${quoteIdent(timestampColumn)})::timestamptz`;
+    // 'infinity' stands for "never" (a row that never expires), not for the newest change, and
+    // now() - infinity is an error that cost the table all its metrics.
+    const column = quoteIdent(timestampColumn);
+    const ts = `(max(${column}) filter (where isfinite(${column})))::timestamptz`;
     select.push(
       `to_json(${ts}) #>> '{}' as fresh_max`,
       `extract(epoch from now() - ${ts})::float8 as fresh_age`,
