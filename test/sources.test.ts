@@ -273,6 +273,29 @@ describe('POST /api/sources/execute-query', () => {
     expect(count.body.rows[0].x).toBe(0);
   });
 
+  it('answers values JSON cannot carry in the text PostgreSQL prints for them', async () => {
+    const res = await call(server, 'POST', '/api/sources/execute-query', {
+      token: tenant.admin.token,
+      body: {
+        sql: `select 'NaN'::float8 as nan, '-Infinity'::float4 as low, 1.5::float8 as plain, null::float8 as missing,
+          array['Infinity'::float8, 2] as floats, '\\xdeadbeef'::bytea as raw, array['\\x00ff'::bytea] as raws`,
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    // NaN and infinities were null (as SQL NULL is), bytea a serialized Buffer.
+    expect(res.body.rows).toEqual([
+      {
+        nan: 'NaN',
+        low: '-Infinity',
+        plain: 1.5,
+        missing: null,
+        floats: ['Infinity', 2],
+        raw: '\\xdeadbeef',
+        raws: ['\\x00ff'],
+      },
+    ]);
+  });
+
   it('answers 400 for a syntax error, a limit above the cap and a bad body', async () => {
     const syntax = await call(server, 'POST', '/api/sources/execute-query', {
       token: tenant.admin.token,

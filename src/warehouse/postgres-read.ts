@@ -112,3 +112,29 @@ export function readCapped(
     client.query(query);
   });
 }
+
+const FLOATS = new Set([700, 701]);
+const FLOAT_ARRAYS = new Set([1021, 1022]);
+const BYTEA = 17;
+const BYTEA_ARRAY = 1001;
+
+/**
+ * Result values that JSON cannot carry as they are, in the text PostgreSQL prints for them: a float
+ * NaN or ±Infinity (JSON made them null, like SQL NULL) and bytea (a Buffer became
+ * `{"type":"Buffer","data":[…]}`; `\x…` hex as sample values show it). Rows are changed in place,
+ * only in the columns of those types.
+ */
+export function asJsonValues(rows: Record<string, unknown>[], fields: pg.FieldDef[]): void {
+  const float = (v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v);
+  const bytes = (v: unknown) => (Buffer.isBuffer(v) ? `\\x${v.toString('hex')}` : v);
+  const each = (f: (v: unknown) => unknown) => (v: unknown) => (Array.isArray(v) ? v.map(f) : v);
+  const convert = new Map<string, (v: unknown) => unknown>();
+  for (const { name, dataTypeID } of fields) {
+    if (FLOATS.has(dataTypeID)) convert.set(name, float);
+    else if (FLOAT_ARRAYS.has(dataTypeID)) convert.set(name, each(float));
+    else if (dataTypeID === BYTEA) convert.set(name, bytes);
+    else if (dataTypeID === BYTEA_ARRAY) convert.set(name, each(bytes));
+  }
+  if (!convert.size) return;
+  for (const row of rows) for (const [name, f] of convert) row[name] = f(row[name]);
+}

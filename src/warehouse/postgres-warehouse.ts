@@ -4,7 +4,7 @@ import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { ConnectionConfig } from './config.ts';
 import { introspectCatalog } from './introspect.ts';
-import { readCapped, readCursor } from './postgres-read.ts';
+import { asJsonValues, readCapped, readCursor } from './postgres-read.ts';
 import {
   charsBefore,
   type ErrorContext,
@@ -295,6 +295,7 @@ export class PostgresWarehouse implements Warehouse {
         });
         const truncated = rows.length > cap;
         if (truncated) rows.length = cap;
+        asJsonValues(rows, fields);
         return {
           columns: await this.#describe(client, fields),
           rows,
