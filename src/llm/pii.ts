@@ -31,10 +31,9 @@ export function isPersonalColumn(column: ColumnFacts, markedPii = false): boolea
  * Devanagari …) are letters too: only Latin-like cased letters were masked before.
  */
 function maskValue(value: string): string {
-  return value
-    .replace(/\p{Lu}|\p{Lt}/gu, 'A')
-    .replace(/\p{L}|\p{M}/gu, 'a')
-    .replace(/\p{N}/gu, '9');
+  return value.replace(/(\p{Lu}|\p{Lt})|(\p{L}|\p{M})|\p{N}/gu, (_, capital, letter) =>
+    capital ? 'A' : letter ? 'a' : '9',
+  );
 }
 
 /**
