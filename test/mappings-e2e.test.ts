@@ -505,3 +505,81 @@ describe('a source database that prints values in its own styles', () => {
     expect(res.body.rows).toEqual([{ day: '2024-01-02', at: '2024-03-04 05:06:07' }]);
   });
 });
+
+describe('source names with spaces, capitals and symbols', () => {
+  // Discovery writes such names as the catalog spells them; the routes refused every one, and a table
+  // named in an expression in another case passed every check and then failed in the database.
+  const spaced = scratchDatabase('e2e_spaced');
+
+  beforeAll(async () => {
+    await spaced.create();
+    await sql(
+      spaced,
+      `create schema "Sales Data";
+       create table "Sales Data"."Customer Orders" ("Order Id" integer primary key, "Amount $" numeric, "Status" text);
+       insert into "Sales Data"."Customer Orders" values (1, 10.5, 'Open'), (2, 3, 'CLOSED');`,
+    );
+    await createWorkspace(server, token, {
+      name: unique('spaced'),
+      select: true,
+      source_config: config(spaced.name, ['Sales Data']),
+      target_config: config(spaced.name, ['mart']),
+      target_schema: {
+        name: 'mart',
+        version: '1.0.0',
+        tables: [
+          {
+            name: 'orders',
+            primary_key: ['order_id'],
+            columns: [
+              { name: 'order_id', type: 'integer', nullable: false },
+              { name: 'amount', type: 'numeric' },
+              { name: 'status', type: 'text' },
+            ],
+          },
+        ],
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await spaced.drop();
+  });
+
+  it('maps them through the routes, and refuses a table named in another case', async () => {
+    let res = await api('POST', '/api/mappings/orders/tables', {
+      body: { source_table: 'Sales Data.Customer Orders', relationship: 'primary' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/orders/connection', {
+      body: { connection: { source_field: 'Sales Data.Customer Orders.Order Id', target_field: 'order_id' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/orders/transformation', {
+      body: { transformation: { target_field: 'amount', expression: '"Customer Orders"."Amount $" * 2' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/orders/transformation', {
+      body: { transformation: { target_field: 'status', expression: '"CUSTOMER ORDERS"."Status"' } },
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.message).toMatch(/CUSTOMER ORDERS/);
+    res = await api('POST', '/api/mappings/orders/transformation', {
+      body: { transformation: { target_field: 'status', expression: 'lower("Customer Orders"."Status")' } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const preview = await api('POST', '/api/mappings/orders/preview-transformation', { body: { limit: 10 } });
+    expect(preview.status, JSON.stringify(preview.body)).toBe(200);
+    expect(
+      preview.body.rows.sort((a: { order_id: number }, b: { order_id: number }) => a.order_id - b.order_id),
+    ).toEqual([
+      { order_id: 1, amount: '21.0', status: 'open' },
+      { order_id: 2, amount: '6', status: 'closed' },
+    ]);
+    res = await api(
+      'DELETE',
+      `/api/mappings/orders/connection?source_field=${encodeURIComponent('Sales Data.Customer Orders.Order Id')}&target_field=order_id`,
+    );
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  });
+});

@@ -158,14 +158,19 @@ class Issues {
   }
 }
 
-/** Resolves a table written in an expression (`shop.customers` or `customers`) to its key. */
+/**
+ * Resolves a table written in an expression (`shop.customers` or `customers`) to its key. Exactly as
+ * written: the parser has already folded unquoted names to lower case, and the generated SQL names
+ * the table as the expression does, so `"CUSTOMERS".id` for a table `customers` would pass here and
+ * fail in the database.
+ */
 function tableResolver(tables: SourceTable[]) {
   const byName = new Map<string, SourceTable>();
   for (const t of tables) {
-    byName.set(t.key.toLowerCase(), t);
-    byName.set(t.name.toLowerCase(), t);
+    byName.set(t.key, t);
+    byName.set(t.name, t);
   }
-  return (written: string): SourceTable | undefined => byName.get(written.toLowerCase());
+  return (written: string): SourceTable | undefined => byName.get(written);
 }
 
 /**

@@ -131,14 +131,17 @@ export async function sourceWarehouseOf(scope: Scope, workspace: WorkspaceEntity
   return warehouses(scope.deps).open(config, `${workspace.id}:source`);
 }
 
-/** Resolves a table written in an expression (by key or bare name) among the mapping's tables. */
+/**
+ * Resolves a table written in an expression (by key or bare name) among the mapping's tables, exactly
+ * as written (unquoted names arrive folded to lower case), as the database will.
+ */
 export function mappingTableResolver(keys: string[]) {
   const byName = new Map<string, string>();
   for (const key of keys) {
-    byName.set(key.toLowerCase(), key);
-    byName.set(parseTableKey(key).name.toLowerCase(), key);
+    byName.set(key, key);
+    byName.set(parseTableKey(key).name, key);
   }
-  return (written: string) => byName.get(written.toLowerCase());
+  return (written: string) => byName.get(written);
 }
 
 /**

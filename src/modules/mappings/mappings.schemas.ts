@@ -5,19 +5,23 @@ import { CLEANING_KINDS } from '../discovery/cleaning-kinds.ts';
 
 const tableName = z.string().trim().min(1).max(63).describe('Table of the target schema');
 const fieldName = z.string().trim().min(1).max(63);
-/** `table.column` or `schema.table.column`; `table.*` for a wildcard. */
+/**
+ * `table.column` or `schema.table.column`; `table.*` for a wildcard. Names are written as the
+ * catalog spells them, spaces included (`Sales Data.Customer Orders.Amount $`, as discovery writes
+ * them); a name holding a dot cannot be told apart from two names.
+ */
 const sourceField = z
   .string()
   .trim()
   .min(3)
   .max(255)
-  .regex(/^[^.\s]+(\.[^.\s]+){1,2}$/, 'must be "table.column" or "schema.table.column"');
+  .regex(/^[^.]+(\.[^.]+){1,2}$/, 'must be "table.column" or "schema.table.column"');
 const sourceTable = z
   .string()
   .trim()
   .min(1)
   .max(127)
-  .regex(/^[^.\s]+(\.[^.\s]+)?$/, 'must be "table" or "schema.table"');
+  .regex(/^[^.]+(\.[^.]+)?$/, 'must be "table" or "schema.table"');
 const expression = z.string().trim().min(1).max(20_000);
 const sampleLimit = z.coerce
   .number()
