@@ -201,7 +201,7 @@ describe('cleaning proposals on a PostgreSQL source', () => {
       amount: ['cents_to_units', 1, 9],
     });
     expect(byField().get('account_id')).toBeUndefined();
-    expect(byField().get('email_opt_in')!.expression).toBe('NOT app.accounts.opted_out');
+    expect(byField().get('email_opt_in')!.expression).toBe('NOT "app"."accounts"."opted_out"');
     expect(byField().get('country_code')!.description).toMatch(/i18n-iso-countries/);
     expect(byField().get('phone')!.description).toMatch(/libphonenumber-js/);
   });
@@ -301,6 +301,49 @@ describe('cleaning proposals on a PostgreSQL source', () => {
       rowLimit: null,
     });
     expect(none).toEqual([]);
+  });
+
+  it('proposes nothing for array columns: no cleaning function takes an array', async () => {
+    await client.query(`create table app.lists (id integer primary key, emails text[], phones text[],
+      opted_out boolean[], balance_cents integer[])`);
+    await client.query(`insert into app.lists values
+      (1, '{" Ann@Example.COM "}', '{"(212) 555-0101"}', '{true}', '{1999}'),
+      (2, '{bob@example.com,b@x.io}', '{"030 1234567"}', '{false,true}', '{0,5}')`);
+    // The types as introspection reports them (format_type): `text[]`, not information_schema's ARRAY.
+    const columns = (
+      await query(
+        `select attname as name, format_type(atttypid, atttypmod) as type from pg_attribute
+          where attrelid = 'app.lists'::regclass and attnum > 0 and not attisdropped order by attnum`,
+      )
+    ).map((r) => ({ name: String(r.name), type: String(r.type) }));
+    expect(columns.map((c) => c.type)).toEqual(['integer', 'text[]', 'text[]', 'boolean[]', 'integer[]']);
+    const profiles = await profileTable((sql, params) => query(sql, params), 'app', 'lists', columns);
+    const table = sourceTableOf(
+      { name: 'lists', primary_key: ['id'], foreign_keys: [], columns } as never,
+      profiles,
+      'app.lists',
+    );
+    const proposed = await proposeCleaning({
+      target: {
+        name: 't',
+        columns: [
+          { name: 'email', type: 'text' },
+          { name: 'phone', type: 'text' },
+          { name: 'email_opt_in', type: 'boolean' },
+          { name: 'balance', type: 'numeric' },
+        ],
+      },
+      connections: [
+        { target_field: 'email', source_field: 'app.lists.emails' },
+        { target_field: 'phone', source_field: 'app.lists.phones' },
+        { target_field: 'email_opt_in', source_field: 'app.lists.opted_out' },
+        { target_field: 'balance', source_field: 'app.lists.balance_cents' },
+      ],
+      sources: new Map([['app.lists', table]]),
+      run: (sql, params) => query(sql, params),
+      rowLimit: null,
+    });
+    expect(proposed).toEqual([]);
   });
 });
 

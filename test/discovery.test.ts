@@ -293,7 +293,7 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
     if (fromLoyalty)
       expect(mapping.body.tables['crm.loyalty']).toMatchObject({
         relationship: 'join',
-        join_on: 'crm.customers.id = crm.loyalty.customer_id',
+        join_on: '"crm"."customers"."id" = "crm"."loyalty"."customer_id"',
       });
   });
 
@@ -542,6 +542,118 @@ describe('discovery as a tRPC subscription', () => {
   });
 });
 
+// ---------------------------------------------------------------- awkward sources
+
+describe('discovery on sources with keyword names and array columns', () => {
+  const target = (tables: unknown[]) => ({ name: 'awkward', tables });
+  const customers = (extra: { name: string; type: string }[]) => ({
+    name: 'customers',
+    primary_key: ['customer_id'],
+    columns: [
+      { name: 'customer_id', type: 'text', nullable: false },
+      { name: 'email', type: 'text' },
+      { name: 'country_code', type: 'text' },
+      ...extra,
+    ],
+  });
+
+  /** Discovery over `schemas` of the scratch source, into `target_schema`; then the whole table's preview. */
+  async function discoverAndPreview(schemas: string[], target_schema: unknown) {
+    await createWorkspace(server, tenant.admin.token, {
+      name: unique('disc'),
+      source_config: sourceConfig(schemas),
+      target_schema,
+    });
+    const { events } = await stream(tenant.admin.token);
+    expect(events.at(-1), JSON.stringify(events.at(-1))).toMatchObject({ type: 'completed' });
+    const mapping = await call(server, 'GET', '/api/mappings/customers', { token: tenant.admin.token });
+    expect(mapping.status, JSON.stringify(mapping.body)).toBe(200);
+    const preview = await call(server, 'POST', '/api/mappings/customers/preview-transformation', {
+      token: tenant.admin.token,
+      body: { limit: 100 },
+    });
+    expect(preview.status, JSON.stringify(preview.body)).toBe(200);
+    return { events, mapping: mapping.body, rows: preview.body.rows as Record<string, unknown>[] };
+  }
+
+  it('quotes reserved-word and mixed-case names in proposed cleanings and joins', async () => {
+    // `select` is a reserved word: written bare in an expression, PostgreSQL reads it as the keyword.
+    await source.sql(`create schema "select";
+      create table "select"."Mixed" ("Id" integer primary key, "Email" text, country text);
+      create table "select"."order" ("Id" integer primary key references "select"."Mixed" ("Id"),
+        loyalty_points integer);
+      insert into "select"."Mixed"
+        select g, ' User' || g || '@Example.COM', (array['France', 'Germany', 'United States'])[1 + g % 3]
+          from generate_series(1, 30) g;
+      insert into "select"."order" select g, g * 10 from generate_series(1, 30) g;`);
+    const { mapping, rows } = await discoverAndPreview(
+      ['select'],
+      target([customers([{ name: 'loyalty_points', type: 'integer' }])]),
+    );
+    const suggested = Object.fromEntries(
+      (mapping.connections as { source_field: string; target_field: string }[]).map((c) => [
+        c.target_field,
+        c.source_field,
+      ]),
+    );
+    expect(suggested).toMatchObject({
+      email: 'select.Mixed.Email',
+      country_code: 'select.Mixed.country',
+      loyalty_points: 'select.order.loyalty_points',
+    });
+    expect(mapping.transformations.email).toMatchObject({
+      expression: 'lower(trim("select"."Mixed"."Email"))',
+      proposed: { kind: 'email_normalised' },
+    });
+    expect(mapping.transformations.country_code).toMatchObject({ proposed: { kind: 'country_alpha2' } });
+    expect(mapping.tables['select.order']).toMatchObject({
+      relationship: 'join',
+      join_on: '"select"."Mixed"."Id" = "select"."order"."Id"',
+    });
+    // They run as generated (preview masks personal values: their SQL on the source shows them).
+    expect(rows).toHaveLength(30);
+    const code = await call(server, 'GET', '/api/mappings/customers/transform-code', {
+      token: tenant.admin.token,
+    });
+    expect(code.status, JSON.stringify(code.body)).toBe(200);
+    const python = await call(server, 'POST', '/api/mappings/customers/generate-code', {
+      token: tenant.admin.token,
+    });
+    expect(python.status, JSON.stringify(python.body)).toBe(200);
+    const [row] = await source.sql(`select * from (${code.body.sql}) t where customer_id = '3'`);
+    expect(row).toEqual({
+      customer_id: '3',
+      email: 'user3@example.com',
+      country_code: 'FR',
+      loyalty_points: 30,
+    });
+  });
+
+  it('does not connect an array column to a json or scalar field (no cast exists)', async () => {
+    await source.sql(`create schema arr;
+      create table arr.customers (id integer primary key, email text, tags text[], scores integer[]);
+      insert into arr.customers
+        select g, 'user' || g || '@example.com', array['vip', 'tag' || g], array[g, g + 1]
+          from generate_series(1, 30) g;`);
+    const { mapping, rows } = await discoverAndPreview(
+      ['arr'],
+      target([
+        customers([
+          { name: 'tags', type: 'json' },
+          { name: 'scores', type: 'integer' },
+        ]),
+      ]),
+    );
+    const connections = mapping.connections as { source_field: string; target_field: string }[];
+    expect(connections).toContainEqual(
+      expect.objectContaining({ source_field: 'arr.customers.email', target_field: 'email' }),
+    );
+    // PostgreSQL has no cast from text[] to jsonb nor from integer[] to integer.
+    expect(connections.filter((c) => ['tags', 'scores'].includes(c.target_field))).toEqual([]);
+    expect(rows).toHaveLength(30);
+  });
+});
+
 // ---------------------------------------------------------------- joins
 
 describe('join proposals', () => {
@@ -589,7 +701,7 @@ describe('join proposals', () => {
       ],
     });
     expect(proposeJoin(withFk, table('profiles', ['pid', 'bio'], { primary_key: ['pid'] }))).toBe(
-      's.customers2.profile_id = s.profiles.pid',
+      '"s"."customers2"."profile_id" = "s"."profiles"."pid"',
     );
     // A one-to-one extension table keyed by the customer.
     const details = table('customer_details', ['customer_id', 'vip'], {
@@ -602,13 +714,15 @@ describe('join proposals', () => {
         },
       ],
     });
-    expect(proposeJoin(customers, details)).toBe('s.customers.id = s.customer_details.customer_id');
+    expect(proposeJoin(customers, details)).toBe(
+      '"s"."customers"."id" = "s"."customer_details"."customer_id"',
+    );
     expect(
       proposeJoin(
         customers,
         table('Billing Accounts', ['account_code', 'plan'], { primary_key: ['account_code'] }),
       ),
-    ).toBe('s.customers.account_code = s."Billing Accounts".account_code');
+    ).toBe('"s"."customers"."account_code" = "s"."Billing Accounts"."account_code"');
     // The same identifier column that is not the other table's key relates many rows: no join.
     expect(proposeJoin(customers, table('Billing Accounts', ['account_code', 'plan']))).toBeNull();
     // A shared bare `id` relates nothing.

@@ -14,7 +14,17 @@ export interface ColumnValues {
   samples?: string[];
 }
 
-type Family = 'text' | 'integer' | 'numeric' | 'boolean' | 'date' | 'timestamp' | 'json' | 'uuid' | 'other';
+type Family =
+  | 'text'
+  | 'integer'
+  | 'numeric'
+  | 'boolean'
+  | 'date'
+  | 'timestamp'
+  | 'json'
+  | 'uuid'
+  | 'structured'
+  | 'other';
 
 const FAMILY_OF = new Map<string, Family>();
 
@@ -27,8 +37,24 @@ function typeFamily(type: string): Family {
   return family;
 }
 
+/**
+ * A type whose values are structures of other values: arrays (`text[]`, `integer[]`; `ARRAY` in
+ * information_schema), ranges and multiranges, geometric types, hstore, tsvector. PostgreSQL casts
+ * them to text only (by their output function; not to jsonb, not to their element's type), and the
+ * Python export reads them as that text, so the element's name at the start of `text[]` says nothing.
+ */
+export function isStructuredType(type: string): boolean {
+  const t = type.toLowerCase().trim();
+  return (
+    /(\[\d*\]|\barray)$/.test(t) ||
+    /range$/.test(t) ||
+    /^(point|line|lseg|box|path|polygon|circle|hstore|tsvector|tsquery)$/.test(t)
+  );
+}
+
 function familyOf(type: string): Family {
   const t = type.toLowerCase().trim();
+  if (isStructuredType(t)) return 'structured';
   if (/^(timestamp|datetime)/.test(t)) return 'timestamp';
   if (t === 'date') return 'date';
   if (/^(bool)/.test(t)) return 'boolean';
@@ -52,15 +78,17 @@ const TO_TEXT: Record<Family, number> = {
   timestamp: 0.5,
   boolean: 0.4,
   json: 0.3,
+  structured: 0.3,
   other: 0.4,
 };
 
-/** How well a source column can feed a target type, values considered, in [0, 1]. */
+/** How well a source column can feed a target type, values considered, in [0, 1]; 0 when it cannot at all. */
 export function typeCompatibility(source: ColumnValues, targetType: string): number {
   const s = typeFamily(source.type);
   const t = typeFamily(targetType);
   const p = (pattern: ValuePattern) => shareOf(source.patterns, pattern);
   if (s === t) return 1;
+  if (s === 'structured' && t !== 'text') return 0;
   switch (t) {
     case 'text':
       return TO_TEXT[s];
@@ -136,8 +164,12 @@ export function patternTerm(
   targetType: string,
 ): { term: number; evidence: number; pattern: ValuePattern | null } {
   const patterns = source.patterns ?? [];
-  // Values that only restate the declared type ("an integer column holds integers") add nothing.
   const sourceFamily = typeFamily(source.type);
+  // A source that cannot feed the type at all (an array into json or an integer): the generated SQL
+  // would cast it and PostgreSQL refuse, so no name or value evidence lifts such a pair back.
+  if (typeCompatibility(source, targetType) === 0)
+    return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };
+  // Values that only restate the declared type ("an integer column holds integers") add nothing.
   if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
     const same = typeFamily(targetType) === sourceFamily;
     const dateLike = (f: string) => f === 'date' || f === 'timestamp';

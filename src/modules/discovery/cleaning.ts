@@ -1,4 +1,7 @@
 import { parseTableKey, splitSourceField } from '../../transform/mapping.ts';
+import { sourceTableSql } from '../../transform/sql.ts';
+import { quoteIdent } from '../../warehouse/postgres.ts';
+import { isStructuredType } from '../../llm/matcher-values.ts';
 import type { QueryRunner } from '../../llm/profile.ts';
 import type { PatternShare } from '../../llm/value-patterns.ts';
 import type { CleaningKind, ProposedBy } from './cleaning-kinds.ts';
@@ -43,8 +46,6 @@ const MAX_COUNTRY_KEYS = 120;
 /** Most countries a phone proposal knows the calling code of (the same nesting limit). */
 const MAX_PHONE_COUNTRIES = 40;
 
-const PLAIN = /^[a-z_][a-z0-9_$]*$/;
-const ident = (name: string) => (PLAIN.test(name) ? name : `"${name.replace(/"/g, '""')}"`);
 const literal = (s: string) => `'${s.replace(/'/g, "''")}'`;
 
 /** `customerId`, `opted_out`, `DO-NOT-CONTACT` → their lower-case words. */
@@ -59,10 +60,13 @@ const TEXT_TYPES =
   /^(text|varchar|character varying|char|character|bpchar|citext|string|nvarchar|longtext|mediumtext|tinytext)\b/i;
 const INTEGER_TYPES = /^(int|integer|int2|int4|int8|smallint|bigint|serial|bigserial|tinyint|mediumint)\b/i;
 const NUMERIC_TYPES = /^(numeric|decimal|real|double|float|float4|float8)\b/i;
-const isText = (type: string) => TEXT_TYPES.test(type.trim());
-const isInteger = (type: string) => INTEGER_TYPES.test(type.trim());
-const isNumber = (type: string) => isInteger(type) || NUMERIC_TYPES.test(type.trim());
-const isBoolean = (type: string) => /^bool(ean)?\b/i.test(type.trim());
+// `text[]` starts like `text` but holds arrays, which no cleaning function takes.
+const isOf = (types: RegExp) => (type: string) => !isStructuredType(type) && types.test(type.trim());
+const isText = isOf(TEXT_TYPES);
+const isInteger = isOf(INTEGER_TYPES);
+const isDecimal = isOf(NUMERIC_TYPES);
+const isNumber = (type: string) => isInteger(type) || isDecimal(type);
+const isBoolean = isOf(/^bool(ean)?\b/i);
 
 const TRUE_TOKENS = ['1', 'on', 't', 'true', 'y', 'yes'];
 const FALSE_TOKENS = ['0', 'f', 'false', 'n', 'no', 'off'];
@@ -194,18 +198,10 @@ export async function proposeCleaning(input: CleaningInput): Promise<CleaningPro
   return proposals;
 }
 
-function columnRef(tableKey: string, column: string): string {
-  const t = parseTableKey(tableKey);
-  return [t.schema, t.name, column]
-    .filter((p): p is string => p !== null)
-    .map(ident)
-    .join('.');
-}
-
-function fromClause(tableKey: string): string {
-  const t = parseTableKey(tableKey);
-  return t.schema ? `${ident(t.schema)}.${ident(t.name)}` : ident(t.name);
-}
+// Names are always quoted: a bare lower-case name may be a keyword (`select`, `order`), which
+// PostgreSQL does not read as an identifier; the mapping routes and the Python export take both.
+const fromClause = (tableKey: string) => sourceTableSql(parseTableKey(tableKey));
+const columnRef = (tableKey: string, column: string) => `${fromClause(tableKey)}.${quoteIdent(column)}`;
 
 /** The share of the sample's non-blank values the draft converts, measured on the source itself. */
 async function measure(

@@ -2,6 +2,7 @@ import type { TableMatch } from '../../llm/offline-matcher.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
 import type { MappingTable } from '../../transform/mapping.ts';
 import type { Ambiguity } from '../mappings/mappings.entity.ts';
+import { quoteIdent } from '../../warehouse/postgres.ts';
 
 /**
  * From a table's match to what discovery writes into its mapping: the primary table, a join for
@@ -12,10 +13,9 @@ import type { Ambiguity } from '../mappings/mappings.entity.ts';
 
 export const tableKey = (t: Pick<IntrospectedTable, 'schema' | 'name'>) => `${t.schema}.${t.name}`;
 
-const PLAIN = /^[a-z_][a-z0-9_$]*$/;
-const ident = (name: string) => (PLAIN.test(name) ? name : `"${name.replace(/"/g, '""')}"`);
+// Always quoted: a bare name that is a keyword (`select`, `order`) is no identifier to PostgreSQL.
 const columnRef = (table: Pick<IntrospectedTable, 'schema' | 'name'>, column: string) =>
-  `${ident(table.schema)}.${ident(table.name)}.${ident(column)}`;
+  `${quoteIdent(table.schema)}.${quoteIdent(table.name)}.${quoteIdent(column)}`;
 
 /** Words of an identifier: `customerId`, `CUSTOMER_ID` and `customer-id` all give [customer, id]. */
 const words = (name: string) =>
