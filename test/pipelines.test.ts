@@ -271,3 +271,54 @@ describe('the transformation project', () => {
     expect((await api('GET', '/api/pipelines/status')).body.generated).toBe(false);
   });
 });
+
+describe('a composite primary key', () => {
+  it('is tested as a combination: a key column may repeat, a repeated pair fails', async () => {
+    await warehouse.sql(`create table app.memberships (user_id integer, segment_id integer);
+      insert into app.memberships values (1, 1), (1, 2), (2, 1), (2, 1);`);
+    const withMemberships = schema({});
+    withMemberships.tables.push({
+      name: 'memberships',
+      description: 'Who is in which segment',
+      primary_key: ['user_id', 'segment_id'],
+      columns: [
+        { name: 'user_id', type: 'integer', nullable: false },
+        { name: 'segment_id', type: 'integer', nullable: false },
+      ],
+    });
+    let res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      body: { target_schema: withMemberships },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const steps: [string, unknown][] = [
+      ['tables', { source_table: 'memberships', relationship: 'primary' }],
+      ['connection', { connection: { source_field: 'memberships.user_id', target_field: 'user_id' } }],
+      ['connection', { connection: { source_field: 'memberships.segment_id', target_field: 'segment_id' } }],
+      ['commit-transformation', { message: 'memberships' }],
+    ];
+    for (const [route, body] of steps) {
+      res = await api('POST', `/api/mappings/memberships/${route}`, { body });
+      expect(res.status, `${route}: ${JSON.stringify(res.body)}`).toBe(200);
+    }
+    res = await api('POST', '/api/pipelines/generate-project', { body: {} });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.files.map((f: { path: string }) => f.path)).toContain(
+      'tests/memberships_primary_key.sql',
+    );
+    res = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'memberships' } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const byName = Object.fromEntries(res.body.tests.map((t: { name: string }) => [t.name, t]));
+    // Each key column repeats (user 1 twice, segment 1 three times): no per-column unique test.
+    expect(byName.unique_memberships_user_id).toBeUndefined();
+    expect(byName.not_null_memberships_user_id).toMatchObject({ status: 'pass' });
+    expect(byName.memberships_primary_key).toMatchObject({
+      test: 'singular',
+      status: 'fail',
+      failures: 1,
+      failing_rows: [{ user_id: 2, segment_id: 1, duplicates: '2' }],
+    });
+    // The contacts model's own tests do not run the memberships key test.
+    res = await api('POST', '/api/pipelines/test-model', { body: { table_name: 'contacts' } });
+    expect(res.body.tests.map((t: { name: string }) => t.name)).not.toContain('memberships_primary_key');
+  });
+});

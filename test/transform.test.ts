@@ -490,6 +490,86 @@ describe('dbt project', () => {
     expect(a.rows).toEqual(b.rows);
   });
 
+  it('tests a composite key as a combination and quotes columns, so valid data passes as dbt runs it', async () => {
+    await client.query(`
+      create table shop.order_lines (order_id integer, customer_name text, "from" text, "Group" text,
+        "UserId" integer);
+      insert into shop.order_lines values
+        (1, 'ann', 'web', 'A', 10), (1, 'bob', 'shop', 'B', 11), (2, 'ann', 'web', 'A', 12);`);
+    const lines: TargetTable = {
+      name: 'order_lines',
+      primary_key: ['order_id', 'customer_name'],
+      columns: [
+        { name: 'order_id', type: 'integer', nullable: false },
+        { name: 'customer_name', type: 'text', nullable: false },
+        { name: 'from', type: 'text', tests: { accepted_values: ['web', 'shop'] } },
+        { name: 'Group', type: 'text', tests: { not_null: true } },
+        { name: 'UserId', type: 'integer', tests: { unique: true } },
+      ],
+    };
+    const files = await generateDbtProject({
+      projectName: 'lines',
+      models: [
+        {
+          mapping: {
+            table_name: 'order_lines',
+            tables: { 'shop.order_lines': { relationship: 'primary' } },
+            connections: lines.columns.map((c) => ({
+              source_field: `shop.order_lines.${c.name}`,
+              target_field: c.name,
+              status: 'confirmed' as const,
+            })),
+          },
+          target: lines,
+        },
+      ],
+    });
+    const file = (path: string) => files.find((f) => f.path === path)?.content;
+    const columns = parseYaml(file('models/schema.yml')!).models[0].columns as {
+      name: string;
+      quote?: boolean;
+      data_tests?: (string | Record<string, any>)[];
+    }[];
+    // Build the model, then run each test as dbt renders it: `{{ column_name }}` is the name as
+    // written, quoted when the column says `quote: true`; a test passes when it returns no rows.
+    const model = file('models/order_lines.sql')!.replace(
+      /\{\{ source\('(\w+)', '(\w+)'\) \}\}/g,
+      '"$1"."$2"',
+    );
+    await client.query(`create table public.order_lines as ${model}`);
+    const dbtTests = columns.flatMap((c) =>
+      (c.data_tests ?? []).map((test) => {
+        const col = c.quote ? `"${c.name.replaceAll('"', '""')}"` : c.name;
+        if (test === 'unique')
+          return `select ${col} as unique_field, count(*) as n_records from public.order_lines
+                   where ${col} is not null group by ${col} having count(*) > 1`;
+        if (test === 'not_null') return `select ${col} from public.order_lines where ${col} is null`;
+        const values = (test as Record<string, any>).accepted_values.values as string[];
+        return `select ${col} as value_field from public.order_lines
+                 where ${col} not in (${values.map((v) => `'${v}'`).join(', ')})`;
+      }),
+    );
+    for (const sql of dbtTests) expect((await client.query(sql)).rows, sql).toEqual([]);
+    const keyTest = file('tests/order_lines_primary_key.sql')!.replace(
+      `{{ ref('order_lines') }}`,
+      'public.order_lines',
+    );
+    expect((await client.query(keyTest)).rows).toEqual([]);
+    // Each key column alone repeats (order 1 has two lines): not_null only, the pair is tested apart.
+    expect(columns.map((col) => [col.name, col.data_tests])).toEqual([
+      ['order_id', ['not_null']],
+      ['customer_name', ['not_null']],
+      ['from', [{ accepted_values: { values: ['web', 'shop'] } }]],
+      ['Group', ['not_null']],
+      ['UserId', ['unique']],
+    ]);
+    // The key test does catch a repeated combination.
+    await client.query(`insert into public.order_lines values (1, 'ann', 'web', 'A', 13)`);
+    expect((await client.query(keyTest)).rows).toEqual([
+      { order_id: '1', customer_name: 'ann', duplicates: '2' },
+    ]);
+  });
+
   it('fingerprints its inputs so drift shows', async () => {
     const base = projectFingerprint(options());
     expect(projectFingerprint(options())).toBe(base);

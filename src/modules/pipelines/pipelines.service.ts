@@ -307,6 +307,8 @@ function renderModel(sql: string): string {
     .trim();
 }
 
+const REF = /\{\{\s*ref\('((?:[^'\\]|\\.)*)'\)\s*\}\}/g;
+
 type DataTest = string | Record<string, any>;
 interface TestResult {
   name: string;
@@ -428,6 +430,25 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
             : null,
         });
       }
+    }
+    // The project's singular tests of this model (a composite key's uniqueness): rows returned fail.
+    for (const test of project.files.filter((f) => /^tests\/[^/]+\.sql$/.test(f.path))) {
+      const query = renderModel(test.content).replace(REF, (whole, name: string) =>
+        unescapeJinja(name) === input.table_name ? temp : whole,
+      );
+      if (query.includes('{{')) continue;
+      const count = await tx.query<{ n: string }>(`select count(*) as n from (\n${query}\n) as failing`);
+      const failures = Number(count.rows[0].n);
+      const rows = await tx.query(`select * from (\n${query}\n) as failing limit ${FAILING_ROWS}`);
+      results.push({
+        name: test.path.slice('tests/'.length, -'.sql'.length),
+        column: '',
+        test: 'singular',
+        status: failures ? 'fail' : 'pass',
+        failures,
+        failing_rows: rows.rows,
+        message: failures ? `${test.path} returns ${failures} rows` : null,
+      });
     }
     return { rowsTested, results };
   });
