@@ -629,6 +629,27 @@ describe('discovery on sources with keyword names and array columns', () => {
     });
   });
 
+  it('leaves out, and says so, tables and columns whose names hold a dot; the rest is discovered', async () => {
+    // A name with a dot cannot be told apart from two names in a key: it failed the whole run.
+    await source.sql(`create schema dotted;
+      create table dotted.customers (id integer primary key, email text, "country.code" text);
+      create table dotted."table.with.dots" (k integer, email text);
+      insert into dotted.customers select g, 'user' || g || '@example.com', 'FR' from generate_series(1, 30) g;`);
+    const { events, mapping } = await discoverAndPreview(['dotted'], target([customers([])]));
+    const skipped = events.filter((e) => e.type === 'error' && e.code === 'NAME_WITH_DOT');
+    expect(skipped).toEqual([
+      expect.objectContaining({
+        fatal: false,
+        table: 'dotted.customers',
+        message: expect.stringMatching(/country\.code/),
+      }),
+      expect.objectContaining({ fatal: false, table: 'dotted.table.with.dots' }),
+    ]);
+    const fields = (mapping.connections as { source_field: string }[]).map((c) => c.source_field);
+    expect(fields).toContain('dotted.customers.email');
+    expect(fields.filter((f) => f.includes('with.dots') || f.includes('country.code'))).toEqual([]);
+  });
+
   it('does not connect an array column to a json or scalar field (no cast exists)', async () => {
     await source.sql(`create schema arr;
       create table arr.customers (id integer primary key, email text, tags text[], scores integer[]);

@@ -343,7 +343,30 @@ export async function* discover(
       cachedIntrospection ?? (await warehouse.introspect(input.tables ? { tables: input.tables } : {}));
     if (cachedIntrospection) summary.introspection_cached = true;
     else await introspectionCache.set(scope, introspectionKey, introspected);
-    const tables = introspected.tables.filter((t) => t.columns.length > 0);
+    // Keys and fields are names joined by dots, so a name that holds one cannot be told apart from
+    // two: such tables and columns are left out, each said in an event, rather than failing the run.
+    const dotless = (name: string) => !name.includes('.');
+    const tables: typeof introspected.tables = [];
+    for (const table of introspected.tables) {
+      const key = `${table.schema}.${table.name}`;
+      const columns = table.columns.filter((c) => dotless(c.name));
+      const left = dotless(table.schema) && dotless(table.name) ? table.columns.length - columns.length : -1;
+      if (left !== 0)
+        yield event({
+          type: 'error',
+          message:
+            left < 0
+              ? `${key} is left out: its schema or table name holds a dot, which a mapping cannot name`
+              : `${left} column(s) of ${key} left out (${table.columns
+                  .filter((c) => !dotless(c.name))
+                  .map((c) => c.name)
+                  .join(', ')}): a column name that holds a dot cannot be mapped`,
+          code: 'NAME_WITH_DOT',
+          fatal: false,
+          table: key,
+        });
+      if (left >= 0 && columns.length > 0) tables.push({ ...table, columns });
+    }
     const byKey = new Map(tables.map((t) => [tableKey(t), t]));
     summary.tables = tables.length;
     summary.columns = tables.reduce((n, t) => n + t.columns.length, 0);
