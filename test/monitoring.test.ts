@@ -448,3 +448,41 @@ describe('default monitors on schema sync', () => {
     expect(proposals.every((p) => p.state === 'configured')).toBe(true);
   });
 });
+
+describe('metrics of floats that are not numbers', () => {
+  it("measures a float column holding NaN and infinities: ranges over the numbers, 'Infinity' as text", async () => {
+    // One NaN made the maximum NaN (PostgreSQL sorts it above every number), hid the values over a
+    // range's bound, and failed the whole workspace's metrics with a 500 (JSON has no NaN).
+    await warehouse.sql(`create schema lab;
+      create table lab.readings (id integer primary key, val float8, amount numeric);
+      insert into lab.readings select g, g, g from generate_series(1, 20) g;
+      update lab.readings set val = 'NaN', amount = 'NaN' where id = 3;
+      insert into lab.readings values (21, '-Infinity', null);`);
+    const lab = await createTenant(server);
+    await createWorkspace(server, lab.admin.token, {
+      name: unique('lab'),
+      select: true,
+      target_config: connection('lab'),
+      target_schema: {
+        name: 'lab',
+        version: '1.0.0',
+        tables: [
+          {
+            name: 'readings',
+            primary_key: ['id'],
+            columns: [
+              { name: 'id', type: 'integer', nullable: false },
+              { name: 'val', type: 'numeric' },
+              { name: 'amount', type: 'numeric' },
+            ],
+          },
+        ],
+      },
+    });
+    const res = await api('GET', '/metrics/workspace', { token: lab.admin.token });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const col = (name: string) => res.body.tables[0].columns.find((c: { name: string }) => c.name === name);
+    expect(col('val')).toMatchObject({ null_count: 0, min: '-Infinity', max: 20 });
+    expect(col('amount')).toMatchObject({ null_count: 1, min: 1, max: 20 });
+  });
+});

@@ -180,9 +180,13 @@ export function buildMetricsQuery(
         ` from (select count(*) as k from sample where s${i} is not null group by s${i}) g)`;
       select.push(`coalesce(${stats}, ${sample}) as c${i}_nd`);
     }
-    if (p.minMax === 'number') select.push(`min(${col}) as c${i}_min`, `max(${col}) as c${i}_max`);
+    // PostgreSQL sorts NaN above every number: one NaN was the maximum, hid every value over a
+    // range's bound, and failed the metrics' JSON. Ranges are over the numbers.
+    const numbers = p.family === 'float' || p.family === 'numeric' ? ` filter (where ${col} <> 'NaN')` : '';
+    if (p.minMax === 'number')
+      select.push(`min(${col})${numbers} as c${i}_min`, `max(${col})${numbers} as c${i}_max`);
     else if (p.minMax === 'text')
-      select.push(`min(${col})::text as c${i}_min`, `max(${col})::text as c${i}_max`);
+      select.push(`(min(${col})${numbers})::text as c${i}_min`, `(max(${col})${numbers})::text as c${i}_max`);
     else if (p.minMax === 'json')
       // to_json gives ISO-8601 whatever the session's DateStyle.
       select.push(`to_json(min(${col})) #>> '{}' as c${i}_min`, `to_json(max(${col})) #>> '{}' as c${i}_max`);
@@ -217,7 +221,11 @@ export function buildMetricsQuery(
 
 function minMaxValue(value: unknown, kind: ColumnPlan['minMax']): number | string | null {
   if (value === null || value === undefined) return null;
-  if (kind === 'number') return Number(value);
+  if (kind === 'number') {
+    // ±Infinity as PostgreSQL prints it: JSON has no such number.
+    const n = Number(value);
+    return Number.isFinite(n) ? n : String(value);
+  }
   if (kind === 'text' && typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value)) {
     const n = Number(value);
     // Keep digits a double cannot hold exactly.
