@@ -252,6 +252,17 @@ describe('read-only queries', () => {
     }
     expect((await warehouse.readOnlyQuery('select 2 as two')).rows).toEqual([{ two: 2 }]);
   });
+
+  it('streams values JSON cannot carry as PostgreSQL prints them (exports post and write them)', async () => {
+    // A webhook export posted NaN as null and a bytea as a serialized Buffer; a PostgreSQL destination
+    // wrote that Buffer's JSON into its bytea column.
+    const batches: Record<string, unknown>[][] = [];
+    for await (const batch of warehouse.stream(
+      `select 'NaN'::float8 as nan, '-Infinity'::float4 as low, 2.5::float8 as plain, '\\xdeadbeef'::bytea as raw`,
+    ))
+      batches.push(batch);
+    expect(batches).toEqual([[{ nan: 'NaN', low: '-Infinity', plain: 2.5, raw: '\\xdeadbeef' }]]);
+  });
 });
 
 describe('generated aggregates', () => {

@@ -356,7 +356,9 @@ export class PostgresWarehouse implements Warehouse {
       for (;;) {
         let rows: Record<string, unknown>[];
         try {
-          rows = (await readCursor(cursor, batchSize)).rows;
+          const read = await readCursor(cursor, batchSize);
+          rows = read.rows;
+          asJsonValues(rows, read.fields);
         } catch (error) {
           throw translate(error, this.config, 'user-sql');
         }
