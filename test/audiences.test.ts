@@ -722,10 +722,21 @@ describe('audience definitions', () => {
     });
     expect(res.status).toBe(400);
     expect(errorText(res)).toMatch(/age/);
+    // Days that do not exist: Date.parse rolled some over and they failed only when materialized.
+    for (const [field, value] of [
+      ['signup_date', '2020-13-45'],
+      ['signup_date', '2024-02-30'],
+      ['signup_date', '0000-01-01'],
+      ['last_seen_at', '2024-02-30T00:00:00Z'],
+    ]) {
+      res = await create({ definition: { type: 'rules', rules: { all: [{ field, op: '=', value }] } } });
+      expect(res.status, `${field} = ${value}`).toBe(400);
+      expect(errorText(res)).toMatch(new RegExp(field));
+    }
     res = await create({
-      definition: { type: 'rules', rules: { all: [{ field: 'signup_date', op: '=', value: '2020-13-45' }] } },
+      definition: { type: 'rules', rules: { all: [{ field: 'signup_date', op: '=', value: '2024-02-29' }] } },
     });
-    expect(res.status).toBe(400);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
     res = await create({
       definition: { type: 'rules', rules: { all: [{ field: 'age', op: 'like', value: 1 }] } },
     });

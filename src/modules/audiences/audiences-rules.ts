@@ -73,7 +73,15 @@ function normalizeOp(op: string): string {
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const DATE = /^\d{4}-\d{2}-\d{2}$/;
+/**
+ * A day that exists, from year 1 (PostgreSQL has no year 0): `Date.parse` alone rolls 2024-02-30
+ * over to March 1st and takes 0000-01-01, so such rules were saved and then failed to materialize.
+ */
+export function isCalendarDate(text: string): boolean {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(text) || text.startsWith('0000')) return false;
+  const day = new Date(`${text}T00:00:00Z`);
+  return !Number.isNaN(day.getTime()) && day.toISOString().startsWith(text);
+}
 
 /** Checks one value against a portable type; returns what to bind, or an error text. */
 function checkValue(type: string, value: unknown): { ok: true; bind: unknown } | { ok: false; why: string } {
@@ -97,12 +105,14 @@ function checkValue(type: string, value: unknown): { ok: true; bind: unknown } |
     case 'boolean':
       return typeof value === 'boolean' ? { ok: true, bind: value } : { ok: false, why: 'true or false' };
     case 'date':
-      return typeof value === 'string' && DATE.test(value) && !Number.isNaN(Date.parse(value))
+      return typeof value === 'string' && isCalendarDate(value)
         ? { ok: true, bind: value }
         : { ok: false, why: 'a date YYYY-MM-DD' };
     case 'timestamp':
     case 'timestamptz':
-      return typeof value === 'string' && /^\d{4}-\d{2}-\d{2}/.test(value) && !Number.isNaN(Date.parse(value))
+      return typeof value === 'string' &&
+        isCalendarDate(value.slice(0, 10)) &&
+        !Number.isNaN(Date.parse(value))
         ? { ok: true, bind: value }
         : { ok: false, why: 'an ISO-8601 date-time' };
     case 'uuid':

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { jsonObject, MAX_PAGE_SIZE, pageInput, timestamp, uuidParam } from '../../trpc/common-schemas.ts';
-import { RULE_OPS } from './audiences-rules.ts';
+import { isCalendarDate, RULE_OPS } from './audiences-rules.ts';
 import {
   DESTINATION_TYPES,
   EXPORT_SCHEDULES,
@@ -281,10 +281,7 @@ export const previewOutput = z.object({
 const isoDate = z
   .string()
   .regex(/^\d{4}-\d{2}-\d{2}$/, 'an ISO date YYYY-MM-DD')
-  .refine(
-    (d) => !Number.isNaN(Date.parse(d)) && new Date(d).toISOString().startsWith(d),
-    'not a calendar date',
-  );
+  .refine(isCalendarDate, 'not a calendar date');
 const currency = z
   .string()
   .regex(/^[A-Z]{3}$/, 'an ISO-4217 code such as USD')
