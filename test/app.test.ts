@@ -124,6 +124,18 @@ describe('an internal error', () => {
     authenticator.authenticate = async () => {
       throw new Error('secret detail from /srv/dimas/src/x.ts:1:1');
     };
+    // The log line of each 500 names what failed (the answer does not): it said only "Internal
+    // server error" before, the thrown error dropped on the way.
+    const { logger } = server.deps;
+    const logged: unknown[] = [];
+    const log = logger.error;
+    logger.error = ((entry: unknown) => void logged.push(entry)) as typeof logger.error;
+    const causes = (entry: unknown) => {
+      const messages: string[] = [];
+      for (let e = (entry as { err?: unknown }).err; e instanceof Error; e = e.cause)
+        messages.push(e.message);
+      return messages.join(' <- ');
+    };
     try {
       const res = await call(server, 'GET', '/api/auth/session', { token: tenant.admin.token });
       expect(res.status).toBe(500);
@@ -133,8 +145,13 @@ describe('an internal error', () => {
       const trpc = await call(server, 'GET', '/trpc/auth.session', { token: tenant.admin.token });
       expect(trpc.status).toBe(500);
       expect(JSON.stringify(trpc.body)).not.toMatch(/secret detail|stack|x\.ts/);
+      expect(logged.map(causes)).toEqual([
+        expect.stringContaining('secret detail'),
+        expect.stringContaining('secret detail'),
+      ]);
     } finally {
       authenticator.authenticate = original;
+      logger.error = log;
     }
   });
 });

@@ -67,7 +67,10 @@ export function toAppError(error: unknown): AppError {
   if (BAD_VALUE_CODES.has((error as { code?: string } | null)?.code ?? ''))
     return new AppError('BAD_REQUEST', 'A value in the request has the wrong format or is out of range');
   if (isDatabaseUnavailable(error)) return new AppError('SERVICE_UNAVAILABLE', 'The database is unavailable');
-  return new AppError('INTERNAL_SERVER_ERROR', GENERIC_INTERNAL_MESSAGE);
+  // The body says nothing of it; the log line of the 500 does, through the cause.
+  const internal = new AppError('INTERNAL_SERVER_ERROR', GENERIC_INTERNAL_MESSAGE);
+  internal.cause = error;
+  return internal;
 }
 
 export function toTRPCError(error: unknown): TRPCError {
