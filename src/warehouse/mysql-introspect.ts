@@ -1,7 +1,7 @@
 import type { ConnectionConfig } from './config.ts';
 import { tableFilter } from './introspect.ts';
 import { type MysqlColumn, mysqlSchemas } from './mysql-connection.ts';
-import { mapMysqlType } from './mysql-types.ts';
+import { mapMysqlType, mayLoadAsNull } from './mysql-types.ts';
 import type { IntrospectedSchema, IntrospectedTable, IntrospectOptions, TableRef } from './warehouse.ts';
 
 /** One query on an open connection (inside the caller's read-only transaction). */
@@ -70,6 +70,14 @@ async function mysqlColumns(rows: MysqlRows, mariadb: boolean, schemas: string[]
   return { columns, json };
 }
 
+/**
+ * Catalog names compared as bytes where the server's names are case-sensitive: information_schema's
+ * collation is case-insensitive, while with lower_case_table_names=0 (the default on Linux) `UPPER`
+ * and `upper` are two tables. Servers that fold names (1, 2) keep the case-insensitive comparison.
+ */
+const same = (a: string, b: string) =>
+  `${a} = ${b} and (cast(${a} as binary) = cast(${b} as binary) or @@lower_case_table_names <> 0)`;
+
 /** Four catalog queries whatever the number of tables, like the PostgreSQL introspection. */
 export async function mysqlIntrospect(
   rows: MysqlRows,
@@ -111,8 +119,8 @@ export async function mysqlIntrospect(
             k.referenced_table_name as ref_table, k.referenced_column_name as ref_column
        from information_schema.key_column_usage k
        join information_schema.table_constraints t
-         on t.constraint_schema = k.constraint_schema and t.constraint_name = k.constraint_name
-        and t.table_schema = k.table_schema and t.table_name = k.table_name
+         on ${same('t.constraint_schema', 'k.constraint_schema')} and ${same('t.constraint_name', 'k.constraint_name')}
+        and ${same('t.table_schema', 'k.table_schema')} and ${same('t.table_name', 'k.table_name')}
       where k.table_schema in (?) and t.constraint_type in ('PRIMARY KEY', 'FOREIGN KEY')
       order by k.table_schema, k.table_name, k.constraint_name, k.ordinal_position`,
     [schemas],
@@ -134,10 +142,12 @@ export async function mysqlIntrospect(
   }
   for (const col of columns) {
     const key = `${col.schema}.${col.table}`;
+    const mapped = mapMysqlType(col.column_type, json.has(`${key}.${col.name}`));
     tables.get(key)?.columns.push({
       name: col.name,
-      type: mapMysqlType(col.column_type, json.has(`${key}.${col.name}`)).pg,
-      nullable: col.nullable === 'YES',
+      type: mapped.pg,
+      // As loaded: a date column may receive NULL for dates PostgreSQL has none for (zero dates).
+      nullable: col.nullable === 'YES' || mayLoadAsNull(mapped.kind),
       default: col.default,
       description: col.description || null,
       position: Number(col.position),

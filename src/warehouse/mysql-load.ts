@@ -1,9 +1,11 @@
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { AppError } from '../app-error.ts';
 import type { ConnectionConfig } from './config.ts';
 import { type MysqlColumn, type MysqlWarehouse, mysqlQualified, quoteMysqlIdent } from './mysql.ts';
-import { CopyEncoder, mapMysqlType } from './mysql-types.ts';
+import { CopyEncoder, mapMysqlType, mayLoadAsNull } from './mysql-types.ts';
 import { quoteIdent } from './postgres.ts';
+import { translate } from './postgres-sql.ts';
 import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './warehouse.ts';
 
 /**
@@ -15,6 +17,13 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './wareh
  *
  * Deletes on the source are not seen by an incremental load (nothing marks a deleted row): the raw
  * copy keeps them until a full reload, which rebuilds every table.
+ *
+ * A raw table and its columns keep the source's names (mappings and the generated project use them).
+ * PostgreSQL truncates names past 63 bytes, so a table whose name or a column name is longer, or two
+ * source tables of one name (in two source databases), are refused and listed in the result's
+ * `refused`, never truncated into one another. Dates PostgreSQL has no value for load as NULL, so
+ * date columns are never NOT NULL in the raw copy; a primary key that then holds a NULL is not
+ * created (the table's `without_primary_key` says why) and incremental loads of that table run in full.
  */
 
 export type LoadMode = 'full' | 'incremental';
@@ -40,20 +49,67 @@ interface TableLoad {
   rows: number;
   cursor_column: string | null;
   cursor_value: string | null;
+  /** Why the raw copy has no primary key although the source table has one. */
+  without_primary_key: string | null;
+}
+
+interface RefusedTable {
+  schema: string;
+  table: string;
+  reason: string;
 }
 
 export interface LoadResult {
   raw_schema: string;
   tables: TableLoad[];
+  /** Tables not loaded, and why (names PostgreSQL would truncate, two tables for one raw name). */
+  refused: RefusedTable[];
   rows: number;
 }
+
+/** A failed table's error: names the table (and the column and row when PostgreSQL says which). */
+class TableLoadError extends AppError {}
 
 const STATE_TABLE = '_dimas_loads';
 const PROGRESS_EVERY_ROWS = 20_000;
 const UPDATED_NAMES = ['updated_at', 'modified_at', 'last_modified', 'updated', 'modified', 'last_update'];
+/** PostgreSQL keeps the first 63 bytes of a name (NAMEDATALEN - 1) and drops the rest without a word. */
+const PG_NAME_BYTES = 63;
+const NO_KEY_FOR_NULLS =
+  'a primary-key column holds dates PostgreSQL has no value for (zero or invalid dates, loaded as NULL)';
+
+/** The first 63 bytes of a name, cut at a character boundary: what PostgreSQL makes of it. */
+function clipName(name: string): string {
+  if (Buffer.byteLength(name) <= PG_NAME_BYTES) return name;
+  let out = '';
+  let bytes = 0;
+  for (const ch of name) {
+    bytes += Buffer.byteLength(ch);
+    if (bytes > PG_NAME_BYTES) break;
+    out += ch;
+  }
+  return out;
+}
 
 export function rawSchemaOf(config: Pick<ConnectionConfig, 'raw_schema' | 'database'>): string {
-  return (config.raw_schema ?? `raw_${config.database}`).toLowerCase().slice(0, 63);
+  return clipName((config.raw_schema ?? `raw_${config.database}`).toLowerCase());
+}
+
+/**
+ * Why a table cannot be copied under its own names (null when it can): PostgreSQL would truncate a
+ * table or column name longer than 63 bytes, so two long names could land in one table or column.
+ */
+function nameProblem(table: IntrospectedTable, columns: MysqlColumn[]): string | null {
+  if (table.name === STATE_TABLE)
+    return `its name is the one of dimas's load-state table ${STATE_TABLE} in the raw schema`;
+  const long = (name: string) => Buffer.byteLength(name) > PG_NAME_BYTES;
+  const problems: string[] = [];
+  if (long(table.name)) problems.push(`the table name is ${Buffer.byteLength(table.name)} bytes long`);
+  const columnNames = columns.filter((c) => long(c.name)).map((c) => c.name);
+  if (columnNames.length)
+    problems.push(`column names are longer than ${PG_NAME_BYTES} bytes: ${columnNames.join(', ')}`);
+  if (!problems.length) return null;
+  return `${problems.join('; ')}. PostgreSQL truncates names to ${PG_NAME_BYTES} bytes, so the raw copy cannot keep the source's names: rename them on the source, or leave the table out of the source config's tables`;
 }
 
 /**
@@ -84,6 +140,10 @@ export async function extractLoad(
   const schema = await source.introspect();
   const tables = schema.tables.filter((t) => t.kind === 'table');
   const columnsOf = await source.sourceColumns(tables);
+  // A raw table is named after its source table alone: two source databases with a table of one name
+  // would overwrite each other's copy.
+  const sharing = new Map<string, IntrospectedTable[]>();
+  for (const t of tables) sharing.set(t.name, [...(sharing.get(t.name) ?? []), t]);
   await target.transaction(async (tx) => {
     await tx.query(`create schema if not exists ${quoteIdent(raw)}`);
     await tx.query(
@@ -92,23 +152,39 @@ export async function extractLoad(
          mode text not null, rows_loaded bigint not null, loaded_at timestamptz not null default now())`,
     );
   });
-  const result: LoadResult = { raw_schema: raw, tables: [], rows: 0 };
+  const result: LoadResult = { raw_schema: raw, tables: [], refused: [], rows: 0 };
   let rowsSoFar = 0;
   for (const [i, table] of tables.entries()) {
     options.signal?.throwIfAborted();
     const columns = columnsOf.get(`${table.schema}.${table.name}`) ?? [];
     if (!columns.length) continue;
-    const loaded = await loadTable(source, target, raw, table, columns, options, async (rows) => {
-      await options.onProgress?.({
-        table: table.name,
-        tables_done: i,
-        tables_total: tables.length,
-        rows_loaded: rowsSoFar + rows,
-      });
-    });
-    rowsSoFar += loaded.rows;
-    result.tables.push(loaded);
-    result.rows += loaded.rows;
+    const namesakes = sharing.get(table.name)!;
+    const refusal =
+      namesakes.length > 1
+        ? `${namesakes.map((t) => `${t.schema}.${t.name}`).join(' and ')} would all load into ${raw}.${table.name}: list one of them as database.table in the source config's tables`
+        : nameProblem(table, columns);
+    if (refusal) result.refused.push({ schema: table.schema, table: table.name, reason: refusal });
+    else {
+      const progress = async (rows: number) => {
+        await options.onProgress?.({
+          table: table.name,
+          tables_done: i,
+          tables_total: tables.length,
+          rows_loaded: rowsSoFar + rows,
+        });
+      };
+      // Progress names the table being loaded from its start (a failure then points at it).
+      await progress(0);
+      let loaded: TableLoad;
+      try {
+        loaded = await loadTable(source, target, raw, table, columns, options, progress);
+      } catch (error) {
+        throw options.signal?.aborted ? error : tableError(error, table, raw, target);
+      }
+      rowsSoFar += loaded.rows;
+      result.tables.push(loaded);
+      result.rows += loaded.rows;
+    }
     await options.onProgress?.({
       table: table.name,
       tables_done: i + 1,
@@ -128,14 +204,42 @@ async function loadTable(
   options: LoadOptions,
   progress: (rows: number) => Promise<void>,
 ): Promise<TableLoad> {
-  const mapped = columns.map((c) => ({ ...c, ...mapMysqlType(c.columnType, c.json) }));
+  const mapped = columns.map((c) => {
+    const type = mapMysqlType(c.columnType, c.json);
+    // A date column may receive NULL for a date PostgreSQL has no value for: never NOT NULL.
+    return { ...c, ...type, notNull: !c.nullable && !mayLoadAsNull(type.kind) };
+  });
   const cursor = proposeCursor(columns, source.config.cursor_columns?.[table.name]);
   const cursorKind = cursor ? mapped.find((c) => c.name === cursor)!.kind : null;
-  const signature = JSON.stringify([mapped.map((c) => [c.name, c.pg]), table.primary_key]);
+  const signature = JSON.stringify([mapped.map((c) => [c.name, c.pg, c.notNull]), table.primary_key]);
   const rawTable = `${quoteIdent(raw)}.${quoteIdent(table.name)}`;
   const pk = table.primary_key;
+  // Key columns that may receive NULL: a key holding one cannot be a PostgreSQL primary key.
+  const nullableKey = pk.filter((k) => mapped.some((c) => c.name === k && !c.notNull));
+  const keyHasNull = async (tx: WarehouseTransaction, relation: string) =>
+    nullableKey.length > 0 &&
+    (
+      await tx.query(
+        `select 1 from ${relation} where ${nullableKey.map((k) => `${quoteIdent(k)} is null`).join(' or ')} limit 1`,
+      )
+    ).rows.length > 0;
 
-  return target.transaction(async (tx) => {
+  // Why this incremental request loads the table in full after all (a first attempt found out).
+  let forceFull: string | null = null;
+  for (;;) {
+    const attempt = await target.transaction(async (tx) => {
+      try {
+        return await loadInto(tx);
+      } catch (error) {
+        throw options.signal?.aborted ? error : tableError(error, table, raw, target);
+      }
+    });
+    if (!('reloadInFull' in attempt)) return attempt;
+    // A full load never asks again: the loop runs at most twice.
+    forceFull = attempt.reloadInFull;
+  }
+
+  async function loadInto(tx: WarehouseTransaction): Promise<TableLoad | { reloadInFull: string }> {
     // One load of a table at a time: a second one waits here instead of interleaving its rows.
     await tx.query('select pg_advisory_xact_lock(hashtext($1))', [`dimas-load:${raw}.${table.name}`]);
     const [state] = (
@@ -149,14 +253,21 @@ async function loadTable(
     ).rows[0].t;
     let fullBecause: string | null = null;
     if (options.mode === 'incremental') {
-      if (!state || !exists) fullBecause = 'first load';
+      if (forceFull) fullBecause = forceFull;
+      else if (!state || !exists) fullBecause = 'first load';
       else if (!cursor) fullBecause = 'no cursor column (updated_at-like or auto-increment key)';
-      else if (state.signature !== signature) fullBecause = 'the source columns changed';
+      else if (state.signature !== signature)
+        fullBecause = 'the source columns (or how they are loaded) changed';
       else if (state.cursor_column !== cursor) fullBecause = 'the cursor column changed';
       else if (!pk.length && cursorKind !== 'int') fullBecause = 'no primary key to replace changed rows by';
+      else if (pk.length && !(await hasPrimaryKey(tx, rawTable)))
+        fullBecause = `the raw copy has no primary key to replace changed rows by: ${NO_KEY_FOR_NULLS}`;
     }
     const incremental = options.mode === 'incremental' && !fullBecause;
-    const select = mapped.map((c) => quoteMysqlIdent(c.name)).join(', ');
+    // FLOAT as a double: the text protocol prints a float with six significant digits.
+    const select = mapped
+      .map((c) => (c.asDouble ? `${quoteMysqlIdent(c.name)} + 0e0` : quoteMysqlIdent(c.name)))
+      .join(', ');
     let sql = `select ${select} from ${mysqlQualified(table)}`;
     const params: unknown[] = [];
     if (incremental && state.cursor_value !== null) {
@@ -168,10 +279,15 @@ async function loadTable(
     let into = rawTable;
     if (incremental) {
       await tx.query(`create temp table _dimas_stage (like ${rawTable}) on commit drop`);
+      // The raw key made its columns NOT NULL; a date among them may receive a NULL (checked below).
+      if (nullableKey.length)
+        await tx.query(
+          `alter table _dimas_stage ${nullableKey.map((k) => `alter column ${quoteIdent(k)} drop not null`).join(', ')}`,
+        );
       into = '_dimas_stage';
     } else {
       await tx.query(`drop table if exists ${rawTable}`);
-      const defs = mapped.map((c) => `${quoteIdent(c.name)} ${c.pg}${c.nullable ? '' : ' not null'}`);
+      const defs = mapped.map((c) => `${quoteIdent(c.name)} ${c.pg}${c.notNull ? ' not null' : ''}`);
       await tx.query(`create table ${rawTable} (${defs.join(', ')})`);
       await tx.query(
         `comment on table ${rawTable} is ${literal(`Raw copy of MySQL ${table.schema}.${table.name}, loaded by dimas`)}`,
@@ -226,10 +342,17 @@ async function loadTable(
       await extract.finish(ok);
     }
     const max = maxBytes === null ? null : maxBytes.toString('latin1');
-    if (!incremental && pk.length)
+    let withoutKey: string | null = null;
+    if (!incremental && pk.length) {
+      if (await keyHasNull(tx, rawTable)) withoutKey = NO_KEY_FOR_NULLS;
       // The key is built once after the copy rather than maintained row by row during it.
-      await tx.query(`alter table ${rawTable} add primary key (${pk.map(quoteIdent).join(', ')})`);
+      else await tx.query(`alter table ${rawTable} add primary key (${pk.map(quoteIdent).join(', ')})`);
+    }
     if (incremental) {
+      // A changed row whose key now holds a NULL cannot go into the keyed raw copy: the table is loaded
+      // again in full (this transaction changed nothing but the staging table).
+      if (await keyHasNull(tx, '_dimas_stage'))
+        return { reloadInFull: `new or changed rows: ${NO_KEY_FOR_NULLS}` };
       if (pk.length) {
         const on = pk.map((k) => `t.${quoteIdent(k)} = s.${quoteIdent(k)}`).join(' and ');
         await tx.query(`delete from ${rawTable} t using _dimas_stage s where ${on}`);
@@ -255,8 +378,35 @@ async function loadTable(
       rows,
       cursor_column: cursor,
       cursor_value: max,
+      without_primary_key: withoutKey,
     };
-  });
+  }
+}
+
+async function hasPrimaryKey(tx: WarehouseTransaction, relation: string): Promise<boolean> {
+  const { rows } = await tx.query(
+    'select 1 from pg_index where indrelid = to_regclass($1) and indisprimary',
+    [relation],
+  );
+  return rows.length > 0;
+}
+
+/**
+ * The error of a table that failed to load, naming it, and the column and row of the extract when
+ * PostgreSQL tells (a COPY error's context, a not-null violation's column).
+ */
+function tableError(error: unknown, table: IntrospectedTable, raw: string, target: Warehouse): AppError {
+  if (error instanceof TableLoadError) return error;
+  const e = error as { column?: string; where?: string };
+  const copy = /^COPY .*?, line (\d+)(?:, column (.+?))?(?::|$)/m.exec(e.where ?? '');
+  const column = copy?.[2] ?? e.column;
+  const at = [column && `column ${column}`, copy && `row ${copy[1]} of the extract`].filter(Boolean);
+  const cause = error instanceof AppError ? error : translate(error, target.config, 'user-sql');
+  return new TableLoadError(
+    cause.code,
+    `Loading table ${table.schema}.${table.name} into ${raw}.${table.name} failed${at.length ? ` (${at.join(', ')})` : ''}: ${cause.message}`,
+    cause.details,
+  );
 }
 
 const INTEGER = /^-?\d+$/;

@@ -7,14 +7,18 @@
  * - tinyint, smallint, year → smallint; tinyint unsigned → smallint; smallint unsigned, mediumint → integer;
  *   int → integer; int unsigned → bigint; bigint → bigint; bigint unsigned → numeric(20,0)
  *   (the unsigned ranges do not fit the signed PostgreSQL type of the same width)
- * - decimal(p,s) → numeric(p,s); float → real; double → double precision; bit(n) → bigint
+ * - decimal(p,s) → numeric(p,s); float → real (read as a double: the text protocol prints a float with six
+ *   significant digits); double → double precision; bit(n) → bigint for n < 64, numeric(20,0) for bit(64)
+ *   (values up to 2^64 - 1)
  * - char(n), varchar(n) → character varying(n); the text types → text; enum → text;
  *   set → text[] (one element per member); json (MySQL json, MariaDB longtext checked by json_valid) → jsonb
  * - date → date; datetime(p) → timestamp(p); timestamp(p) → timestamptz(p) (read in UTC); time → interval;
- *   zero dates (`0000-00-00`, a zero month or day) → NULL, which PostgreSQL has no value for
+ *   dates PostgreSQL has no value for → NULL: zero dates (`0000-00-00`, a zero month or day), year 0, and
+ *   days past the end of their month (`2021-02-31`, stored under ALLOW_INVALID_DATES); such columns are
+ *   therefore never NOT NULL in the raw copy (see `mayLoadAsNull`)
  * - binary, varbinary, the blob types, geometry → bytea
  * Text is read as utf8mb4 whatever the column's charset (the server converts); NUL characters, which
- * PostgreSQL text cannot hold, are dropped.
+ * PostgreSQL text cannot hold, are dropped; so is the `\u0000` escape in JSON, which jsonb refuses.
  */
 
 export type ValueKind =
@@ -35,6 +39,19 @@ export interface MappedType {
   /** PostgreSQL spelling, as introspection reports column types. */
   pg: string;
   kind: ValueKind;
+  /**
+   * Extract the column as a double (`col + 0e0`): MySQL's text protocol prints a FLOAT with six
+   * significant digits, while its double spelling parses back into exactly the same single-precision value.
+   */
+  asDouble?: true;
+}
+
+/**
+ * Kinds whose values the encoder may turn into NULL (dates PostgreSQL has no value for): their raw
+ * columns are never NOT NULL, whatever the source column says.
+ */
+export function mayLoadAsNull(kind: ValueKind): boolean {
+  return kind === 'date' || kind === 'timestamp' || kind === 'timestamptz';
 }
 
 /**
@@ -71,12 +88,16 @@ export function mapMysqlType(columnType: string, json = false): MappedType {
     case 'fixed':
       return { pg: args ? `numeric(${args.replace(/\s/g, '')})` : 'numeric', kind: 'numeric' };
     case 'float':
-      return { pg: 'real', kind: 'numeric' };
+      return { pg: 'real', kind: 'numeric', asDouble: true };
     case 'double':
     case 'real':
       return { pg: 'double precision', kind: 'numeric' };
-    case 'bit':
-      return args === '1' || !args ? { pg: 'boolean', kind: 'bool' } : { pg: 'bigint', kind: 'bits' };
+    case 'bit': {
+      // bit(64) reaches 2^64 - 1, past bigint; bit(2) … bit(63) fit it.
+      const width = Number(args || '1');
+      if (width <= 1) return { pg: 'boolean', kind: 'bool' };
+      return width < 64 ? { pg: 'bigint', kind: 'bits' } : { pg: 'numeric(20,0)', kind: 'bits' };
+    }
     case 'char':
     case 'varchar':
       return { pg: args ? `character varying(${args})` : 'text', kind: 'text' };
@@ -118,12 +139,32 @@ function copyEscape(text: string): string {
   );
 }
 
-const ZERO_DATE = /^(\d{4})-(\d{2})-(\d{2})/;
+/**
+ * `\u0000` escapes dropped from JSON text (jsonb cannot hold NUL, as text cannot). Escapes are read
+ * in pairs, so an escaped backslash followed by `u0000` (`\\u0000`) stays: that is text, not NUL.
+ */
+function dropJsonNul(text: string): string {
+  return text.replace(/\\u0000|\\./gs, (escape) => (escape === '\\u0000' ? '' : escape));
+}
 
-/** `0000-00-00`, `2024-00-10`, `2024-05-00`: values MySQL accepts and PostgreSQL has no date for. */
-function isZeroDate(value: string): boolean {
-  const m = ZERO_DATE.exec(value);
-  return !m || m[1] === '0000' || m[2] === '00' || m[3] === '00';
+const DATE_PARTS = /^(\d{4})-(\d{2})-(\d{2})/;
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/**
+ * Whether PostgreSQL has a date for that year, month and day. MySQL also stores zero dates
+ * (`0000-00-00`, `2024-00-10`, `2024-05-00`) and, under ALLOW_INVALID_DATES, days past the end of the
+ * month (`2021-02-31`, `2023-02-29`); PostgreSQL has no year 0 either.
+ */
+function isLoadableDate(year: number, month: number, day: number): boolean {
+  if (year < 1 || year > 9999 || month < 1 || month > 12 || day < 1) return false;
+  if (day <= 28) return true;
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  return day <= (month === 2 && leap ? 29 : DAYS_IN_MONTH[month - 1]);
+}
+
+function isUnloadableDate(value: string): boolean {
+  const m = DATE_PARTS.exec(value);
+  return !m || !isLoadableDate(Number(m[1]), Number(m[2]), Number(m[3]));
 }
 
 const NULL = '\\N';
@@ -153,9 +194,11 @@ function encodeValue(kind: ValueKind, value: string | Buffer | null): string {
       return text;
     case 'date':
     case 'timestamp':
-      return isZeroDate(text) ? NULL : text;
+      return isUnloadableDate(text) ? NULL : text;
     case 'timestamptz':
-      return isZeroDate(text) ? NULL : `${text}+00`;
+      return isUnloadableDate(text) ? NULL : `${text}+00`;
+    case 'json':
+      return copyEscape(dropJsonNul(text));
     case 'set': {
       if (!text) return '{}';
       const members = text.split(',').map((m) => `"${m.replace(/["\\]/g, (c) => `\\${c}`)}"`);
@@ -168,8 +211,9 @@ function encodeValue(kind: ValueKind, value: string | Buffer | null): string {
 
 /**
  * How the encoder writes a column's bytes: as they are (digits, `time` as an interval), escaped
- * (text, json), as a date unless it is a zero date (with `+00` for timestamptz), as a boolean, or
- * through encodeValue (bit(n), the byte types, set: rare enough to go through a string).
+ * (text; json, which also drops `\u0000`), as a date unless PostgreSQL has none for it (with `+00`
+ * for timestamptz), as a boolean, or through encodeValue (bit(n), the byte types, set: rare enough to
+ * go through a string).
  */
 const AS_IS = 0;
 const ESCAPED = 1;
@@ -177,6 +221,7 @@ const DATE = 2;
 const DATE_UTC = 3;
 const BOOL = 4;
 const VIA_STRING = 5;
+const ESCAPED_JSON = 6;
 
 function writeMode(kind: ValueKind): number {
   switch (kind) {
@@ -185,8 +230,9 @@ function writeMode(kind: ValueKind): number {
     case 'interval':
       return AS_IS;
     case 'text':
-    case 'json':
       return ESCAPED;
+    case 'json':
+      return ESCAPED_JSON;
     case 'date':
     case 'timestamp':
       return DATE;
@@ -204,14 +250,13 @@ const CHUNK_BYTES = 256 * 1024;
 // Below this length a byte loop beats Buffer#copy, whose call costs more than the copy itself.
 const SHORT = 48;
 
-/** Year, month or day all zeros, read off the bytes (`YYYY-MM-DD…`). */
-function zeroDateBytes(v: Buffer): boolean {
-  if (v.length < 10) return true;
-  return (
-    (v[0] === 0x30 && v[1] === 0x30 && v[2] === 0x30 && v[3] === 0x30) ||
-    (v[5] === 0x30 && v[6] === 0x30) ||
-    (v[8] === 0x30 && v[9] === 0x30)
-  );
+/** A date (`YYYY-MM-DD…`, read off the bytes) that PostgreSQL has no value for: see isLoadableDate. */
+function unloadableDateBytes(v: Buffer): boolean {
+  if (v.length < 10 || v[4] !== 0x2d || v[7] !== 0x2d) return true;
+  const year = (v[0] - 0x30) * 1000 + (v[1] - 0x30) * 100 + (v[2] - 0x30) * 10 + (v[3] - 0x30);
+  const month = (v[5] - 0x30) * 10 + (v[6] - 0x30);
+  const day = (v[8] - 0x30) * 10 + (v[9] - 0x30);
+  return !isLoadableDate(year, month, day);
 }
 
 /**
@@ -259,7 +304,7 @@ export class CopyEncoder {
       }
       const mode = modes[i];
       if (mode === AS_IS || mode === DATE || mode === DATE_UTC) {
-        if (mode !== AS_IS && zeroDateBytes(v)) {
+        if (mode !== AS_IS && unloadableDateBytes(v)) {
           buf[pos++] = 0x5c;
           buf[pos++] = 0x4e;
           continue;
@@ -272,7 +317,8 @@ export class CopyEncoder {
           buf[pos++] = 0x30;
           buf[pos++] = 0x30;
         }
-      } else if (mode === ESCAPED) {
+      } else if (mode === ESCAPED || mode === ESCAPED_JSON) {
+        const json = mode === ESCAPED_JSON;
         const n = v.length;
         for (let j = 0; j < n; j++) {
           const c = v[j];
@@ -280,6 +326,25 @@ export class CopyEncoder {
           else if (c === 0x5c) {
             buf[pos++] = 0x5c;
             buf[pos++] = 0x5c;
+            if (json) {
+              // A JSON escape is read whole: `\u0000` (NUL, which jsonb refuses) is dropped, and the
+              // second backslash of `\\` is consumed here so that it never starts an escape of its own.
+              const next = v[j + 1];
+              if (next === 0x5c) {
+                buf[pos++] = 0x5c;
+                buf[pos++] = 0x5c;
+                j++;
+              } else if (
+                next === 0x75 &&
+                v[j + 2] === 0x30 &&
+                v[j + 3] === 0x30 &&
+                v[j + 4] === 0x30 &&
+                v[j + 5] === 0x30
+              ) {
+                pos -= 2;
+                j += 5;
+              }
+            }
           } else if (c === 0x0a) {
             buf[pos++] = 0x5c;
             buf[pos++] = 0x6e;

@@ -44,7 +44,9 @@ const sourceLoadRun = z
     result: z
       .record(z.string(), z.unknown())
       .nullable()
-      .describe('raw_schema, rows, and per table: mode, rows, cursor_column, cursor_value'),
+      .describe(
+        'raw_schema, rows, refused (tables not loaded: schema, table, reason), and per table: mode, full_because, rows, cursor_column, cursor_value, without_primary_key',
+      ),
     error: z.string().nullable(),
     started_at: timestamp.nullable(),
     finished_at: timestamp.nullable(),
