@@ -271,4 +271,25 @@ describe('monitoring runs and alerts', () => {
     ]);
     await warehouse.sql(`alter table crm.contacts_old rename to contacts`);
   });
+
+  it('runs the other tests of a table when one cannot run, and raises that one as an alert', async () => {
+    // A bound the column's type cannot hold: the database refused the table's whole test statement,
+    // and every test of the table went silent with no alert.
+    await putColumnTest(scope, 'contacts', 'updated_at', { range: { min: 0, max: 10 } });
+    await putColumnTest(scope, 'contacts', 'email', { accepted_values: ['nobody@x.com'] });
+    const run = await monitoringRun();
+    const failing = run.failures.map((f: any) => f.check_key);
+    expect(failing).toEqual(
+      expect.arrayContaining([
+        'test:crm.contacts:id:unique',
+        'test:crm.contacts:email:accepted_values',
+        'test:crm.contacts:updated_at:runs',
+      ]),
+    );
+    const alerts = (await active({ severity: 'error' })).body.alerts;
+    expect(alerts.find((a: any) => a.check_key === 'test:crm.contacts:updated_at:runs')).toMatchObject({
+      column_name: 'updated_at',
+      message: expect.stringMatching(/cannot run/),
+    });
+  });
 });

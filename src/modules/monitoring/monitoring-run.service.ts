@@ -1,4 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { AppError } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import type { Principal } from '../../auth/principal.ts';
 import {
@@ -223,16 +224,42 @@ export async function runMonitoring(
             severity: 'error',
             message: `${label} has no column ${t.column}: its tests cannot run`,
           });
+        const runTests = (tests: typeof runnable) =>
+          warehouse.transaction(async (tx) => {
+            await tx.query('set transaction read only');
+            return runColumnTests(tx, { schema: m.table.schema, name: m.table.name }, tests);
+          });
         try {
-          results.push(
-            ...(await warehouse.transaction(async (tx) => {
-              await tx.query('set transaction read only');
-              return runColumnTests(tx, { schema: m.table.schema, name: m.table.name }, runnable);
-            })),
-          );
+          results.push(...(await runTests(runnable)));
         } catch (error) {
-          skippedTables.add(label);
-          summary.errors.push({ table: label, message: `column tests: ${(error as Error).message}` });
+          if (!(error instanceof AppError && error.code === 'BAD_REQUEST')) {
+            skippedTables.add(label);
+            summary.errors.push({ table: label, message: `column tests: ${(error as Error).message}` });
+          } else {
+            // The database refused the statement (a bound the column's type cannot hold): the tests
+            // run again column by column, so one test that cannot run fails alone, as an alert of
+            // its own, instead of silencing every test of the table.
+            for (const t of runnable) {
+              try {
+                results.push(...(await runTests([t])));
+              } catch (columnError) {
+                if (!(columnError instanceof AppError && columnError.code === 'BAD_REQUEST'))
+                  throw columnError;
+                results.push({
+                  check_key: checkKey('test', label, t.column, 'runs'),
+                  kind: 'test',
+                  check: 'runs',
+                  table: label,
+                  column: t.column,
+                  status: 'fail',
+                  measured: null,
+                  threshold: null,
+                  severity: 'error',
+                  message: `The tests of ${label}.${t.column} cannot run: ${columnError.message}`,
+                });
+              }
+            }
+          }
         }
       }
     }
