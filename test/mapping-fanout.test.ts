@@ -10,7 +10,7 @@ import {
 } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AppError } from '../src/app-error.ts';
-import { isDeterministicFailure } from '../src/modules/mappings/mappings.jobs.ts';
+import { isDeterministicFailure } from '../src/jobs/job-types.ts';
 
 /*
  * Joins keep one row per primary row, or say so: validate measures the fan-out on the source,

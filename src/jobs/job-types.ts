@@ -1,3 +1,4 @@
+import { AppError } from '../app-error.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { JobRunStatus } from './job-run.entity.ts';
 
@@ -134,6 +135,36 @@ export class PermanentJobError extends Error {
     super(message, options);
     this.name = 'PermanentJobError';
   }
+}
+
+const TRANSIENT_REASON =
+  /^(08|40|53|57|58|ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|CONNECTION_|STATEMENT_TIMEOUT)/;
+/** SQLSTATE classes that repeat on every attempt: data, integrity, syntax or missing objects, privileges. */
+const DETERMINISTIC_REASON = /^(21|22|23|25|2B|2F|42|44|0A|P0)/;
+
+/**
+ * Whether retrying can help (one rule for every job that runs SQL on a warehouse). Unknown failures are retried (they may be transient); our own refusals
+ * (plain errors: no source configured, rows multiplied) and the deterministic SQLSTATEs are not.
+ */
+export function isDeterministicFailure(error: unknown): boolean {
+  if (error instanceof PermanentJobError) return true;
+  const reason =
+    error instanceof AppError
+      ? String(error.details.reason ?? '')
+      : String((error as { code?: unknown } | null)?.code ?? '');
+  if (TRANSIENT_REASON.test(reason)) return false;
+  if (DETERMINISTIC_REASON.test(reason)) return true;
+  if (error instanceof AppError) return error.code === 'BAD_REQUEST';
+  return error instanceof Error && !reason;
+}
+
+/**
+ * A job's `catch`: a failure that would repeat on every attempt fails the run at once (as a
+ * PermanentJobError), anything else is thrown as it is, for the queue to retry.
+ */
+export function failOnceWhenDeterministic(error: unknown): never {
+  if (error instanceof PermanentJobError || !isDeterministicFailure(error)) throw error;
+  throw new PermanentJobError(error instanceof Error ? error.message : String(error), { cause: error });
 }
 
 export class JobCancelledError extends Error {

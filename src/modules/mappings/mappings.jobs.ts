@@ -3,7 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../app-error.ts';
 import type { AppDeps } from '../../deps.ts';
-import { PermanentJobError, type JobContext } from '../../jobs/queue.ts';
+import { failOnceWhenDeterministic, PermanentJobError, type JobContext } from '../../jobs/queue.ts';
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
@@ -35,26 +35,6 @@ const COPY_CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_MS = 500;
 
 /** SQLSTATE classes and driver reasons that a later attempt can get past. */
-const TRANSIENT_REASON =
-  /^(08|40|53|57|58|ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|CONNECTION_|STATEMENT_TIMEOUT)/;
-/** SQLSTATE classes that repeat on every attempt: data, integrity, syntax or missing objects, privileges. */
-const DETERMINISTIC_REASON = /^(21|22|23|25|2B|2F|42|44|0A|P0)/;
-
-/**
- * Whether retrying can help. Unknown failures are retried (they may be transient); our own refusals
- * (plain errors: no source configured, rows multiplied) and the deterministic SQLSTATEs are not.
- */
-export function isDeterministicFailure(error: unknown): boolean {
-  if (error instanceof PermanentJobError) return true;
-  const reason =
-    error instanceof AppError
-      ? String(error.details.reason ?? '')
-      : String((error as { code?: unknown } | null)?.code ?? '');
-  if (TRANSIENT_REASON.test(reason)) return false;
-  if (DETERMINISTIC_REASON.test(reason)) return true;
-  if (error instanceof AppError) return error.code === 'BAD_REQUEST';
-  return error instanceof Error && !reason;
-}
 
 /**
  * A target without a primary key does not refuse duplicated rows: the load must not give a primary
@@ -276,13 +256,7 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
 export async function registerMappingJobs(deps: AppDeps): Promise<void> {
   await deps.jobs.register<MaterializeMappingPayload>(
     MATERIALIZE_MAPPING_KIND,
-    (payload, context) =>
-      materializeMapping(deps, payload, context).catch((error: unknown) => {
-        if (error instanceof PermanentJobError || !isDeterministicFailure(error)) throw error;
-        throw new PermanentJobError(error instanceof Error ? error.message : String(error), {
-          cause: error,
-        });
-      }),
+    (payload, context) => materializeMapping(deps, payload, context).catch(failOnceWhenDeterministic),
     { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
   );
 }

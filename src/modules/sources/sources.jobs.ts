@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../app-error.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
-import type { JobContext, JobRunView } from '../../jobs/queue.ts';
+import { failOnceWhenDeterministic, type JobContext, type JobRunView } from '../../jobs/queue.ts';
 import { extractLoad, rawSchemaOf, type LoadMode } from '../../warehouse/mysql-load.ts';
 import { MysqlWarehouse } from '../../warehouse/mysql.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
@@ -46,9 +46,11 @@ async function runLoad(deps: AppDeps, payload: SourceLoadPayload, context: JobCo
 export async function registerSourceJobs(deps: AppDeps): Promise<void> {
   await deps.jobs.register<SourceLoadPayload>(
     SOURCE_LOAD_KIND,
-    (payload, context) => runLoad(deps, payload, context),
+    (payload, context) => runLoad(deps, payload, context).catch(failOnceWhenDeterministic),
     {
-      // A retry (after a crash or a failure) loads again; each table is one transaction, so nothing half-loaded stays.
+      // A retry (after a crash or a transient failure) loads again; each table is one transaction,
+      // so nothing half-loaded stays. A value PostgreSQL refuses fails at once: a retry reloads every
+      // table before it only to fail the same way.
       retryLimit: 2,
       retryDelaySeconds: 2,
       retryBackoff: true,
