@@ -129,6 +129,23 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     expect(tables).toHaveLength(3);
   });
 
+  it('answers bits as numbers and bytes as hex, as the PostgreSQL path shows bytes', async () => {
+    await db.sql(
+      `create table bits (small bit(3), wide bit(64), raw blob, padded binary(2), plain varchar(9))`,
+    );
+    await db.sql(`insert into bits values (b'101', b'${'1'.repeat(64)}', x'DEADBEEF', 'a', 'text')`);
+    const res = await call(server, 'POST', '/api/sources/execute-query', {
+      token: tenant.admin.token,
+      body: { sql: 'select * from bits' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    // They came as {"type":"Buffer","data":[…]}.
+    expect(res.body.rows).toEqual([
+      { small: 5, wide: '18446744073709551615', raw: '\\xdeadbeef', padded: '\\x6100', plain: 'text' },
+    ]);
+    await db.sql('drop table bits');
+  });
+
   it('reads a comment where MySQL does: a Unicode space after -- hides nothing', async () => {
     // MySQL starts a -- comment only before a space or an ASCII control character; the guard took any
     // Unicode space for one and blanked what MySQL then ran (a file written on the database host).

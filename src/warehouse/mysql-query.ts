@@ -85,3 +85,26 @@ export function fieldTypeName(f: FieldPacket): string {
     return 'bytea';
   return FIELD_TYPES[type] ?? 'text';
 }
+
+const BIT = 16;
+
+/**
+ * Bytes as JSON can carry them, as the PostgreSQL path shows them: a BIT value (labelled bigint) as
+ * its number (text beyond 2^53), other bytes as `\x…` hex. Both reached clients as a serialized
+ * Buffer. Rows are changed in place.
+ */
+export function bytesAsJson(rows: Record<string, unknown>[], fields: FieldPacket[]): void {
+  const bit = new Set(
+    fields
+      .filter((f) => ((f as { columnType?: number }).columnType ?? (f as { type?: number }).type) === BIT)
+      .map((f) => f.name),
+  );
+  for (const row of rows)
+    for (const [name, value] of Object.entries(row)) {
+      if (!Buffer.isBuffer(value)) continue;
+      if (bit.has(name)) {
+        const n = value.length ? BigInt(`0x${value.toString('hex')}`) : 0n;
+        row[name] = n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n.toString();
+      } else row[name] = `\\x${value.toString('hex')}`;
+    }
+}

@@ -17,7 +17,7 @@ import {
 import { assertMysqlReadOnly } from './mysql-guard.ts';
 import { mysqlIntrospect, mysqlSourceColumns } from './mysql-introspect.ts';
 import { mysqlProfileTable } from './mysql-profile.ts';
-import { fieldTypeName, readCapped } from './mysql-query.ts';
+import { bytesAsJson, fieldTypeName, readCapped } from './mysql-query.ts';
 import type { ProfileColumnInput, ProfileQueryOptions, ColumnProfile } from '../llm/profile.ts';
 import type {
   AggregateOptions,
@@ -245,6 +245,7 @@ export class MysqlWarehouse implements Warehouse {
         );
       const truncated = rows.length > cap;
       if (truncated) rows.length = cap;
+      bytesAsJson(rows, fields);
       if (stopped) connection.destroy();
       else {
         await q.query('commit');
