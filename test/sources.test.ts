@@ -83,6 +83,7 @@ describe('GET /api/sources/unified-schema', () => {
       schema_type: 'source',
       database: source.name,
       schemas: ['shop'],
+      missing_schemas: [],
       flatten: false,
       table_count: 9,
     });
@@ -168,6 +169,19 @@ describe('GET /api/sources/source-schema', () => {
       nullable: false,
     });
     expect((await call(server, 'GET', '/api/sources/source-schema')).status).toBe(401);
+  });
+
+  it('names the configured schemas the database does not have (names are case-sensitive)', async () => {
+    // A misspelt schema gave an empty listing and nothing else.
+    const misspelt = await createTenant(server);
+    await createWorkspace(server, misspelt.admin.token, {
+      name: 'misspelt',
+      select: true,
+      source_config: pgConfig(source.name, { schemas: ['Shop', 'shop', 'nope'] }),
+    });
+    const res = await call(server, 'GET', '/api/sources/source-schema', { token: misspelt.admin.token });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ schemas: ['shop'], missing_schemas: ['Shop', 'nope'] });
   });
 });
 

@@ -69,6 +69,11 @@ const schemaHead = {
   schema_type: z.enum(['source', 'target']),
   database: z.string(),
   schemas: z.array(z.string()),
+  missing_schemas: z
+    .array(z.string())
+    .describe(
+      'Schemas of the connection config the database does not have (MySQL: databases without tables); names are case-sensitive',
+    ),
   table_count: z.number().int(),
   column_count: z.number().int(),
 };

@@ -124,12 +124,21 @@ async function cteView(warehouse: Warehouse, cte: Cte): Promise<SourceTableView>
   return base;
 }
 
-function head(workspace: WorkspaceEntity, side: Side, schema: IntrospectedSchema, tables: SourceTableView[]) {
+function head(
+  workspace: WorkspaceEntity,
+  side: Side,
+  config: ConnectionConfig,
+  schema: IntrospectedSchema,
+  tables: SourceTableView[],
+) {
+  const configured = config.type === 'mysql' ? mysqlSchemas(config) : config.schemas;
   return {
     workspace_name: workspace.name,
     schema_type: side,
     database: schema.database,
     schemas: schema.schemas,
+    // A misspelt schema (names are case-sensitive) gave an empty listing and nothing else.
+    missing_schemas: configured.filter((name) => !schema.schemas.includes(name)),
     table_count: tables.length,
     column_count: tables.reduce((n, t) => n + t.columns.length, 0),
   };
@@ -159,7 +168,7 @@ export async function unifiedSchema(scope: CallerScope, input: { schema_type: Si
   const ctes: SourceTableView[] = [];
   for (const cte of config.ctes ?? []) ctes.push(await cteView(warehouse, cte));
   const tables = [...ctes, ...schema.tables.map(tableView)];
-  const summary = head(workspace, input.schema_type, schema, tables);
+  const summary = head(workspace, input.schema_type, config, schema, tables);
   return input.flatten
     ? { ...summary, flatten: true, columns: flattenTables(tables) }
     : { ...summary, flatten: false, tables };
@@ -170,7 +179,11 @@ export async function sourceSchema(scope: CallerScope) {
   const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'source');
   const schema = await warehouse.introspect();
   const tables = schema.tables.map(tableView);
-  return { ...head(workspace, 'source', schema, tables), selected_tables: config.tables ?? null, tables };
+  return {
+    ...head(workspace, 'source', config, schema, tables),
+    selected_tables: config.tables ?? null,
+    tables,
+  };
 }
 
 /** `schema.table`, or a bare name looked up in the config's schemas in order. */
