@@ -438,6 +438,73 @@ describe('hypotheses', () => {
     expect((await api('GET', `/results/mining/${otherHypothesisId}`)).status).toBe(404);
     expect((await api('GET', `/results/mining/${hypothesisId}`, { token: null })).status).toBe(401);
   });
+
+  it('bounds alpha (400 below 1e-10); a result stored with infinite interval ends still reads', async () => {
+    const tooSmall = await api('POST', '/hypotheses', { body: { ...SPEND_BY_PLAN, alpha: 1e-17 } });
+    expect(tooSmall.status).toBe(400);
+    expect(JSON.stringify(tooSmall.body)).toMatch(/alpha must be at least 1e-10/);
+    const h = await createHypothesis({ ...SPEND_BY_PLAN, statement: 'stored before alpha was bounded' });
+    const retest = await api('POST', '/hypotheses/test', { body: { hypothesis_id: h.id, alpha: 1e-17 } });
+    expect(retest.status).toBe(400);
+    expect((await tested(h.id)).status.run.status).toBe('succeeded');
+
+    // What a welch_t test at alpha 1e-17 stored before the bound: a critical value of +∞, so interval
+    // ends of ∓∞, kept as null in the JSON result, and level 1.
+    const em = server.deps.orm.em.fork() as EntityManager;
+    await em.getConnection().execute(
+      `update hypotheses set alpha = 1e-17,
+         result = jsonb_set(result, '{ci}', result->'ci' || '{"level": 1, "lower": null, "upper": null}')
+       where id = ?`,
+      [h.id],
+    );
+    for (const path of [`/hypotheses/${h.id}`, `/status/${h.id}`]) {
+      const res = await api('GET', path, { token: viewer.token });
+      expect(res.status, `${path} ${JSON.stringify(res.body)}`).toBe(200);
+      expect(res.body.result.ci).toEqual({ of: 'mean_difference', level: 1, lower: null, upper: null });
+    }
+    // Tested again, the stored alpha is refused with the reason, and the hypothesis stays readable.
+    const failed = await tested(h.id);
+    expect(failed.status.run.status).toBe('failed');
+    expect(failed.status.error).toMatch(/alpha must be at least 1e-10/);
+    expect((await api('GET', `/hypotheses/${h.id}`)).status).toBe(200);
+  });
+
+  it('mining reports no lift against a population mean that is zero within rounding, and skips NaN', async () => {
+    // −0.1 for basic, +0.1 for pro: the mean is truly 0, but each value rounds at the scale of 51.7.
+    const centred = await createHypothesis({
+      ...SPEND_BY_PLAN,
+      statement: 'centred metric',
+      metric: { expression: '(case when customer_id % 2 = 0 then 51.6 else 51.8 end)::float8 - 51.7' },
+    });
+    const res = await api('GET', `/results/mining/${centred.id}`, { query: { min_support: 0.1 } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.total.n).toBe(600);
+    expect(res.body.total.mean).not.toBe(0);
+    expect(Math.abs(res.body.total.mean)).toBeLessThan(1e-12);
+    expect(res.body.segments.length).toBeGreaterThan(1);
+    expect(res.body.segments.every((s: any) => s.lift === null)).toBe(true);
+    const [top] = res.body.segments;
+    expect(top.segment).toEqual({ plan: 'pro' });
+    expect(top.difference).toBeCloseTo(0.1, 12);
+
+    // One row in ten NaN: left out, so the totals and lifts are those of the other rows.
+    const holes = await createHypothesis({
+      ...SPEND_BY_PLAN,
+      statement: 'spend with NaN holes',
+      metric: { expression: "case when customer_id % 10 = 0 then 'NaN'::float8 else spend::float8 end" },
+    });
+    const mined = await api('GET', `/results/mining/${holes.id}`, { query: { min_support: 0.1 } });
+    expect(mined.status, JSON.stringify(mined.body)).toBe(200);
+    const [expected] = await warehouse.sql<{ mean: number; pro: number }>(
+      `select avg(spend)::float8 as mean, avg(spend) filter (where plan = 'pro')::float8 as pro
+         from mkt.customers where customer_id % 10 <> 0`,
+    );
+    expect(mined.body.total.n).toBe(540);
+    expect(mined.body.total.mean).toBeCloseTo(expected.mean, 9);
+    const pro = mined.body.segments.find((s: any) => s.segment.plan === 'pro');
+    expect(pro.lift).toBeCloseTo(expected.pro / expected.mean, 9);
+    expect(pro.difference).toBeCloseTo(expected.pro - expected.mean, 9);
+  });
 });
 
 describe('hypothesis generation (offline mode)', () => {

@@ -4,6 +4,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../src/app-error.ts';
 import { runChiSquare } from '../src/stats/chi-square.ts';
 import { runPearson, runSpearman } from '../src/stats/correlation.ts';
+import {
+  chiSquareUpper as engineChiSquareUpper,
+  normalTwoSided as engineNormalTwoSided,
+  normalUpperQuantile,
+  studentTTwoSided,
+  studentTUpperQuantile,
+} from '../src/stats/distributions.ts';
 import { runStatTest } from '../src/stats/engine.ts';
 import { runMannWhitney } from '../src/stats/mann-whitney.ts';
 import { runMining } from '../src/stats/mining.ts';
@@ -173,6 +180,12 @@ function referenceChiSquare(table: number[][]) {
 function close(actual: number, expected: number, tolerance = 1e-6) {
   expect(Number.isFinite(actual)).toBe(true);
   expect(Math.abs(actual - expected)).toBeLessThanOrEqual(tolerance * Math.max(1, Math.abs(expected)));
+}
+
+/** Relative closeness, for p-values far in the tails where an absolute tolerance says nothing. */
+function relativelyClose(actual: number, expected: number, tolerance = 1e-10) {
+  expect(expected).toBeGreaterThan(0);
+  expect(Math.abs(actual - expected) / expected, `${actual} vs ${expected}`).toBeLessThanOrEqual(tolerance);
 }
 
 // ---------- the warehouse ----------
@@ -652,6 +665,246 @@ describe('mining', () => {
     // web rows: amounts 10, 20, 30 (north) and 5, 15 (south): mean 16; north has support 0.6 < 0.7.
     expect(result.segments).toEqual([]);
     expect(result.total).toEqual({ n: 5, mean: 16 });
+  });
+
+  it('reports no lift against a mean that is zero within rounding, keeps the difference, skips NaN', async () => {
+    // val − 51.7 over 51.6 ×3 and 51.8 ×3 is truly 0 on average, but each value rounds at the scale of
+    // 51.7: float8 gives a mean of about −3.5e-15, and ratios to it of ±3e13.
+    await warehouse.query(`CREATE TABLE drift (k text, val float8)`, []);
+    await insertRows(
+      warehouse.query,
+      'drift',
+      ['k', 'val'],
+      [
+        ...[51.6, 51.6, 51.6].map((v) => ['lo', v]),
+        ...[51.8, 51.8, 51.8, 'NaN', 'NaN'].map((v) => ['hi', v]),
+      ],
+    );
+    const result = await runMining(warehouse.query, {
+      source: { table: 'drift' },
+      metric: { sql: 'val - 51.7' },
+      columns: ['k'],
+    });
+    expect(result.total.n).toBe(6);
+    expect(result.total.mean).not.toBe(0);
+    expect(Math.abs(result.total.mean)).toBeLessThan(1e-13);
+    expect(result.segments.map((s) => [s.segment.k, s.n, s.lift])).toEqual([
+      ['hi', 3, null],
+      ['lo', 3, null],
+    ]);
+    close(result.segments[0].mean, 0.1, 1e-12);
+    close(result.segments[0].difference, 0.1, 1e-12);
+    close(result.segments[1].difference, -0.1, 1e-12);
+  });
+
+  it('ranks by the mean, also when the population mean is negative', async () => {
+    const result = await runMining(warehouse.query, {
+      source: { table: 'shop' },
+      metric: { sql: '-amount' },
+      columns: ['channel'],
+    });
+    // Means: web −16, app −100/3, store −50 (total −28): highest first, though lift orders them reversed.
+    expect(result.segments.map((s) => s.segment.channel)).toEqual(['web', 'app', 'store']);
+    close(result.segments[0].lift!, 16 / 28);
+    close(result.segments[0].difference, 12);
+  });
+});
+
+describe('distribution tails (SciPy 1.17.1)', () => {
+  // Every expected value: scipy.stats (norm.sf, chi2.sf, t.sf, norm.isf, t.isf), SciPy 1.17.1. Tails are
+  // compared relatively: an upper tail formed as 1 − CDF is 0 beyond ~1e-16 and loses digits long before.
+  it('normal two-sided p-values (2·norm.sf(z)) down to the smallest normal double', () => {
+    for (const [z, p] of [
+      [1.96, 0.04999579029644087],
+      [9, 2.2571768119076647e-19],
+      [26.8, 3.2312335678044954e-158],
+      [37, 1.1451142445047853e-299],
+    ]) {
+      relativelyClose(engineNormalTwoSided(z), p);
+      relativelyClose(engineNormalTwoSided(-z), p);
+    }
+    // Past ~38.4 the true value is below 2.2e-308: it fades through subnormals to 0, never above.
+    expect(engineNormalTwoSided(38)).toBeLessThan(2.3e-308);
+    expect(engineNormalTwoSided(40)).toBe(0);
+    expect(engineNormalTwoSided(0)).toBe(1);
+  });
+
+  it('chi-square upper tails (chi2.sf), small and large df', () => {
+    for (const [x, df, p] of [
+      [50, 1, 1.537459794428033e-12],
+      [80, 1, 3.744097384202887e-19],
+      [720, 1, 1.3386258936576022e-158],
+      [1300, 1, 1.1303728441493301e-284],
+      [1400, 50, 3.152379998819281e-260],
+      [1000, 1000, 0.49405285382923964],
+      [14998.5, 9999, 6.202520239815738e-208],
+    ]) {
+      relativelyClose(engineChiSquareUpper(x, df), p);
+    }
+    expect(engineChiSquareUpper(0, 3)).toBe(1);
+  });
+
+  it('Student t two-sided p-values (2·t.sf), fractional and very large df', () => {
+    for (const [t, df, p] of [
+      [10, 30, 4.575251408229618e-11],
+      [40, 100, 2.462107602140071e-63],
+      [1e4, 100, 7.958529703915527e-302],
+      [2, 1e7, 0.04550029089184296],
+      [3.7323190302958884, 19.266919429904778, 0.001384391456411694],
+    ]) {
+      relativelyClose(studentTTwoSided(t, df), p);
+    }
+    expect(studentTTwoSided(0, 12)).toBe(1);
+  });
+
+  it('quantiles from the upper tail (norm.isf, t.isf), including tails 1 − p cannot express', () => {
+    relativelyClose(normalUpperQuantile(0.025), 1.9599639845400545);
+    relativelyClose(normalUpperQuantile(5e-11), 6.466951087240516);
+    relativelyClose(studentTUpperQuantile(0.025, 19.266919429904778), 2.0910632344581144);
+    relativelyClose(studentTUpperQuantile(5e-11, 1.5), 3845737.955305489);
+    relativelyClose(studentTUpperQuantile(0.025, 1e7), 1.9599642217672055);
+  });
+});
+
+describe('p-values far in the tails, end to end', () => {
+  beforeAll(async () => {
+    const q = warehouse.query;
+    await q(`CREATE TABLE lopsided (arm text, success boolean)`, []);
+    await q(
+      `INSERT INTO lopsided SELECT CASE WHEN i <= 1000 THEN 'a' ELSE 'b' END,
+         CASE WHEN i <= 1000 THEN i <= 900 ELSE i <= 1100 END FROM generate_series(1, 2000) i`,
+      [],
+    );
+    await q(`CREATE TABLE apart (grp text, v float8)`, []);
+    await q(
+      `INSERT INTO apart SELECT 'a', 600 + i FROM generate_series(1, 600) i
+       UNION ALL SELECT 'b', i FROM generate_series(1, 600) i`,
+      [],
+    );
+    await q(`CREATE TABLE shifted (grp text, v float8)`, []);
+    await q(
+      `INSERT INTO shifted SELECT 'a', i % 10 + 5 FROM generate_series(1, 300) i
+       UNION ALL SELECT 'b', i % 7 FROM generate_series(1, 300) i`,
+      [],
+    );
+  });
+
+  it('two-proportion z and chi-square of the same 2×2 table agree with SciPy near 1e-280', async () => {
+    const input = {
+      source: { table: 'lopsided' },
+      metric: { sql: 'success', kind: 'boolean' as const },
+      segment: { column: 'arm' },
+    };
+    const z = await runStatTest(warehouse.query, { test: 'two_proportion_z', ...input });
+    const chi = await runStatTest(warehouse.query, { test: 'chi_square', ...input });
+    // 900/1000 vs 100/1000: z by hand, p = 2·norm.sf(z); chi2_contingency(correction=False), SciPy 1.17.1
+    close(z.statistic, 35.77708763999664);
+    relativelyClose(z.p_value, 2.509158096763144e-280);
+    close(chi.statistic, 1280);
+    relativelyClose(chi.p_value, 2.509158096763556e-280);
+  });
+
+  it('Mann-Whitney on fully separated groups (z ≈ −30) and Welch with t ≈ 32 agree with SciPy', async () => {
+    const mw = await runStatTest(warehouse.query, {
+      test: 'mann_whitney_u',
+      source: { table: 'apart' },
+      metric: { sql: 'v' },
+      segment: { column: 'grp' },
+    });
+    // mannwhitneyu(601..1200, 1..600, method='asymptotic'), SciPy 1.17.1
+    close(mw.statistic, 360000);
+    relativelyClose(mw.p_value, 1.4315683093563622e-197);
+    const welch = await runWelch(warehouse.query, {
+      source: { table: 'shifted' },
+      metric: { sql: 'v' },
+      segment: { column: 'grp' },
+    });
+    // ttest_ind(i % 10 + 5, i % 7 for i in 1..300, equal_var=False), SciPy 1.17.1
+    close(welch.statistic, 32.08556278298488);
+    close(welch.details.df as number, 533.1427172720605);
+    relativelyClose(welch.p_value, 1.3696251285997379e-126, 1e-9);
+  });
+});
+
+describe('alpha', () => {
+  it('refuses an alpha whose interval level 1 − alpha could not be told from 1', async () => {
+    const never: StatsQuery = () => Promise.reject(new Error('the warehouse was queried'));
+    const base = { source, metric: { sql: 'value' }, segment: { condition: 'treated' } };
+    for (const alpha of [1e-17, 5e-11, 0, 1]) {
+      await expect(runWelch(never, { ...base, alpha })).rejects.toThrow(/alpha must be at least 1e-10/);
+      await expect(
+        runTwoProportion(never, { ...base, metric: { sql: 'converted', kind: 'boolean' }, alpha }),
+      ).rejects.toThrow(/alpha must be at least 1e-10/);
+    }
+  });
+
+  it('at the smallest alpha the interval is finite and matches SciPy', async () => {
+    const result = await runWelch(warehouse.query, {
+      source: { table: 'fixed_values' },
+      metric: { sql: 'v' },
+      segment: { column: 'grp' },
+      alpha: 1e-10,
+    });
+    // mean difference ± t.isf(5e-11, df)·SE with ttest_ind(A, B, equal_var=False)'s df, SciPy 1.17.1.
+    // Not its confidence_interval(1 - 1e-10): that takes t.ppf(1 - 5e-11), whose rounded argument
+    // moves the critical value 12.555651236715265 to 12.55565117654844.
+    expect(result.ci!.level).toBe(1 - 1e-10);
+    relativelyClose(studentTUpperQuantile(5e-11, result.details.df as number), 12.555651236715265);
+    close(result.ci!.lower, -4.7162494976779, 1e-12);
+    close(result.ci!.upper, 8.706249497677899, 1e-12);
+  });
+});
+
+describe('non-finite metric values count as missing, in every test', () => {
+  // The same values as fixed_values / fixed_pairs plus NaN and ±Infinity: every figure must be the
+  // SciPy one of the finite values alone.
+  beforeAll(async () => {
+    await warehouse.query(`CREATE TABLE nonfinite_values (grp text, v float8)`, []);
+    await insertRows(
+      warehouse.query,
+      'nonfinite_values',
+      ['grp', 'v'],
+      [
+        ...FIXED_A.map((v) => ['A', v]),
+        ...FIXED_B.map((v) => ['B', v]),
+        ['A', 'NaN'],
+        ['A', '-Infinity'],
+        ['B', 'Infinity'],
+        ['B', 'NaN'],
+      ],
+    );
+    await warehouse.query(`CREATE TABLE nonfinite_pairs (x float8, y float8)`, []);
+    await insertRows(
+      warehouse.query,
+      'nonfinite_pairs',
+      ['x', 'y'],
+      [...FIXED_X.map((x, i) => [x, FIXED_Y[i]]), ['NaN', 1], [2, 'Infinity'], ['-Infinity', 'NaN']],
+    );
+  });
+
+  it('Welch and Mann-Whitney', async () => {
+    const input = { source: { table: 'nonfinite_values' }, metric: { sql: 'v' }, segment: { column: 'grp' } };
+    const welch = await runWelch(warehouse.query, input);
+    expect(welch.sample_sizes.groups).toEqual([
+      { group: 'A', n: FIXED_A.length },
+      { group: 'B', n: FIXED_B.length },
+    ]);
+    close(welch.statistic, 3.7323190302958884);
+    close(welch.p_value, 0.001384391456411694);
+    const mw = await runMannWhitney(warehouse.query, input);
+    close(mw.statistic, 104);
+    close(mw.p_value, 0.004021918385903753);
+  });
+
+  it('Pearson and Spearman', async () => {
+    const input = { source: { table: 'nonfinite_pairs' }, x: { sql: 'x' }, y: { sql: 'y' } };
+    const pearson = await runPearson(warehouse.query, input);
+    expect(pearson.sample_sizes.total).toBe(FIXED_X.length);
+    close(pearson.effect_size.value, 0.33432539901899483);
+    close(pearson.p_value, 0.3450710477331118);
+    const spearman = await runSpearman(warehouse.query, input);
+    close(spearman.effect_size.value, 0.3914537831560393);
+    close(spearman.p_value, 0.2632875529923413);
   });
 });
 

@@ -1,5 +1,5 @@
 import { AppError } from '../app-error.ts';
-import { normalQuantile, studentTTwoSided } from './distributions.ts';
+import { normalUpperQuantile, studentTTwoSided } from './distributions.ts';
 import { DEFAULT_ALPHA, resolveAlpha, type StatTestResult } from './result.ts';
 import {
   assertExpression,
@@ -71,7 +71,7 @@ function correlationFromR(
   const pValue = Math.abs(r) >= 1 ? 0 : studentTTwoSided(t, df);
   let ci: StatTestResult['ci'];
   if (n > 3 && Math.abs(r) < 1) {
-    const half = normalQuantile(1 - alpha / 2) / Math.sqrt(n - 3);
+    const half = normalUpperQuantile(alpha / 2) / Math.sqrt(n - 3);
     const zr = Math.atanh(r);
     ci = { of: 'r', level: 1 - alpha, lower: Math.tanh(zr - half), upper: Math.tanh(zr + half) };
   }

@@ -22,7 +22,7 @@ export interface MiningInput {
   depth?: 1 | 2;
   /** Smallest share of the population (0–1) a segment must hold to be reported. */
   minSupport?: number;
-  /** `high`: segments where the metric is highest relative to everyone; `low`: lowest. */
+  /** `high`: segments where the metric's mean is highest; `low`: lowest. */
   direction?: 'high' | 'low';
   limit?: number;
 }
@@ -33,6 +33,9 @@ interface MinedSegment {
   n: number;
   support: number;
   mean: number;
+  /** The segment's mean minus the whole population's. */
+  difference: number;
+  /** The segment's mean over the population's; null when that mean is zero by NEGLIGIBLE_MEAN. */
   lift: number | null;
 }
 
@@ -42,6 +45,17 @@ export interface MiningResult {
 }
 
 const MAX_MINING_COLUMNS = 12;
+
+/**
+ * Lift is a ratio to the population mean, meaningless when that mean is zero up to rounding. How much
+ * rounding a float8 mean carries is nothing the query can see: summation adds an error growing with the
+ * row count, and the metric's expression may cancel (`val - 51.7` rounds each value at the scale of
+ * 51.7, however small the result: a mean that is truly 0 came back as -2.8e-15, with lifts of ±6e14).
+ * So the test is relative to the metric's own scale, its mean absolute value, at √ε ≈ 1.5e-8, the usual
+ * allowance for a quantity computed with cancellation (half the digits of a double). Below it the lift
+ * is null; a lift beyond 1/√ε ≈ 7e7 would be unreadable anyway. The difference of means needs no such test.
+ */
+const NEGLIGIBLE_MEAN = Math.sqrt(Number.EPSILON);
 
 function groupingSets(count: number, depth: 1 | 2): number[][] {
   const sets: number[][] = [[]];
@@ -54,7 +68,9 @@ function groupingSets(count: number, depth: 1 | 2): number[][] {
  * One scan: GROUPING SETS gives the whole population (the empty set, the baseline of lift) and every
  * candidate segment. GROUPING(c0, …) is a bit mask with a bit set for each column NOT in the row's set,
  * which tells a segment "c = NULL" apart from "c not part of this segment". Support filtering, lift and
- * ranking stay in SQL so only the reported segments leave the warehouse.
+ * ranking stay in SQL so only the reported segments leave the warehouse. Segments are ranked by their
+ * mean, which orders them as lift does when the population mean is positive, and still when lift is
+ * null or the mean negative (where a larger lift means a lower metric).
  */
 function buildMiningSql(input: MiningInput) {
   const { columns } = input;
@@ -64,19 +80,22 @@ function buildMiningSql(input: MiningInput) {
   const sets = groupingSets(k, input.depth ?? 1)
     .map((set) => `(${set.map((i) => aliases[i]).join(', ')})`)
     .join(', ');
-  const params: unknown[] = [input.minSupport ?? 0.01, Math.min(input.limit ?? 50, 1000)];
+  const params: unknown[] = [input.minSupport ?? 0.01, Math.min(input.limit ?? 50, 1000), NEGLIGIBLE_MEAN];
   const order = input.direction === 'low' ? 'ASC' : 'DESC';
   const sql =
     `WITH s AS (SELECT ${numericMetricSql(input.metric)} AS m, ` +
     `${columns.map((c, i) => `${quoteIdent(c)} AS ${aliases[i]}`).join(', ')} ` +
     `FROM ${qualifiedTable(input.source)} ${whereClause(input.source)}), ` +
     `g AS (SELECT GROUPING(${aliases.join(', ')}) AS gid, ` +
-    `${aliases.map((a) => `${a}::text AS ${a}`).join(', ')}, count(*)::float8 AS n, avg(s.m) AS mean ` +
-    `FROM s WHERE s.m IS NOT NULL GROUP BY GROUPING SETS (${sets})), ` +
-    `t AS (SELECT n, mean FROM g WHERE gid = ${totalMask}) ` +
-    `SELECT g.*, g.n / t.n AS support, g.mean / NULLIF(t.mean, 0) AS lift, t.n AS total_n, t.mean AS total_mean ` +
+    `${aliases.map((a) => `${a}::text AS ${a}`).join(', ')}, count(*)::float8 AS n, avg(s.m) AS mean, ` +
+    `avg(abs(s.m)) AS magnitude FROM s WHERE s.m IS NOT NULL GROUP BY GROUPING SETS (${sets})), ` +
+    `t AS (SELECT n, mean, magnitude FROM g WHERE gid = ${totalMask}) ` +
+    `SELECT g.gid, ${aliases.map((a) => `g.${a}`).join(', ')}, g.n, g.mean, g.n / t.n AS support, ` +
+    `g.mean - t.mean AS difference, ` +
+    `CASE WHEN abs(t.mean) > $3::float8 * t.magnitude THEN g.mean / t.mean END AS lift, ` +
+    `t.n AS total_n, t.mean AS total_mean ` +
     `FROM g CROSS JOIN t WHERE g.gid <> ${totalMask} AND g.n >= $1::float8 * t.n ` +
-    `ORDER BY lift ${order} NULLS LAST, support DESC, g.gid DESC, ${aliases.map((a) => `g.${a}`).join(', ')} ` +
+    `ORDER BY g.mean ${order}, support DESC, g.gid DESC, ${aliases.map((a) => `g.${a}`).join(', ')} ` +
     `LIMIT $2::int`;
   return { sql, params };
 }
@@ -96,6 +115,7 @@ function shapeMiningRows(input: MiningInput, rows: Record<string, unknown>[]): M
       n: num(row.n),
       support: num(row.support),
       mean: num(row.mean),
+      difference: num(row.difference),
       lift: row.lift === null ? null : num(row.lift),
     };
   });

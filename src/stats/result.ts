@@ -17,8 +17,17 @@ export type StatTestName =
 
 export const DEFAULT_ALPHA = 0.05;
 
+/**
+ * The smallest alpha a test accepts. The critical values are computed from alpha/2 itself and would
+ * honour far less, but an interval is reported at level 1 − alpha, a double that keeps only the digits
+ * of alpha that fit beside the 1: six at 1e-10, none at 1e-16, and below 5.6e-17 the level is exactly 1.
+ */
+export const MIN_ALPHA = 1e-10;
+
 export function resolveAlpha(alpha: number | undefined): number {
   if (alpha === undefined) return DEFAULT_ALPHA;
-  if (!(alpha > 0 && alpha < 1)) throw new AppError('BAD_REQUEST', 'alpha must be between 0 and 1');
+  if (!(alpha >= MIN_ALPHA && alpha < 1)) {
+    throw new AppError('BAD_REQUEST', `alpha must be at least ${MIN_ALPHA} and below 1`);
+  }
   return alpha;
 }

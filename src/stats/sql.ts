@@ -16,7 +16,10 @@ export interface StatsSource {
   filter?: string;
 }
 
-/** A numeric or boolean SQL expression over one row; booleans count as 1/0 where a number is needed. */
+/**
+ * A numeric or boolean SQL expression over one row; booleans count as 1/0 where a number is needed. A
+ * value that is NaN or ±Infinity counts as missing, like NULL (see numericMetricSql).
+ */
 export interface MetricSpec {
   sql: string;
   kind?: 'numeric' | 'boolean';
@@ -93,11 +96,19 @@ export async function assertSegment(segment: SegmentSpec, twoGroups = false): Pr
   else quoteIdent(segment.column);
 }
 
-/** The metric as float8 (booleans as 1/0), for averages, variances and ranks. */
+/**
+ * The metric as float8 (booleans as 1/0), for averages, variances, ranks and mining. NaN and ±Infinity
+ * become NULL, so every test leaves them out as it leaves out missing values: they are no measurement
+ * (NaN is how pandas and many loaders write a missing float), a single one turns a mean or variance
+ * into NaN or makes a test report a constant metric, and PostgreSQL sorts NaN above every number, which
+ * would rank it as the largest value. The tests' sample sizes count the values actually used. Chi-square
+ * reads the metric as categories, not through here. (PostgreSQL's float8 equality holds for NaN = NaN,
+ * so nullif finds it.)
+ */
 export function numericMetricSql(metric: MetricSpec): string {
   return metric.kind === 'boolean'
     ? `(${wrap(metric.sql)}::boolean)::int::float8`
-    : `${wrap(metric.sql)}::float8`;
+    : `nullif(nullif(nullif(${wrap(metric.sql)}::float8, 'NaN'), 'Infinity'), '-Infinity')`;
 }
 
 /**

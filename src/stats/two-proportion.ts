@@ -1,5 +1,5 @@
 import { AppError } from '../app-error.ts';
-import { normalQuantile, normalTwoSided } from './distributions.ts';
+import { normalTwoSided, normalUpperQuantile } from './distributions.ts';
 import { DEFAULT_ALPHA, resolveAlpha, type StatTestResult } from './result.ts';
 import {
   assertExpression,
@@ -53,7 +53,7 @@ function twoProportionFromCounts(groups: [GroupCounts, GroupCounts], alpha = DEF
   const diff = pa - pb;
   const z = diff / se0;
   const se = Math.sqrt((pa * (1 - pa)) / a.n + (pb * (1 - pb)) / b.n);
-  const margin = normalQuantile(1 - alpha / 2) * se;
+  const margin = normalUpperQuantile(alpha / 2) * se;
   return {
     test: 'two_proportion_z',
     statistic: z,

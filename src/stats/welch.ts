@@ -1,5 +1,5 @@
 import { AppError } from '../app-error.ts';
-import { studentTQuantile, studentTTwoSided } from './distributions.ts';
+import { studentTTwoSided, studentTUpperQuantile } from './distributions.ts';
 import { DEFAULT_ALPHA, resolveAlpha, type StatTestResult } from './result.ts';
 import {
   assertExpression,
@@ -64,7 +64,7 @@ function welchFromMoments(groups: [GroupMoments, GroupMoments], alpha = DEFAULT_
   const t = diff / se;
   const df = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1));
   const pooledSd = Math.sqrt(((a.n - 1) * a.variance + (b.n - 1) * b.variance) / (a.n + b.n - 2));
-  const margin = studentTQuantile(1 - alpha / 2, df) * se;
+  const margin = studentTUpperQuantile(alpha / 2, df) * se;
   return {
     test: 'welch_t',
     statistic: t,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { jsonObject, pageInput, timestamp } from '../../trpc/common-schemas.ts';
+import { MIN_ALPHA } from '../../stats/result.ts';
 import { executeQueryInput, executeQueryOutput } from '../sources/sources.schemas.ts';
 import { HYPOTHESIS_STATUSES, STAT_TESTS } from './analytics.entity.ts';
 
@@ -11,12 +12,18 @@ const testName = z
   .describe(
     'welch_t, mann_whitney_u, two_proportion_z: two segment groups; chi_square: the metric as a category across the segment groups; pearson, spearman: the metric against the segment column as a second variable',
   );
-const alpha = z.number().gt(0).lt(1).describe('Significance level, e.g. 0.05');
+const alpha = z
+  .number()
+  .min(MIN_ALPHA, `alpha must be at least ${MIN_ALPHA}`)
+  .lt(1)
+  .describe(
+    `Significance level, e.g. 0.05; at least ${MIN_ALPHA} and below 1 (the interval's level 1 − alpha keeps too few digits of a smaller alpha)`,
+  );
 const columnName = z.string().min(1).max(63);
 
 const metricInput = z.object({
   expression: expression.describe(
-    'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"',
+    'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"; NaN and ±Infinity values count as missing, like NULL, wherever the metric is read as a number (every test but chi_square, which reads it as categories; mining)',
   ),
   kind: z
     .enum(['numeric', 'boolean'])
@@ -74,7 +81,17 @@ const statResult = z.object({
     total: z.number(),
     groups: z.array(z.object({ group: z.string(), n: z.number() })).optional(),
   }),
-  ci: z.object({ of: z.string(), level: z.number(), lower: z.number(), upper: z.number() }).optional(),
+  ci: z
+    .object({
+      of: z.string(),
+      level: z.number(),
+      lower: z.number().nullable(),
+      upper: z.number().nullable(),
+    })
+    .optional()
+    .describe(
+      'null bounds: not a finite number (results stored before alpha was bounded, e.g. at alpha 1e-17)',
+    ),
   details: jsonObject,
 });
 
@@ -237,7 +254,13 @@ export const miningOutput = z.object({
       n: z.number(),
       support: z.number(),
       mean: z.number().nullable(),
-      lift: z.number().nullable(),
+      difference: z.number().describe("The segment's mean minus the population's"),
+      lift: z
+        .number()
+        .nullable()
+        .describe(
+          "The segment's mean over the population's; null when the population mean is zero within rounding (below 1.5e-8 of the metric's mean absolute value), where a ratio is noise: read difference instead",
+        ),
     }),
   ),
 });
