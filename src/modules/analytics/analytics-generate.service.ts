@@ -9,6 +9,7 @@ import { requestCompletion, worstCaseTokens } from '../../llm/openai.ts';
 import { llmManager, type LlmManager } from '../../llm/provider.ts';
 import { organizationLlm, type OrganizationLlm } from '../admin/llm-settings.service.ts';
 import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
+import { numericMetricSql } from '../../stats/sql.ts';
 import type { IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
 import { workspaceWarehouse } from '../sources/sources.service.ts';
 import { targetSchemaOf } from '../workspaces/workspaces.service.ts';
@@ -114,9 +115,9 @@ async function screenTable(
   );
   if (!segments.length) return [];
   const k = segments.length;
+  // The tests' own reading of a metric (NaN and ±Infinity missing), so the screen ranks what they test.
   const metricSql = metrics.map(
-    (m, i) =>
-      `${m.kind === 'boolean' ? `${quoteIdent(m.name)}::int::float8` : `${quoteIdent(m.name)}::float8`} AS m${i}`,
+    (m, i) => `${numericMetricSql({ sql: quoteIdent(m.name), kind: m.kind })} AS m${i}`,
   );
   const segmentSql = segments.map((s, j) => `${quoteIdent(s.name)} AS s${j}`);
   const aliases = segments.map((_, j) => `s${j}`);
