@@ -211,19 +211,23 @@ export async function runMonitoring(
       if (p.tests.length > 0) {
         const existing = new Set(m.table.columns.map((c) => c.name));
         const runnable = p.tests.filter((t) => existing.has(t.column));
+        // A column's tests that cannot run at all: a failed check of their own, an alert.
+        const cannotRun = (column: string, check: string, message: string): CheckResult => ({
+          check_key: checkKey('test', label, column, check),
+          kind: 'test',
+          check,
+          table: label,
+          column,
+          status: 'fail',
+          measured: null,
+          threshold: null,
+          severity: 'error',
+          message,
+        });
         for (const t of p.tests.filter((x) => !existing.has(x.column)))
-          results.push({
-            check_key: checkKey('test', label, t.column, 'column_exists'),
-            kind: 'test',
-            check: 'column_exists',
-            table: label,
-            column: t.column,
-            status: 'fail',
-            measured: null,
-            threshold: null,
-            severity: 'error',
-            message: `${label} has no column ${t.column}: its tests cannot run`,
-          });
+          results.push(
+            cannotRun(t.column, 'column_exists', `${label} has no column ${t.column}: its tests cannot run`),
+          );
         const runTests = (tests: typeof runnable) =>
           warehouse.transaction(async (tx) => {
             await tx.query('set transaction read only');
@@ -245,18 +249,13 @@ export async function runMonitoring(
               } catch (columnError) {
                 if (!(columnError instanceof AppError && columnError.code === 'BAD_REQUEST'))
                   throw columnError;
-                results.push({
-                  check_key: checkKey('test', label, t.column, 'runs'),
-                  kind: 'test',
-                  check: 'runs',
-                  table: label,
-                  column: t.column,
-                  status: 'fail',
-                  measured: null,
-                  threshold: null,
-                  severity: 'error',
-                  message: `The tests of ${label}.${t.column} cannot run: ${columnError.message}`,
-                });
+                results.push(
+                  cannotRun(
+                    t.column,
+                    'runs',
+                    `The tests of ${label}.${t.column} cannot run: ${columnError.message}`,
+                  ),
+                );
               }
             }
           }
