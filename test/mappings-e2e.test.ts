@@ -286,6 +286,15 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     });
     expect(mapping.materialization).toMatchObject({ materialized_version: 9, rows: 4 });
     expect(await targetRows(source)).toEqual(EXPECTED);
+    // The primary key keeps its name run after run (it was named after each run's staging table).
+    for (let i = 0; i < 2; i++) {
+      if (i) expect((await materializeAndWait('customer_profiles')).run.status).toBe('succeeded');
+      const { rows } = await sql(
+        source,
+        `select conname from pg_constraint where conrelid = 'crm.customer_profiles'::regclass and contype = 'p'`,
+      );
+      expect(rows).toEqual([{ conname: 'customer_profiles_pkey' }]);
+    }
   });
 
   it('answers with the figures of a materialization that ended after the mapping was read', async () => {

@@ -107,7 +107,8 @@ export interface MaterializeOptions {
  *     indexes, primary key), leftovers of the same run dropped first;
  *  2. `load`: INSERT … SELECT into the staging table (a cross-database copy COPYs into it instead),
  *     while readers still read the old table undisturbed;
- *  3. `swap` (one transaction, a short exclusive lock): rename target → old, staging → target, drop old.
+ *  3. `swap` (one transaction, a short exclusive lock): rename target → old, staging → target, drop old,
+ *     and give the indexes the target's names back.
  * On any failure run `cleanup`: the target was never touched. If other objects depend on the target
  * (views, foreign keys of other tables), `DROP` in the swap fails and rolls the whole swap back; the
  * materialize job then replaces the rows in place from the staging table. Grants on the target are not
@@ -119,6 +120,25 @@ export interface MaterializePlan {
   load: string;
   swap: string[];
   cleanup: string[];
+}
+
+const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
+
+/**
+ * The swapped-in table's indexes (its primary key's among them) take the target's names again: made
+ * by LIKE, they are named after the staging table (`orders__stg_1a2b3c4d_pkey`), a new name every
+ * run, which tools and people that name a constraint cannot follow. Renaming an index renames the
+ * constraint it backs.
+ */
+function restoreIndexNames(target: TableRef, stagingName: string): string {
+  return `DO $rename$ DECLARE r record; BEGIN
+  FOR r IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = ${literal(tableRefSql(target))}::regclass AND starts_with(c.relname, ${literal(stagingName)})
+  LOOP
+    EXECUTE format('ALTER INDEX %I.%I RENAME TO %I', ${literal(target.schema)}, r.relname,
+      ${literal(target.name)} || substr(r.relname, ${stagingName.length + 1}));
+  END LOOP;
+END $rename$`;
 }
 
 export function materializeSql(options: MaterializeOptions): MaterializePlan {
@@ -138,6 +158,7 @@ export function materializeSql(options: MaterializeOptions): MaterializePlan {
       `ALTER TABLE ${tableRefSql(target)} RENAME TO ${quoteIdent(old)}`,
       `ALTER TABLE ${tableRefSql(staging)} RENAME TO ${quoteIdent(target.name)}`,
       `DROP TABLE ${quoteIdent(target.schema)}.${quoteIdent(old)}`,
+      restoreIndexNames(target, staging.name),
     ],
     cleanup: [`DROP TABLE IF EXISTS ${tableRefSql(staging)}`],
   };
