@@ -810,6 +810,42 @@ describe('audience definitions', () => {
     );
   });
 
+  it('escapes cells a spreadsheet would run as formulas when the CSV destination asks, never by default', async () => {
+    const audience = await create({
+      definition: {
+        type: 'sql',
+        sql: `select customer_id, '=HYPERLINK("http://x.example")' as country, '+15551234567' as email
+          from crm.customers where customer_id <= 2`,
+      },
+      attribute_columns: ['country', 'email'],
+    });
+    expect(audience.status, JSON.stringify(audience.body)).toBe(200);
+    expect((await materialized(audience.body.id)).materialization.status).toBe('succeeded');
+    const download = async (escape_formulas?: boolean) => {
+      const res = await api('POST', '/exports', {
+        body: {
+          audience_id: audience.body.id,
+          destination: { type: 'csv', ...(escape_formulas === undefined ? {} : { escape_formulas }) },
+          field_mapping: [
+            { source: 'customer_id', destination: 'id' },
+            { source: 'country', destination: 'cell' },
+            { source: 'email', destination: 'phone' },
+          ],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const done = await exportFinished(audience.body.id, res.body.export.id, res.body.run.run_id);
+      expect(done.last_run.status, done.last_run.error).toBe('succeeded');
+      const file = await fetch(`${server.url}${done.file.download_url}`, {
+        headers: { authorization: `Bearer ${tenant.admin.token}` },
+      });
+      return parseCsv(await file.text()).slice(1);
+    };
+    // As stored by default: other systems read these values as they are.
+    expect((await download())[0]).toEqual(['1', '=HYPERLINK("http://x.example")', '+15551234567']);
+    expect((await download(true))[0]).toEqual(['1', `'=HYPERLINK("http://x.example")`, "'+15551234567"]);
+  });
+
   it('lists the audiences of the current target database/schema only', async () => {
     const listed = await api('GET', '');
     expect(listed.status).toBe(200);

@@ -53,8 +53,13 @@ async function writeCsv(
   runId: string,
   progress: Progress,
 ) {
-  const config = exp.destinationConfig as { delimiter?: string; include_header?: boolean };
+  const config = exp.destinationConfig as {
+    delimiter?: string;
+    include_header?: boolean;
+    escape_formulas?: boolean;
+  };
   const delimiter = config.delimiter ?? ',';
+  const escapeFormulas = config.escape_formulas === true;
   const path = exportFilePath(deps, exp.organization.id, exp.id);
   const partial = `${path}.${runId}.part`;
   await mkdir(dirname(path), { recursive: true });
@@ -75,7 +80,7 @@ async function writeCsv(
     for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
       let chunk = '';
       for (const row of batch) {
-        chunk += csvLine(Object.values(row), delimiter);
+        chunk += csvLine(Object.values(row), delimiter, escapeFormulas);
         if (chunk.length >= WRITE_CHUNK_CHARS) {
           await write(chunk);
           chunk = '';

@@ -85,18 +85,22 @@ export function exportSelect(
   return `select ${columns} from ${qualifiedName(relation.schema, relation.name)}${order}${limit ? ` limit ${Math.floor(limit)}` : ''}`;
 }
 
-/** One CSV cell, as both the preview-to-CSV comparison and the writer spell it. */
-export function csvCell(value: unknown, delimiter = ','): string {
+/**
+ * One CSV cell, as both the preview-to-CSV comparison and the writer spell it. `escapeFormulas`: a text
+ * that a spreadsheet would run as a formula (OWASP's CSV injection) gets a leading `'`.
+ */
+export function csvCell(value: unknown, delimiter = ',', escapeFormulas = false): string {
   if (value === null || value === undefined) return '';
-  const text =
+  let text =
     value instanceof Date
       ? value.toISOString()
       : typeof value === 'object'
         ? JSON.stringify(value)
         : String(value);
+  if (escapeFormulas && typeof value === 'string' && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
   return text.includes(delimiter) || /["\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 
-export function csvLine(values: unknown[], delimiter = ','): string {
-  return `${values.map((v) => csvCell(v, delimiter)).join(delimiter)}\n`;
+export function csvLine(values: unknown[], delimiter = ',', escapeFormulas = false): string {
+  return `${values.map((v) => csvCell(v, delimiter, escapeFormulas)).join(delimiter)}\n`;
 }

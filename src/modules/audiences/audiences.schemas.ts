@@ -168,6 +168,12 @@ const csvDestination = z.object({
     .optional(),
   delimiter: z.enum([',', ';', '\t', '|']).default(','),
   include_header: z.boolean().default(true),
+  escape_formulas: z
+    .boolean()
+    .default(false)
+    .describe(
+      "For files opened in a spreadsheet: a text cell starting with = + - @ or a tab or carriage return gets a leading ' so it is not run as a formula. Off by default: it changes values (+1555… phone numbers among them) that other systems read as they are",
+    ),
 });
 const postgresDestination = z.object({
   type: z.literal('postgres'),
