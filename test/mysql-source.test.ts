@@ -143,6 +143,14 @@ describe.skipIf(unavailable)(`MySQL source ${unavailable ? `(skipped: ${unavaila
     expect(res.body.rows).toEqual([
       { small: 5, wide: '18446744073709551615', raw: '\\xdeadbeef', padded: '\\x6100', plain: 'text' },
     ]);
+    // Sample values show them the same way (they read as text in the connection's charset).
+    const sample = async (column: string) =>
+      (await call(server, 'GET', `/api/sources/sample-values/bits/${column}`, { token: tenant.admin.token }))
+        .body.values;
+    expect(await sample('small')).toEqual([{ value: '5', count: 1 }]);
+    expect(await sample('raw')).toEqual([{ value: '\\xdeadbeef', count: 1 }]);
+    expect(await sample('padded')).toEqual([{ value: '\\x6100', count: 1 }]);
+    expect(await sample('plain')).toEqual([{ value: 'text', count: 1 }]);
     await db.sql('drop table bits');
   });
 

@@ -199,17 +199,26 @@ export class MysqlWarehouse implements Warehouse {
     return this.#readOnly(
       this.settings.statementTimeoutMs,
       async (c) => {
-        const exists = await this.#rows(
+        const [found] = await this.#rows<{ type: string }>(
           c,
-          'select 1 from information_schema.columns where table_schema = ? and table_name = ? and column_name = ?',
+          'select data_type as type from information_schema.columns where table_schema = ? and table_name = ? and column_name = ?',
           [table.schema, table.name, column],
         );
-        if (!exists.length)
+        if (!found)
           throw new AppError('NOT_FOUND', `Column ${table.schema}.${table.name}.${column} not found`);
         const col = quoteMysqlIdent(column);
+        // As query results show them: a BIT as its number, bytes as \x hex (cast to char read them as
+        // text in the connection's charset, mojibake).
+        const type = String(found.type).toLowerCase();
+        const text =
+          type === 'bit'
+            ? `cast(${col} + 0 as char)`
+            : /^(tiny|medium|long)?blob$|^(var)?binary$/.test(type)
+              ? `concat('\\\\x', lower(hex(${col})))`
+              : `cast(${col} as char)`;
         const rows = await this.#rows<{ value: string; count: string | number }>(
           c,
-          `select cast(${col} as char) as value, count(*) as count from ${mysqlQualified(table)}
+          `select ${text} as value, count(*) as count from ${mysqlQualified(table)}
             where ${col} is not null group by 1 order by 2 desc, 1 limit ?`,
           [limit],
         );
