@@ -137,14 +137,16 @@ export class PermanentJobError extends Error {
   }
 }
 
+/** SQLSTATE classes and driver reasons that a later attempt can get past. */
 const TRANSIENT_REASON =
   /^(08|40|53|57|58|ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|CONNECTION_|STATEMENT_TIMEOUT)/;
 /** SQLSTATE classes that repeat on every attempt: data, integrity, syntax or missing objects, privileges. */
 const DETERMINISTIC_REASON = /^(21|22|23|25|2B|2F|42|44|0A|P0)/;
 
 /**
- * Whether retrying can help (one rule for every job that runs SQL on a warehouse). Unknown failures are retried (they may be transient); our own refusals
- * (plain errors: no source configured, rows multiplied) and the deterministic SQLSTATEs are not.
+ * Whether retrying can help, one rule for every job that runs SQL on a warehouse. Unknown failures are
+ * retried (they may be transient); our own refusals (plain errors: no source configured, rows
+ * multiplied) and the deterministic SQLSTATEs are not.
  */
 export function isDeterministicFailure(error: unknown): boolean {
   if (error instanceof PermanentJobError) return true;

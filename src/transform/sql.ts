@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { POSTGRES_TYPES, type PortableType } from '../warehouse/types.ts';
 import { quoteIdent } from '../warehouse/postgres.ts';
+import { quoteLiteral } from '../quality/sql.ts';
 import type { TableRef } from '../warehouse/warehouse.ts';
 import {
   planMapping,
@@ -122,8 +123,6 @@ export interface MaterializePlan {
   cleanup: string[];
 }
 
-const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
-
 /**
  * The swapped-in table's indexes (its primary key's among them) take the target's names again: made
  * by LIKE, they are named after the staging table (`orders__stg_1a2b3c4d_pkey`), a new name every
@@ -133,10 +132,10 @@ const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
 function restoreIndexNames(target: TableRef, stagingName: string): string {
   return `DO $rename$ DECLARE r record; BEGIN
   FOR r IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-    WHERE i.indrelid = ${literal(tableRefSql(target))}::regclass AND starts_with(c.relname, ${literal(stagingName)})
+    WHERE i.indrelid = ${quoteLiteral(tableRefSql(target))}::regclass AND starts_with(c.relname, ${quoteLiteral(stagingName)})
   LOOP
-    EXECUTE format('ALTER INDEX %I.%I RENAME TO %I', ${literal(target.schema)}, r.relname,
-      ${literal(target.name)} || substr(r.relname, ${stagingName.length + 1}));
+    EXECUTE format('ALTER INDEX %I.%I RENAME TO %I', ${quoteLiteral(target.schema)}, r.relname,
+      ${quoteLiteral(target.name)} || substr(r.relname, ${stagingName.length + 1}));
   END LOOP;
 END $rename$`;
 }

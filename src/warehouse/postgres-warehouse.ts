@@ -70,6 +70,7 @@ const TEXT_FORMATS = [
   // 3: exact on every version (from 12 on, any positive value prints the shortest exact form).
   'set local extra_float_digits = 3',
 ];
+const BEGIN_WITH_TEXT_FORMATS = ['begin', ...TEXT_FORMATS].join(';\n');
 
 /** A PostgreSQL database behind the Warehouse interface, over one pool of the registry. */
 export class PostgresWarehouse implements Warehouse {
@@ -283,8 +284,8 @@ export class PostgresWarehouse implements Warehouse {
         // One row past the cap tells that the result was truncated. The cap is a LIMIT around the
         // statement rather than a cursor: PostgreSQL never runs a portal read with a row limit in
         // parallel, and aggregates over large tables need their parallel workers.
-        const before = kind === 'EXPLAIN' ? '' : 'select * from (\n';
-        const text = kind === 'EXPLAIN' ? statement : `${before}${statement}\n) as capped limit ${cap + 1}`;
+        const text =
+          kind === 'EXPLAIN' ? statement : `select * from (\n${statement}\n) as capped limit ${cap + 1}`;
         const { rows, fields } = await readCapped(
           client,
           text,
@@ -377,7 +378,7 @@ export class PostgresWarehouse implements Warehouse {
 
   async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
     return this.#withClient(async (client) => {
-      await client.query(['begin', ...TEXT_FORMATS].join(';\n'));
+      await client.query(BEGIN_WITH_TEXT_FORMATS);
       try {
         const result = await fn({
           query: async <R extends Record<string, unknown>>(text: string, params?: unknown[]) => {

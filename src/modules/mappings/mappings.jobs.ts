@@ -34,8 +34,6 @@ const COPY_BATCH_ROWS = 2000;
 const COPY_CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_MS = 500;
 
-/** SQLSTATE classes and driver reasons that a later attempt can get past. */
-
 /**
  * A target without a primary key does not refuse duplicated rows: the load must not give a primary
  * row several rows unless a person accepted the fan-out of a join.

@@ -228,6 +228,10 @@ export async function runMonitoring(
           results.push(
             cannotRun(t.column, 'column_exists', `${label} has no column ${t.column}: its tests cannot run`),
           );
+        // The database refused the statement (a bound the column's type cannot hold), as opposed to
+        // an outage.
+        const refused = (error: unknown): error is AppError =>
+          error instanceof AppError && error.code === 'BAD_REQUEST';
         const runTests = (tests: typeof runnable) =>
           warehouse.transaction(async (tx) => {
             await tx.query('set transaction read only');
@@ -236,19 +240,17 @@ export async function runMonitoring(
         try {
           results.push(...(await runTests(runnable)));
         } catch (error) {
-          if (!(error instanceof AppError && error.code === 'BAD_REQUEST')) {
+          if (!refused(error)) {
             skippedTables.add(label);
             summary.errors.push({ table: label, message: `column tests: ${(error as Error).message}` });
           } else {
-            // The database refused the statement (a bound the column's type cannot hold): the tests
-            // run again column by column, so one test that cannot run fails alone, as an alert of
-            // its own, instead of silencing every test of the table.
+            // The tests run again column by column, so one test that cannot run fails alone, as an
+            // alert of its own, instead of silencing every test of the table.
             for (const t of runnable) {
               try {
                 results.push(...(await runTests([t])));
               } catch (columnError) {
-                if (!(columnError instanceof AppError && columnError.code === 'BAD_REQUEST'))
-                  throw columnError;
+                if (!refused(columnError)) throw columnError;
                 results.push(
                   cannotRun(
                     t.column,
