@@ -695,6 +695,7 @@ describe('join proposals', () => {
       type: 'text',
       nullable: true,
       default: null,
+      generated: null,
       description: null,
       position: i,
     })),

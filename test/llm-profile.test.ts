@@ -257,6 +257,7 @@ describe('profiles feed the matcher', () => {
             ...c,
             nullable: true,
             default: null,
+            generated: null,
             description: null,
             position: i + 1,
           })),

@@ -24,10 +24,14 @@ const RELATIONS_SQL = `
      and not c.relispartition
    order by n.nspname, c.relname`;
 
+// A generated column keeps its expression in pg_attrdef, where defaults are: read as a default, it would
+// promise that an insert without the column fills it in, while inserting into it is refused.
 const COLUMNS_SQL = `
   select n.nspname as schema, c.relname as table, a.attname as name, a.attnum as position,
          format_type(a.atttypid, a.atttypmod) as type, not a.attnotnull as nullable,
-         pg_get_expr(d.adbin, d.adrelid) as default, col_description(c.oid, a.attnum) as description
+         case when a.attgenerated = '' then pg_get_expr(d.adbin, d.adrelid) end as default,
+         case when a.attgenerated <> '' then pg_get_expr(d.adbin, d.adrelid) end as generated,
+         col_description(c.oid, a.attnum) as description
     from pg_attribute a
     join pg_class c on c.oid = a.attrelid
     join pg_namespace n on n.oid = c.relnamespace
@@ -67,6 +71,7 @@ interface ColumnRow {
   type: string;
   nullable: boolean;
   default: string | null;
+  generated: string | null;
   description: string | null;
 }
 interface KeyRow {
@@ -126,6 +131,7 @@ export async function introspectCatalog(
       type: c.type,
       nullable: c.nullable,
       default: c.default,
+      generated: c.generated,
       description: c.description,
       position: Number(c.position),
     });

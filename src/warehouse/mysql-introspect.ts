@@ -15,6 +15,7 @@ interface RawColumnRow {
   column_type: string;
   nullable: string;
   default: string | null;
+  generated: string | null;
   description: string;
   extra: string;
 }
@@ -49,7 +50,7 @@ async function mysqlColumns(rows: MysqlRows, mariadb: boolean, schemas: string[]
   const columns = await rows<RawColumnRow>(
     `select table_schema as \`schema\`, table_name as \`table\`, column_name as name, ordinal_position as position,
             column_type as column_type, is_nullable as nullable, column_default as \`default\`,
-            column_comment as description, extra as extra
+            generation_expression as \`generated\`, column_comment as description, extra as extra
        from information_schema.columns where table_schema in (?)
       order by table_schema, table_name, ordinal_position`,
     [schemas],
@@ -68,6 +69,17 @@ async function mysqlColumns(rows: MysqlRows, mariadb: boolean, schemas: string[]
     }
   }
   return { columns, json };
+}
+
+/**
+ * The expression of a generated column, else null. EXTRA says VIRTUAL GENERATED or STORED GENERATED
+ * (MySQL, MariaDB 10.11), VIRTUAL or PERSISTENT (older MariaDB); DEFAULT_GENERATED is MySQL's mark of an
+ * expression default, not a generated column. MySQL's GENERATION_EXPRESSION is '' for other columns.
+ * COLUMN_DEFAULT of a generated column is no default (MariaDB 10.11 says 'NULL' there), nor its expression.
+ */
+function generationOf(col: RawColumnRow): string | null {
+  if (!/\b(VIRTUAL|STORED|PERSISTENT)\b/i.test(col.extra)) return null;
+  return col.generated || null;
 }
 
 /**
@@ -132,8 +144,7 @@ export async function mysqlIntrospect(
       schema: r.schema,
       name: r.name,
       kind: r.type === 'VIEW' ? 'view' : 'table',
-      // A view's comment is the word VIEW, or, for a broken one (MariaDB), why it cannot be selected.
-      description: (r.type === 'VIEW' && r.description === 'VIEW' ? null : r.description) || null,
+      description: r.description || null,
       // InnoDB's estimate; views have none.
       estimated_rows: r.rows === null ? null : Number(r.rows),
       primary_key: [],
@@ -144,12 +155,14 @@ export async function mysqlIntrospect(
   for (const col of columns) {
     const key = `${col.schema}.${col.table}`;
     const mapped = mapMysqlType(col.column_type, json.has(`${key}.${col.name}`));
+    const generated = generationOf(col);
     tables.get(key)?.columns.push({
       name: col.name,
       type: mapped.pg,
       // As loaded: a date column may receive NULL for dates PostgreSQL has none for (zero dates).
       nullable: col.nullable === 'YES' || mayLoadAsNull(mapped.kind),
-      default: col.default,
+      default: generated === null ? col.default : null,
+      generated,
       description: col.description || null,
       position: Number(col.position),
     });

@@ -10,7 +10,10 @@ interface IntrospectedColumn {
   /** PostgreSQL spelling, e.g. `character varying(255)`, `timestamp with time zone`. */
   type: string;
   nullable: boolean;
+  /** What an insert without the column fills in; null for a generated column, whose expression is no default. */
   default: string | null;
+  /** The expression of a generated column (computed from the row's other columns, never inserted); else null. */
+  generated: string | null;
   description: string | null;
   position: number;
 }

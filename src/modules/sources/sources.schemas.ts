@@ -16,7 +16,18 @@ const sourceColumn = z.object({
   name: z.string(),
   type: z.string().describe('PostgreSQL type, e.g. text, numeric(12,2), timestamp with time zone'),
   nullable: z.boolean(),
-  default: z.string().nullable(),
+  default: z
+    .string()
+    .nullable()
+    .describe(
+      'The expression an insert without this column fills in; null for none and for a generated column',
+    ),
+  generated: z
+    .string()
+    .nullable()
+    .describe(
+      "A generated column's expression (PostgreSQL GENERATED ALWAYS AS … STORED, MySQL/MariaDB VIRTUAL or STORED/PERSISTENT): computed from the row, never inserted; null for other columns",
+    ),
   description: z.string().nullable(),
   position: z.number().int(),
   is_primary_key: z.boolean(),

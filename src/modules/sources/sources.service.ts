@@ -107,6 +107,7 @@ async function cteView(warehouse: Warehouse, cte: Cte): Promise<SourceTableView>
       type: c.type,
       nullable: true,
       default: null,
+      generated: null,
       description: null,
       position: i + 1,
       is_primary_key: false,
