@@ -24,6 +24,11 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './wareh
  * `refused`, never truncated into one another. Dates PostgreSQL has no value for load as NULL, so
  * date columns are never NOT NULL in the raw copy; a primary key that then holds a NULL is not
  * created (the table's `without_primary_key` says why) and incremental loads of that table run in full.
+ *
+ * Views load like tables without a primary key (their rows read by a SELECT of the view). A view the
+ * source cannot select (a table or function it reads was dropped, its definer is gone, it signals an
+ * error) is refused with the server's message, and the other tables load: a broken view is common in
+ * legacy databases and says nothing about the rest.
  */
 
 export type LoadMode = 'full' | 'incremental';
@@ -70,6 +75,9 @@ export interface LoadResult {
 /** A failed table's error: names the table (and the column and row when PostgreSQL says which). */
 class TableLoadError extends AppError {}
 
+/** A view the source answered with an error that every attempt would get: refused, not failed. */
+class UnreadableView extends AppError {}
+
 const STATE_TABLE = '_dimas_loads';
 const PROGRESS_EVERY_ROWS = 20_000;
 const UPDATED_NAMES = ['updated_at', 'modified_at', 'last_modified', 'updated', 'modified', 'last_update'];
@@ -104,12 +112,52 @@ function nameProblem(table: IntrospectedTable, columns: MysqlColumn[]): string |
     return `its name is the one of dimas's load-state table ${STATE_TABLE} in the raw schema`;
   const long = (name: string) => Buffer.byteLength(name) > PG_NAME_BYTES;
   const problems: string[] = [];
-  if (long(table.name)) problems.push(`the table name is ${Buffer.byteLength(table.name)} bytes long`);
+  if (long(table.name))
+    problems.push(`the ${kindOf(table)} name is ${Buffer.byteLength(table.name)} bytes long`);
   const columnNames = columns.filter((c) => long(c.name)).map((c) => c.name);
   if (columnNames.length)
     problems.push(`column names are longer than ${PG_NAME_BYTES} bytes: ${columnNames.join(', ')}`);
   if (!problems.length) return null;
-  return `${problems.join('; ')}. PostgreSQL truncates names to ${PG_NAME_BYTES} bytes, so the raw copy cannot keep the source's names: rename them on the source, or leave the table out of the source config's tables`;
+  return `${problems.join('; ')}. PostgreSQL truncates names to ${PG_NAME_BYTES} bytes, so the raw copy cannot keep the source's names: rename them on the source, or leave the ${kindOf(table)} out of the source config's tables`;
+}
+
+const kindOf = (table: IntrospectedTable) => (table.kind === 'view' ? 'view' : 'table');
+
+/** MySQL errors a later attempt can get past: deadlock, lock wait, timeouts, out of memory or disk. */
+const TRANSIENT_ERRNO = new Set([1205, 1213, 3024, 1969, 1021, 1037, 1038, 1041, 1114]);
+
+/**
+ * Whether the source answered a view's SELECT with an error every attempt would get: its definition
+ * (a dropped table, column or function, a definer that no longer exists, missing rights) or what it
+ * computes (a SIGNAL, a conversion it refuses). Lost connections (fatal), killed queries (70),
+ * deadlocks (40) and the transient errnos fail the load as for a table, and the job is retried.
+ */
+function viewFault(error: unknown): error is { sqlMessage: string } {
+  const e = error as { sqlMessage?: string; sqlState?: string; errno?: number; fatal?: boolean };
+  if (!e.sqlMessage || e.fatal || TRANSIENT_ERRNO.has(e.errno ?? 0)) return false;
+  return !/^(08|40|70)/.test(e.sqlState ?? '');
+}
+
+const unreadable = (table: IntrospectedTable, message: string) =>
+  `view ${table.schema}.${table.name} cannot be selected on the source: ${message}. Fix or drop the view on the source, or leave it out of the source config's tables; a raw copy from an earlier load stays as it was`;
+
+/**
+ * Why a view whose columns the catalog does not list cannot be loaded: MariaDB lists none for a view
+ * whose table or function was dropped, and selecting it tells why.
+ */
+async function viewWithoutColumns(source: MysqlWarehouse, table: IntrospectedTable): Promise<string> {
+  const probe = await source.openExtract(`select * from ${mysqlQualified(table)} limit 0`);
+  let ok = false;
+  try {
+    for await (const _ of probe.rows);
+    ok = true;
+  } catch (error) {
+    if (!viewFault(error)) throw probe.translate(error);
+    return unreadable(table, error.sqlMessage);
+  } finally {
+    await probe.finish(ok);
+  }
+  return `view ${table.schema}.${table.name} has no columns in information_schema.COLUMNS, so the raw copy cannot be created`;
 }
 
 /**
@@ -138,7 +186,7 @@ export async function extractLoad(
 ): Promise<LoadResult> {
   const raw = rawSchemaOf(source.config);
   const schema = await source.introspect();
-  const tables = schema.tables.filter((t) => t.kind === 'table');
+  const tables = schema.tables.filter((t) => t.kind === 'table' || t.kind === 'view');
   const columnsOf = await source.sourceColumns(tables);
   // A raw table is named after its source table alone: two source databases with a table of one name
   // would overwrite each other's copy.
@@ -157,12 +205,13 @@ export async function extractLoad(
   for (const [i, table] of tables.entries()) {
     options.signal?.throwIfAborted();
     const columns = columnsOf.get(`${table.schema}.${table.name}`) ?? [];
-    if (!columns.length) continue;
+    // A table without columns was dropped since the catalog was read; a view without any is broken.
+    if (!columns.length && table.kind !== 'view') continue;
     const namesakes = sharing.get(table.name)!;
     const refusal =
       namesakes.length > 1
         ? `${namesakes.map((t) => `${t.schema}.${t.name}`).join(' and ')} would all load into ${raw}.${table.name}: list one of them as database.table in the source config's tables`
-        : nameProblem(table, columns);
+        : (nameProblem(table, columns) ?? (columns.length ? null : await viewWithoutColumns(source, table)));
     if (refusal) result.refused.push({ schema: table.schema, table: table.name, reason: refusal });
     else {
       const progress = async (rows: number) => {
@@ -175,15 +224,19 @@ export async function extractLoad(
       };
       // Progress names the table being loaded from its start (a failure then points at it).
       await progress(0);
-      let loaded: TableLoad;
+      let loaded: TableLoad | null = null;
       try {
         loaded = await loadTable(source, target, raw, table, columns, options, progress);
       } catch (error) {
-        throw options.signal?.aborted ? error : tableError(error, table, raw, target);
+        if (options.signal?.aborted) throw error;
+        if (!(error instanceof UnreadableView)) throw tableError(error, table, raw, target);
+        result.refused.push({ schema: table.schema, table: table.name, reason: error.message });
       }
-      rowsSoFar += loaded.rows;
-      result.tables.push(loaded);
-      result.rows += loaded.rows;
+      if (loaded) {
+        rowsSoFar += loaded.rows;
+        result.tables.push(loaded);
+        result.rows += loaded.rows;
+      }
     }
     await options.onProgress?.({
       table: table.name,
@@ -259,7 +312,8 @@ async function loadTable(
       else if (state.signature !== signature)
         fullBecause = 'the source columns (or how they are loaded) changed';
       else if (state.cursor_column !== cursor) fullBecause = 'the cursor column changed';
-      else if (!pk.length && cursorKind !== 'int') fullBecause = 'no primary key to replace changed rows by';
+      else if (!pk.length && cursorKind !== 'int')
+        fullBecause = `${table.kind === 'view' ? 'a view has ' : ''}no primary key to replace changed rows by`;
       else if (pk.length && !(await hasPrimaryKey(tx, rawTable)))
         fullBecause = `the raw copy has no primary key to replace changed rows by: ${NO_KEY_FOR_NULLS}`;
     }
@@ -290,7 +344,7 @@ async function loadTable(
       const defs = mapped.map((c) => `${quoteIdent(c.name)} ${c.pg}${c.notNull ? ' not null' : ''}`);
       await tx.query(`create table ${rawTable} (${defs.join(', ')})`);
       await tx.query(
-        `comment on table ${rawTable} is ${literal(`Raw copy of MySQL ${table.schema}.${table.name}, loaded by dimas`)}`,
+        `comment on table ${rawTable} is ${literal(`Raw copy of MySQL ${table.kind === 'view' ? 'view ' : ''}${table.schema}.${table.name}, loaded by dimas`)}`,
       );
     }
     const cursorIndex = cursor ? mapped.findIndex((c) => c.name === cursor) : -1;
@@ -337,6 +391,8 @@ async function loadTable(
       ok = true;
     } catch (error) {
       const e = error as { sqlMessage?: string; errno?: number };
+      if (table.kind === 'view' && !options.signal?.aborted && viewFault(error))
+        throw new UnreadableView('BAD_REQUEST', unreadable(table, error.sqlMessage));
       throw e.sqlMessage || e.errno ? extract.translate(error) : error;
     } finally {
       await extract.finish(ok);
@@ -396,7 +452,7 @@ async function hasPrimaryKey(tx: WarehouseTransaction, relation: string): Promis
  * PostgreSQL tells (a COPY error's context, a not-null violation's column).
  */
 function tableError(error: unknown, table: IntrospectedTable, raw: string, target: Warehouse): AppError {
-  if (error instanceof TableLoadError) return error;
+  if (error instanceof TableLoadError || error instanceof UnreadableView) return error;
   const e = error as { column?: string; where?: string };
   const copy = /^COPY .*?, line (\d+)(?:, column (.+?))?(?::|$)/m.exec(e.where ?? '');
   const column = copy?.[2] ?? e.column;
@@ -404,7 +460,7 @@ function tableError(error: unknown, table: IntrospectedTable, raw: string, targe
   const cause = error instanceof AppError ? error : translate(error, target.config, 'user-sql');
   return new TableLoadError(
     cause.code,
-    `Loading table ${table.schema}.${table.name} into ${raw}.${table.name} failed${at.length ? ` (${at.join(', ')})` : ''}: ${cause.message}`,
+    `Loading ${kindOf(table)} ${table.schema}.${table.name} into ${raw}.${table.name} failed${at.length ? ` (${at.join(', ')})` : ''}: ${cause.message}`,
     cause.details,
   );
 }
