@@ -144,7 +144,8 @@ export async function mysqlIntrospect(
       schema: r.schema,
       name: r.name,
       kind: r.type === 'VIEW' ? 'view' : 'table',
-      description: r.description || null,
+      // A view's comment is the word VIEW, or, for a broken one (MariaDB), why it cannot be selected.
+      description: (r.type === 'VIEW' && r.description === 'VIEW' ? null : r.description) || null,
       // InnoDB's estimate; views have none.
       estimated_rows: r.rows === null ? null : Number(r.rows),
       primary_key: [],
