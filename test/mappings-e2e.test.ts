@@ -16,6 +16,7 @@ import {
   type Tenant,
 } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient, type ScratchDatabase } from './helpers/scratch-db.ts';
+import { parseCsv } from './helpers/csv.ts';
 import { mappingView } from '../src/modules/mappings/mappings.service.ts';
 import { TableMapping } from '../src/modules/mappings/mappings.entity.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
@@ -590,5 +591,125 @@ describe('source names with spaces, capitals and symbols', () => {
       `/api/mappings/orders/connection?source_field=${encodeURIComponent('Sales Data.Customer Orders.Order Id')}&target_field=order_id`,
     );
     expect(res.status, JSON.stringify(res.body)).toBe(200);
+  });
+});
+
+describe('a money source column in the Python export', () => {
+  // COPY prints money in the session's lc_monetary ($1,234.56); the script read that text as numeric
+  // and stopped where the SQL's CAST(amount AS numeric) went through.
+  const billing = scratchDatabase('e2e_money');
+  const COLUMNS = ['invoice_id', 'amount', 'amount_cents'];
+  const EXPECTED = [
+    ['1', '1234.56', '123456'],
+    ['2', '-1234.56', '-123456'],
+    ['3', '0.00', '0'],
+    ['4', '92233720368547758.07', '9223372036854775807'],
+    ['5', '-92233720368547758.08', '-9223372036854775808'],
+    ['6', null, null],
+  ];
+  const csvOf = (res: pg.QueryResult) => {
+    const cell = (v: string | null) =>
+      v === null ? '\\N' : /[",\n\r\\]/.test(v) ? `"${v.replaceAll('"', '""')}"` : v;
+    const names = res.fields.map((f) => f.name);
+    return (
+      [names.join(','), ...res.rows.map((r) => names.map((n) => cell(r[n])).join(','))].join('\n') + '\n'
+    );
+  };
+
+  beforeAll(async () => {
+    await billing.create();
+    await sql(
+      billing,
+      `create schema billing;
+       create table billing.invoices (id integer primary key, amount money, fee money, note text);
+       insert into billing.invoices values
+         (1, 1234.56, 1, 'plain'), (2, -1234.56, null, 'credit'), (3, 0, 0, 'zero'),
+         (4, '92233720368547758.07', 2, 'largest'), (5, '-92233720368547758.08', 3, 'smallest'),
+         (6, null, null, 'none');`,
+    );
+    await createWorkspace(server, token, {
+      name: unique('money'),
+      select: true,
+      source_config: config(billing.name, ['billing']),
+      target_config: config(billing.name, ['mart']),
+      target_schema: {
+        name: 'mart',
+        version: '1.0.0',
+        tables: [
+          {
+            name: 'invoices',
+            primary_key: ['invoice_id'],
+            columns: [
+              { name: 'invoice_id', type: 'integer', nullable: false },
+              { name: 'amount', type: 'numeric' },
+              { name: 'amount_cents', type: 'bigint' },
+            ],
+          },
+        ],
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await billing.drop();
+  });
+
+  it('gives the values of the materialized table, exported by the queries it lists', async () => {
+    let res = await api('POST', '/api/mappings/invoices/tables', {
+      body: { source_table: 'billing.invoices', relationship: 'primary' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    for (const [source, target] of [
+      ['id', 'invoice_id'],
+      ['amount', 'amount'],
+    ]) {
+      res = await api('POST', '/api/mappings/invoices/connection', {
+        body: { connection: { source_field: `invoices.${source}`, target_field: target } },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    res = await api('POST', '/api/mappings/invoices/transformation', {
+      body: {
+        transformation: { target_field: 'amount_cents', expression: 'invoices.amount::numeric * 100' },
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/invoices/commit-transformation', { body: { message: 'money' } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const { run: materialized } = await materializeAndWait('invoices');
+    expect(materialized.status, materialized.error).toBe('succeeded');
+    const target = await sql(billing, `select ${COLUMNS.join(', ')} from mart.invoices order by invoice_id`);
+    const sqlRows = target.rows.map((r) => COLUMNS.map((c) => r[c] as string | null));
+    expect(sqlRows).toEqual(EXPECTED);
+
+    const code = await api('POST', '/api/mappings/invoices/generate-code', { body: {} });
+    expect(code.status, JSON.stringify(code.body)).toBe(200);
+    expect(code.body.inputs).toEqual([
+      { source_table: 'billing.invoices', file: 'billing.invoices.csv', query: expect.any(String) },
+    ]);
+    const dir = mkdtempSync(join(workDir, 'money-'));
+    const script = join(dir, code.body.filename);
+    writeFileSync(script, code.body.code);
+    const runScript = () =>
+      run('python3', [script, '--input-dir', dir, '--null', '\\N', '--output', join(dir, 'out.csv')]);
+
+    // Exported as the response says (the script's docstring gives the same \copy commands).
+    for (const input of code.body.inputs)
+      writeFileSync(join(dir, input.file), csvOf(await sql(billing, input.query)));
+    await runScript();
+    const [header, ...pyRows] = parseCsv(readFileSync(join(dir, 'out.csv'), 'utf8'), '\\N');
+    expect(header).toEqual(COLUMNS);
+    pyRows.sort((a, b) => Number(a[0]) - Number(b[0]));
+    expect(pyRows).toEqual(sqlRows);
+
+    // A plain export prints money for display, whose separators depend on the locale: refused, not guessed.
+    writeFileSync(
+      join(dir, 'billing.invoices.csv'),
+      csvOf(await sql(billing, 'select * from billing.invoices')),
+    );
+    const failed = await runScript().catch((error: { stderr: string }) => error);
+    expect((failed as { stderr: string }).stderr).toMatch(
+      /billing\.invoices\.csv:2: column amount: money value "\$1,234\.56" is in a display format.*export the column as numeric/,
+    );
   });
 });

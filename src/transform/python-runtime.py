@@ -154,6 +154,20 @@ def _to_numeric(v, precision=None, scale=None):
     return d
 
 
+_MONEY_RE = re.compile(r'^\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)\s*$')
+
+
+def _to_money(v):
+    """A money column, exported as money::numeric (exact, with the currency's fraction digits). COPY of
+    the column itself prints the session's lc_monetary format ($1,234.56, -1.234,56 EUR, (1,234.56)), in
+    which separators and the sign cannot be told apart without that locale: refused, never guessed."""
+    if v is None: return None
+    if not _MONEY_RE.match(v):
+        _err('money value "%s" is in a display format (lc_monetary); export the column as numeric '
+             '(column::numeric, as the export queries in the docstring do)' % v)
+    return Decimal(v.strip())
+
+
 def _to_float(v):
     if v is None: return None
     if isinstance(v, bool): _err('cannot cast type boolean to double precision')

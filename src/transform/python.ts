@@ -10,6 +10,9 @@ import {
   type TargetTable,
 } from './mapping.ts';
 import { PYTHON_RUNTIME } from './python-runtime.ts';
+import { sourceTableSql } from './sql.ts';
+import { quoteIdent } from '../warehouse/postgres-sql.ts';
+import { quoteLiteral } from '../quality/sql.ts';
 
 /*
  * The "Python mapping code" of a mapping: a standalone Python 3 script (standard library only) that
@@ -21,6 +24,11 @@ import { PYTHON_RUNTIME } from './python-runtime.ts';
  *  - CSV values are text unless the source column types are given (`sourceColumns`, as introspection
  *    reports them): then integers, numerics, booleans, dates, timestamps, json and uuid are parsed
  *    first, so comparisons and arithmetic behave as in the database.
+ *  - money columns are read as numeric, exported as `column::numeric` by the export query of each table
+ *    (`PythonInput.query`): COPY prints money in the exporting session's lc_monetary (`$1,234.56`,
+ *    `-1.234,56 €`), which the script cannot read back without guessing the locale, so it refuses that
+ *    form. Money values are then numbers: printed as text they show no lc_monetary format, and
+ *    arithmetic on them is numeric (without the money type's rounding to cents).
  *  - NULL is the `--null` marker (default: an empty field). Python's csv module cannot tell `""` from
  *    an empty field, so with the default an empty string reads as NULL; export with a marker such as
  *    `\N` (COPY … WITH (FORMAT csv, HEADER, NULL '\N')) for an exact round trip.
@@ -35,6 +43,13 @@ import { PYTHON_RUNTIME } from './python-runtime.ts';
 export interface PythonOptions extends PlanOptions {
   /** Source column types per table key, e.g. `{ 'shop.customers': { id: 'integer', email: 'text' } }`. */
   sourceColumns?: Record<string, Record<string, string>>;
+}
+
+/** One CSV file the script reads, and the query that exports it in the form the script reads. */
+export interface PythonInput {
+  source_table: string;
+  file: string;
+  query: string;
 }
 
 type Node = ExpressionNode;
@@ -94,6 +109,22 @@ function conversionFor(typeName: string, typmods: number[] = []): string | null 
     default:
       return null;
   }
+}
+
+const isMoney = (typeName: string | undefined) => typeName?.trim().toLowerCase() === 'money';
+
+/**
+ * How the script reads a source column of this type. money is read here only, not as a cast target:
+ * the export turns it into numeric (see `exportColumn`), and nothing in the script would give `::money`
+ * PostgreSQL's locale-dependent text.
+ */
+function sourceConversionFor(typeName: string): string | null {
+  return isMoney(typeName) ? '_to_money' : conversionFor(typeName);
+}
+
+/** A column of an export query: money as numeric, which is exact whatever the session's lc_monetary. */
+function exportColumn(column: string, typeName: string | undefined): string {
+  return isMoney(typeName) ? `${quoteIdent(column)}::numeric AS ${quoteIdent(column)}` : quoteIdent(column);
 }
 
 const TARGET_CONVERSIONS: Record<PortableType, string> = {
@@ -347,8 +378,14 @@ function indent(text: string, spaces: number): string {
     .join('\n');
 }
 
-/** The script of a planned mapping; deterministic (no timestamps), so diffs show real changes. */
-function pythonFromPlan(plan: MappingPlan, options: PythonOptions = {}): string {
+/**
+ * The script of a planned mapping and the exports it reads; deterministic (no timestamps), so diffs
+ * show real changes.
+ */
+function pythonFromPlan(
+  plan: MappingPlan,
+  options: PythonOptions = {},
+): { code: string; inputs: PythonInput[] } {
   const tables = [plan.primary, ...plan.joins];
   const byName = new Map<string, SourceTable>();
   for (const t of tables) {
@@ -422,9 +459,12 @@ function pythonFromPlan(plan: MappingPlan, options: PythonOptions = {}): string 
 
   const converters = tables.map((t) => {
     const types = options.sourceColumns?.[t.key] ?? {};
+    // Only the columns the mapping reads: a column it ignores (a money column exported as COPY prints
+    // it, say) must not stop the run.
     const entries = Object.keys(types)
+      .filter((column) => needed.get(t.key)!.has(column))
       .sort()
-      .map((column) => [column, conversionFor(types[column])] as const)
+      .map((column) => [column, sourceConversionFor(types[column])] as const)
       .filter(([, conversion]) => conversion !== null)
       .map(([column, conversion]) => `        ${py(column)}: ${conversion},`);
     return `    ${py(t.key)}: {\n${entries.join('\n')}${entries.length ? '\n' : ''}    },`;
@@ -434,7 +474,21 @@ function pythonFromPlan(plan: MappingPlan, options: PythonOptions = {}): string 
   );
   const header = plan.columns.map((c) => c.name);
 
-  return `#!/usr/bin/env python3
+  const inputs: PythonInput[] = tables.map((t) => {
+    const types = options.sourceColumns?.[t.key] ?? {};
+    const columns = [...needed.get(t.key)!].sort();
+    const list = columns.length ? columns.map((c) => exportColumn(c, types[c])).join(', ') : '*';
+    return { source_table: t.key, file: `${t.key}.csv`, query: `SELECT ${list} FROM ${sourceTableSql(t)}` };
+  });
+  // The docstring is a raw string: three quotes in an identifier would end it, so they are broken up.
+  const exportLines = inputs.map((i) =>
+    `    \\copy (${i.query}) TO ${quoteLiteral(i.file)} WITH (FORMAT csv, HEADER, NULL '\\N')`.replaceAll(
+      '"""',
+      '""\\"',
+    ),
+  );
+
+  const code = `#!/usr/bin/env python3
 r"""Mapping of target table ${plan.target.name}, generated by dimas from the mapping; do not edit.
 
 Applies the same transformation as the generated SQL to CSV exports of the source tables
@@ -447,8 +501,16 @@ DIR holds <table>.csv for each source table (e.g. ${plan.primary.key}.csv); --ta
 table elsewhere. NULL is written and read as MARKER (default: an empty field; Python's csv module cannot
 tell "" from an empty field, so use a marker such as \\N for an exact round trip). Output: CSV with a
 header, values printed as PostgreSQL prints them (booleans t/f, timestamptz in UTC).
+
+Export the tables with psql as follows, then run with --null '\\N'. money columns must arrive as numeric,
+as these queries give them: COPY prints money in the session's lc_monetary ($1,234.56 or 1.234,56 EUR),
+which this script refuses rather than guess.
+${exportLines.join('\n')}
+
 Limits: joined tables are held in memory (the primary table is streamed); dates and timestamps are read
-in ISO form; text is compared by code point, not by the database collation.
+in ISO form; text is compared by code point, not by the database collation; money values are numbers
+here: printed as text they show no lc_monetary format, and arithmetic on them is numeric (without the
+money type's rounding to cents).
 Standard library only; Python 3.8 or later.
 """
 import argparse
@@ -524,6 +586,16 @@ def main(argv=None):
 if __name__ == '__main__':
     sys.exit(main())
 `;
+  return { code, inputs };
+}
+
+/** The Python script of a mapping and its inputs (BAD_REQUEST naming what cannot be translated). */
+export async function generatePython(
+  mapping: Mapping,
+  target: TargetTable,
+  options: PythonOptions = {},
+): Promise<{ code: string; inputs: PythonInput[] }> {
+  return pythonFromPlan(await planMapping(mapping, target, options), options);
 }
 
 /** The Python script of a mapping (BAD_REQUEST naming what cannot be translated). */
@@ -532,5 +604,5 @@ export async function generatePythonScript(
   target: TargetTable,
   options: PythonOptions = {},
 ): Promise<string> {
-  return pythonFromPlan(await planMapping(mapping, target, options), options);
+  return (await generatePython(mapping, target, options)).code;
 }

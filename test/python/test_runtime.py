@@ -41,6 +41,14 @@ class NumericValues(unittest.TestCase):
         with self.assertRaisesRegex(rt.MappingError, 'invalid input syntax'):
             rt._to_int('4x')
 
+    def test_money_reads_its_numeric_export_and_refuses_the_display_format(self):
+        # select '-92233720368547758.08'::money::numeric → -92233720368547758.08 (scale kept)
+        self.assertEqual(str(rt._to_money('-92233720368547758.08')), '-92233720368547758.08')
+        self.assertEqual(str(rt._to_money('0.00')), '0.00')
+        for shown in ('$1,234.56', '-$1,234.56', '1.234,56 EUR', '($1,234.56)'):
+            with self.assertRaisesRegex(rt.MappingError, 'export the column as numeric'):
+                rt._to_money(shown)
+
 
 class ThreeValuedLogic(unittest.TestCase):
     def test_and_or_with_null(self):

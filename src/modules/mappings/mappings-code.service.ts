@@ -6,7 +6,7 @@ import type { Warehouse } from '../../warehouse/warehouse.ts';
 import { quoteIdent } from '../../warehouse/postgres.ts';
 import { planMapping, splitSourceField, type TargetTable } from '../../transform/mapping.ts';
 import { columnSql, generateSelectSql, selectSqlFromPlan } from '../../transform/sql.ts';
-import { generatePythonScript } from '../../transform/python.ts';
+import { generatePython } from '../../transform/python.ts';
 import { pushWorkspaceFiles, type PushResult } from '../../vcs/push-workspace.ts';
 import { invalidateWorkspaceCaches, mappingCache } from '../workspaces/workspaces-cache.ts';
 import { currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
@@ -158,17 +158,16 @@ export async function generateCode(scope: CallerScope, tableName: string) {
     const table = catalog.byKey.get(key);
     if (table) sourceColumns[key] = Object.fromEntries(table.columns);
   }
-  const code = await generatePythonScript(input, target, { sourceColumns });
-  const inputs = Object.keys(mapping.tables)
-    .map((k) => `${k}.csv`)
-    .join(', ');
+  const { code, inputs } = await generatePython(input, target, { sourceColumns });
+  const files = inputs.map((i) => i.file).join(', ');
   return {
     table_name: tableName,
     language: 'python' as const,
     filename: `${tableName}.py`,
     code,
     version: mapping.version,
-    usage: `python3 ${tableName}.py --input-dir <directory with ${inputs}> --output ${tableName}.csv [--null '\\N']`,
+    usage: `python3 ${tableName}.py --input-dir <directory with ${files}> --output ${tableName}.csv [--null '\\N']`,
+    inputs,
   };
 }
 

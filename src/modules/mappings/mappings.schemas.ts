@@ -349,6 +349,19 @@ export const generateCodeOutput = z.object({
   code: z.string(),
   version: z.number().int(),
   usage: z.string(),
+  inputs: z
+    .array(
+      z.object({
+        source_table: z.string(),
+        file: z.string().describe('The CSV file the script reads the table from, in --input-dir'),
+        query: z
+          .string()
+          .describe(
+            "The SELECT to export the table with (e.g. psql: \\copy (query) TO 'file' WITH (FORMAT csv, HEADER, NULL '\\N')): the columns the script reads, money as numeric",
+          ),
+      }),
+    )
+    .describe('One CSV export per source table of the mapping'),
 });
 
 // ---- preview, diff, commit, materialize ----
