@@ -304,6 +304,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       await context.progress({
         rows_exported: rows,
         total_rows: total,
+        rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
         percent: total ? Math.min(100, Math.round((rows / total) * 100)) : null,
         source_table: table,
         ...extra,

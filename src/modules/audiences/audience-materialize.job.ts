@@ -52,17 +52,24 @@ async function materializeAudience(deps: AppDeps, payload: MaterializePayload, c
     const select = await memberSelect(audience, targetSchemaOf(audience.workspace));
     const warehouse = await warehouses(deps).open(config, `${audience.workspace.id}:target`);
     // The audience's SQL runs inside a write (CREATE TABLE … AS): it must pass the read-only rules first.
+    // The count of rows without an identifier wraps the same statement in count(*) and null tests only.
     await warehouse.assertUserSqlAllowed(select.sql);
     const table = audienceTableName(audience.id, version, context.runId);
     const view = audienceViewName(audience.id);
     const previous = audience.materializedTable;
     const outcome = await warehouse.transaction(async (tx) => {
+      // One snapshot for both statements: the members and the rows left out add up to the rows that
+      // matched, even while the source table is being written.
+      await tx.query('set transaction isolation level repeatable read');
       await tx.query(`create schema if not exists ${quoteIdent(MATERIALIZED_SCHEMA)}`);
       await tx.query(`drop table if exists ${qualifiedName(MATERIALIZED_SCHEMA, table)}`);
       const created = await tx.query(
         `create table ${qualifiedName(MATERIALIZED_SCHEMA, table)} as ${select.sql}`,
         select.params,
       );
+      // A second read of the matched rows (0.2 s per million on a plain column; an index, such as a
+      // primary key's, answers it at once): a count cannot come out of CREATE TABLE … AS.
+      const [left] = (await tx.query<{ n: string }>(select.withoutIdentifierSql, select.params)).rows;
       const columns = await tx.query<{ name: string; type: string }>(
         `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type
            from pg_attribute a
@@ -77,7 +84,7 @@ async function materializeAudience(deps: AppDeps, payload: MaterializePayload, c
       );
       if (previous && previous !== table)
         await tx.query(`drop table if exists ${qualifiedName(MATERIALIZED_SCHEMA, previous)}`);
-      return { rowCount: created.rowCount, columns: columns.rows };
+      return { rowCount: created.rowCount, withoutIdentifier: Number(left.n), columns: columns.rows };
     });
     const durationMs = Math.round(performance.now() - started);
     const fresh = em.fork() as EntityManager;
@@ -98,6 +105,7 @@ async function materializeAudience(deps: AppDeps, payload: MaterializePayload, c
       materializedView: view,
       materializedColumns: outcome.columns,
       rowCount: outcome.rowCount,
+      rowsWithoutIdentifier: outcome.withoutIdentifier,
       materializedAt: new Date(),
       lastDurationMs: durationMs,
       lastError: null,
@@ -106,6 +114,7 @@ async function materializeAudience(deps: AppDeps, payload: MaterializePayload, c
     await fresh.flush();
     return {
       row_count: outcome.rowCount,
+      rows_without_identifier: outcome.withoutIdentifier,
       table: `${MATERIALIZED_SCHEMA}.${view}`,
       versioned_table: `${MATERIALIZED_SCHEMA}.${table}`,
       definition_version: version,

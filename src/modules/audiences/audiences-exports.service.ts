@@ -360,6 +360,7 @@ export async function previewExport(
     rows: result.rows,
     row_count: result.row_count,
     total_rows: audience.rowCount ?? null,
+    rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
   };
 }
 

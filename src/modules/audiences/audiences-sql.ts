@@ -36,9 +36,29 @@ export function schemaTable(schema: TargetSchema | null, table: string): SchemaT
 export interface MemberSelect {
   sql: string;
   params: unknown[];
+  /**
+   * `select count(*) as n`: the rows that match the definition but are left out for lacking an
+   * identifier, with the same params.
+   */
+  withoutIdentifierSql: string;
 }
 
-/** The SELECT of an audience's members: its identifier and attribute columns, nothing else. */
+/**
+ * Whether a row can be identified downstream: at least one identifier column holds a value (with email
+ * and phone as identifiers, either is enough). A row without any cannot be matched or deduplicated by
+ * a destination, so it is no member. `is distinct from null` tests the value itself, where `is not null`
+ * on a composite value tests each of its fields; on a plain column PostgreSQL plans both as the same
+ * null test, which an index answers.
+ */
+function identified(identifierColumns: string[]): string {
+  return `(${identifierColumns.map((c) => `${quoteIdent(c)} is distinct from null`).join(' or ')})`;
+}
+
+/**
+ * The SELECT of an audience's members: its identifier and attribute columns, nothing else, of the rows
+ * that match its definition and carry an identifier. Everything that counts, lists or sends members
+ * reads the table materialized from it.
+ */
 export async function memberSelect(
   audience: Pick<
     AudienceEntity,
@@ -53,20 +73,28 @@ export async function memberSelect(
   schema: TargetSchema | null,
 ): Promise<MemberSelect> {
   const columns = [...audience.identifierColumns, ...audience.attributeColumns].map(quoteIdent).join(', ');
+  const hasIdentifier = identified(audience.identifierColumns);
   if (audience.definitionType === 'sql') {
     const { kind, statement } = await assertReadOnlySql(audience.sql ?? '');
     if (kind !== 'SELECT')
       throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
     // The statement as parsed (no final semicolon), on lines of its own so a trailing comment ends there.
-    return { sql: `select ${columns} from (\n${statement}\n) as audience_source`, params: [] };
+    const source = `(\n${statement}\n) as audience_source`;
+    return {
+      sql: `select ${columns} from ${source} where ${hasIdentifier}`,
+      params: [],
+      withoutIdentifierSql: `select count(*) as n from ${source} where not ${hasIdentifier}`,
+    };
   }
   const table = schemaTable(schema, audience.targetTable);
   if (!table)
     throw new AppError('BAD_REQUEST', `Table ${audience.targetTable} is no longer in the target schema`);
   const { where, params } = compileRules(audience.rules, table.columns, { table: table.name });
+  const relation = qualifiedName(audience.targetSchema, table.name);
   return {
-    sql: `select ${columns} from ${qualifiedName(audience.targetSchema, table.name)} where ${where}`,
+    sql: `select ${columns} from ${relation} where ${where} and ${hasIdentifier}`,
     params,
+    withoutIdentifierSql: `select count(*) as n from ${relation} where ${where} and not ${hasIdentifier}`,
   };
 }
 

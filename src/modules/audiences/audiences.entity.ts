@@ -55,6 +55,11 @@ export const Audience = defineEntity({
     materializedSchema: p.string().nullable(),
     materializedColumns: p.json<MaterializedColumn[]>().nullable(),
     rowCount: p.bigint('number').nullable(),
+    /**
+     * Rows that matched the definition at the last materialization but are no members: every
+     * identifier column NULL. Null for a materialization made before it was counted.
+     */
+    rowsWithoutIdentifier: p.bigint('number').nullable(),
     materializedAt: p.datetime().nullable(),
     lastDurationMs: p.integer().nullable(),
     lastError: p.text().nullable(),

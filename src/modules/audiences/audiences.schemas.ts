@@ -39,7 +39,9 @@ export const createAudienceInput = z.object({
   definition: definitionInput,
   identifier_columns: columnList
     .optional()
-    .describe("Columns identifying a member; default the target table's primary key"),
+    .describe(
+      "Columns identifying a member; default the target table's primary key. A row is a member only if at least one of them is not NULL",
+    ),
   attribute_columns: columnList.optional().describe('Further columns copied into the materialized table'),
 });
 
@@ -53,6 +55,15 @@ export const updateAudienceInput = audienceIdInput.extend({
 });
 
 const materializedColumn = z.object({ name: z.string(), type: z.string() });
+
+/** Beside every figure of an audience's size, so a size below a plain count of the table explains itself. */
+const rowsWithoutIdentifier = z
+  .number()
+  .int()
+  .nullable()
+  .describe(
+    'Rows that matched the definition at the last materialization but are not members because every identifier column is NULL (a destination could not match or deduplicate them); not counted in the size, previews or exports. Null when not materialized, or materialized before this was counted',
+  );
 
 export const audienceOutput = z.object({
   id: z.string(),
@@ -76,7 +87,8 @@ export const audienceOutput = z.object({
     table: z.string().nullable().describe('schema.view that always shows the newest version'),
     versioned_table: z.string().nullable(),
     columns: z.array(materializedColumn),
-    row_count: z.number().int().nullable(),
+    row_count: z.number().int().nullable().describe('Members: matching rows with an identifier'),
+    rows_without_identifier: rowsWithoutIdentifier,
     materialized_at: timestamp.nullable(),
     duration_ms: z.number().int().nullable(),
     error: z.string().nullable(),
@@ -112,7 +124,8 @@ export const materializeOutput = runOutput.extend({ audience_id: z.string() });
 
 export const sizeOutput = z.object({
   audience_id: z.string(),
-  row_count: z.number().int().nullable(),
+  row_count: z.number().int().nullable().describe('Members: matching rows with an identifier'),
+  rows_without_identifier: rowsWithoutIdentifier,
   materialized: z.boolean(),
   stale: z.boolean(),
   status: z.enum(MATERIALIZATION_STATUSES),
@@ -146,6 +159,7 @@ export const dashboardOutput = z.object({
       target_table: z.string(),
       definition_type: z.enum(['rules', 'sql']),
       size: z.number().int().nullable(),
+      rows_without_identifier: rowsWithoutIdentifier,
       materialization_status: z.enum(MATERIALIZATION_STATUSES),
       stale: z.boolean(),
       materialized_at: timestamp.nullable(),
@@ -237,7 +251,9 @@ export const updateExportInput = exportIdInput.extend({
 const runView = z.object({
   run_id: z.string(),
   status: z.string(),
-  progress: jsonObject,
+  progress: jsonObject.describe(
+    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), percent; webhooks: batches_sent",
+  ),
   error: z.string().nullable(),
   started_at: timestamp.nullable(),
   finished_at: timestamp.nullable(),
@@ -280,6 +296,7 @@ export const previewOutput = z.object({
   rows: z.array(jsonObject),
   row_count: z.number().int(),
   total_rows: z.number().int().nullable().describe('Members of the materialized audience'),
+  rows_without_identifier: rowsWithoutIdentifier,
 });
 
 // ---- performance and conversions ----

@@ -93,6 +93,7 @@ function audienceView(audience: AudienceEntity) {
       versioned_table: materialized ? `${audience.materializedSchema}.${audience.materializedTable}` : null,
       columns: audience.materializedColumns ?? [],
       row_count: audience.rowCount ?? null,
+      rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
       materialized_at: audience.materializedAt ?? null,
       duration_ms: audience.lastDurationMs ?? null,
       error: audience.lastError ?? null,
@@ -410,6 +411,8 @@ export async function audienceSize(scope: CallerScope, id: string) {
   return {
     audience_id: audience.id,
     row_count: materialized ? Number(audience.rowCount) : null,
+    rows_without_identifier:
+      materialized && audience.rowsWithoutIdentifier != null ? Number(audience.rowsWithoutIdentifier) : null,
     materialized,
     stale,
     status: audience.materializationStatus,
@@ -467,7 +470,8 @@ export async function dashboard(scope: CallerScope) {
   const rows = await scope.em.execute(
     `select w.name as workspace_name, y.* from workspaces w left join (select x.*, ${RATIOS_SQL}
        from (
-         select a.id, a.name, a.target_table, a.definition_type, a.row_count, a.materialization_status,
+         select a.id, a.name, a.target_table, a.definition_type, a.row_count, a.rows_without_identifier,
+                a.materialization_status,
                 a.definition_version, a.materialized_version, a.materialized_at,
                 extract(epoch from now() - a.materialized_at)::bigint as freshness_seconds,
                 coalesce(e.export_count, 0) as export_count, coalesce(e.active_count, 0) as active_export_count,
@@ -506,6 +510,10 @@ export async function dashboard(scope: CallerScope) {
         target_table: String(r.target_table),
         definition_type: r.definition_type as 'rules' | 'sql',
         size: r.materialized_version == null || r.row_count == null ? null : Number(r.row_count),
+        rows_without_identifier:
+          r.materialized_version == null || r.rows_without_identifier == null
+            ? null
+            : Number(r.rows_without_identifier),
         materialization_status: r.materialization_status as AudienceEntity['materializationStatus'],
         stale:
           r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
