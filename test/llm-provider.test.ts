@@ -285,6 +285,69 @@ describe('openai mode against a local OpenAI-compatible server', () => {
     setTimeout(() => controller.abort(), 100);
     await expect(matchTableWithProvider(request, context({ signal: controller.signal }))).rejects.toThrow();
   });
+
+  it("holds the model's picks to the offline type rule: a refused pick takes no column and is not a model pick", async () => {
+    const typed: TargetTable = {
+      name: 'customers',
+      primary_key: ['customer_id'],
+      columns: [
+        { name: 'customer_id', type: 'text' },
+        { name: 'email', type: 'text' },
+        { name: 'interests', type: 'text' },
+        { name: 'visits', type: 'integer' },
+        { name: 'order_count', type: 'integer' },
+        { name: 'score', type: 'integer' },
+      ],
+    };
+    const contacts: SourceTable[] = [
+      {
+        name: 'contacts',
+        columns: [
+          { name: 'id', type: 'integer', isPrimaryKey: true },
+          { name: 'mail', type: 'text', patterns: [{ pattern: 'email', share: 1 }] },
+          { name: 'visit_count', type: 'integer' },
+          { name: 'visit_log', type: 'integer[]' },
+          { name: 'interests', type: 'text[]' },
+        ],
+      },
+    ];
+    queue.push({
+      content: JSON.stringify({
+        mappings: [
+          { target_field: 'visits', source_field: 'contacts.visit_log', confidence: 0.95 },
+          { target_field: 'order_count', source_field: 'contacts.visit_count', confidence: 0.7 },
+          // Surer than anything else in the answer: without the rule it would take the column from `interests`.
+          { target_field: 'score', source_field: 'contacts.interests', confidence: 0.99 },
+        ],
+      }),
+    });
+    const out = await matchTableWithProvider({ target: typed, sources: contacts }, context());
+    expect(out.source).toBe('openai');
+    const byField = Object.fromEntries(out.match.fields.map((f) => [f.target_field, f]));
+    expect(byField.interests.suggestion?.source_field).toBe('contacts.interests');
+    expect(byField.order_count.suggestion?.source_field).toBe('contacts.visit_count');
+    expect(byField.visits.suggestion).toBeNull();
+    expect(byField.score.suggestion).toBeNull();
+    expect(byField.visits.candidates.map((c) => c.source_field)).not.toContain('contacts.visit_log');
+    expect(byField.score.candidates.map((c) => c.source_field)).not.toContain('contacts.interests');
+    expect(Object.fromEntries(out.modelPicks)).toEqual({ order_count: 'contacts.visit_count' });
+    expect(out.refusedPicks).toEqual([
+      {
+        target_field: 'visits',
+        source_field: 'contacts.visit_log',
+        message:
+          'The model proposed contacts.visit_log (integer[]) for integer field visits of customers: incompatible ' +
+          "types, no cast exists; left without a suggestion: the offline one, contacts.visit_count, is the model's pick for order_count",
+      },
+      {
+        target_field: 'score',
+        source_field: 'contacts.interests',
+        message:
+          'The model proposed contacts.interests (text[]) for integer field score of customers: incompatible ' +
+          'types, no cast exists; left without a suggestion: the offline matcher has none',
+      },
+    ]);
+  });
 });
 
 describe('budget', () => {

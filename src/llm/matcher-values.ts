@@ -122,6 +122,15 @@ export function typeCompatibility(source: ColumnValues, targetType: string): num
   }
 }
 
+/**
+ * Whether a source column can feed a target type at all. The generated SQL casts the column to the
+ * field's type, and for the pairs scored 0 (an array into json or an integer) PostgreSQL has no cast:
+ * the offline matcher never proposes such a pair and the model's proposals are held to the same rule.
+ */
+export function canFeed(source: ColumnValues, targetType: string): boolean {
+  return typeCompatibility(source, targetType) > 0;
+}
+
 export interface Expectation {
   patterns: ValuePattern[];
   /** How telling the pattern is: an e-mail column is unmistakable, a state code less so. */
@@ -165,10 +174,8 @@ export function patternTerm(
 ): { term: number; evidence: number; pattern: ValuePattern | null } {
   const patterns = source.patterns ?? [];
   const sourceFamily = typeFamily(source.type);
-  // A source that cannot feed the type at all (an array into json or an integer): the generated SQL
-  // would cast it and PostgreSQL refuse, so no name or value evidence lifts such a pair back.
-  if (typeCompatibility(source, targetType) === 0)
-    return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };
+  // No name or value evidence lifts a pair back that PostgreSQL would refuse to cast.
+  if (!canFeed(source, targetType)) return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };
   // Values that only restate the declared type ("an integer column holds integers") add nothing.
   if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
     const same = typeFamily(targetType) === sourceFamily;

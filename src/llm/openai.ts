@@ -8,6 +8,7 @@ import {
   type TableMatch,
   type TargetTable,
 } from './offline-matcher.ts';
+import { canFeed } from './matcher-values.ts';
 import type { LlmParameters } from './parameters.ts';
 import { isPersonalColumn } from './pii.ts';
 
@@ -147,19 +148,49 @@ export function parseMatchAnswer(
   return { ok: true, answer: parsed.data };
 }
 
+/** A source column the model proposed for a field whose type it cannot feed (see `canFeed`). */
+export interface RefusedPick {
+  target_field: string;
+  source_field: string;
+  /** What happened and what the field got instead, for the person reviewing the run. */
+  message: string;
+}
+
+export interface MergedAnswer {
+  match: TableMatch;
+  /** `target_field → source_field` of the suggestions that are the model's own picks. */
+  modelPicks: Map<string, string>;
+  refused: RefusedPick[];
+}
+
 /**
  * The model's choices over the offline result: its pick leads each field's candidates, fields it
  * left out keep the offline suggestion, and a column it gave to two fields goes to the surer one.
+ * A pick the offline matcher's type rule refuses counts as no answer for that field, whatever its
+ * confidence: the generated SQL would fail on it, and it must not take a column from another field.
  */
 export function mergeAnswer(
   offline: TableMatch,
   answer: LlmMatchAnswer,
+  tables: { target: TargetTable; sources: readonly SourceTable[] },
   options: MatchOptions = {},
-): TableMatch {
+): MergedAnswer {
   const threshold = options.threshold ?? 0.5;
-  const byField = new Map(answer.mappings.map((m) => [m.target_field, m]));
+  const fieldTypes = new Map(tables.target.columns.map((c) => [c.name, c.type]));
+  const columns = new Map<string, SourceTable['columns'][number]>(
+    tables.sources.flatMap((t) => t.columns.map((c) => [`${t.name}.${c.name}`, c] as const)),
+  );
+  const refusedPicks: LlmMatchAnswer['mappings'] = [];
+  const accepted = answer.mappings.filter((m) => {
+    const column = m.source_field ? columns.get(m.source_field) : undefined;
+    const type = fieldTypes.get(m.target_field);
+    if (!column || type === undefined || canFeed(column, type)) return true;
+    refusedPicks.push(m);
+    return false;
+  });
+  const byField = new Map(accepted.map((m) => [m.target_field, m]));
   const claimed = new Map<string, { field: string; confidence: number }>();
-  for (const m of answer.mappings) {
+  for (const m of accepted) {
     if (!m.source_field || m.confidence < threshold) continue;
     const current = claimed.get(m.source_field);
     if (!current || m.confidence > current.confidence)
@@ -193,11 +224,45 @@ export function mergeAnswer(
       ambiguity: ambiguityOf(f.target_field, candidates, options),
     };
   });
+  const modelPicks = new Map(
+    fields.flatMap((f) =>
+      f.suggestion && byField.get(f.target_field)?.source_field === f.suggestion.source_field
+        ? [[f.target_field, f.suggestion.source_field] as const]
+        : [],
+    ),
+  );
+  const refused = refusedPicks.map((m) => {
+    const source = m.source_field!;
+    const now = fields.find((f) => f.target_field === m.target_field)?.suggestion;
+    const before = offline.fields.find((f) => f.target_field === m.target_field)?.suggestion;
+    const takenFor = before && claimed.get(before.source_field)?.field;
+    // A model that names a field twice may have had another, compatible pick accepted for it.
+    const outcome = now
+      ? modelPicks.has(m.target_field)
+        ? `the model's other pick for it, ${now.source_field}, is used`
+        : `kept the offline suggestion ${now.source_field}`
+      : before && takenFor && takenFor !== m.target_field
+        ? `left without a suggestion: the offline one, ${before.source_field}, is the model's pick for ${takenFor}`
+        : before
+          ? 'left without a suggestion'
+          : 'left without a suggestion: the offline matcher has none';
+    return {
+      target_field: m.target_field,
+      source_field: source,
+      message:
+        `The model proposed ${source} (${columns.get(source)!.type}) for ${fieldTypes.get(m.target_field)} ` +
+        `field ${m.target_field} of ${tables.target.name}: incompatible types, no cast exists; ${outcome}`,
+    };
+  });
   return {
-    ...offline,
-    primary_table: answer.primary_table ?? offline.primary_table,
-    fields,
-    ambiguities: fields.flatMap((f) => (f.ambiguity ? [f.ambiguity] : [])),
+    match: {
+      ...offline,
+      primary_table: answer.primary_table ?? offline.primary_table,
+      fields,
+      ambiguities: fields.flatMap((f) => (f.ambiguity ? [f.ambiguity] : [])),
+    },
+    modelPicks,
+    refused,
   };
 }
 

@@ -19,6 +19,7 @@ import {
   worstCaseTokens,
   type CompletionResult,
   type LlmMatchAnswer,
+  type RefusedPick,
 } from './openai.ts';
 import type { LlmParameters } from './parameters.ts';
 
@@ -129,6 +130,8 @@ export interface MatchOutcome {
   cached?: boolean;
   /** `target_field → source_field` of the suggestions the model itself made (empty unless source is openai). */
   modelPicks: ReadonlyMap<string, string>;
+  /** The model's picks refused for their types, each with a note for the person reviewing the run. */
+  refusedPicks: readonly RefusedPick[];
 }
 
 const isAbort = (error: unknown, signal?: AbortSignal) =>
@@ -149,7 +152,14 @@ export async function matchTableWithProvider(
   const mode = ctx.mode ?? manager.mode;
   const offline = matchTable(req.target, req.sources, req.options);
   if (mode === 'offline')
-    return { match: offline, source: 'offline', fallback: null, usage: null, modelPicks: new Map() };
+    return {
+      match: offline,
+      source: 'offline',
+      fallback: null,
+      usage: null,
+      modelPicks: new Map(),
+      refusedPicks: [],
+    };
 
   const table = req.target.name;
   const fallback = (
@@ -162,6 +172,7 @@ export async function matchTableWithProvider(
     fallback: { reason, message: `${message}; the offline matcher's result is used for ${table}` },
     usage,
     modelPicks: new Map(),
+    refusedPicks: [],
   });
 
   const prompt = buildMatchPrompt({
@@ -187,7 +198,7 @@ export async function matchTableWithProvider(
   const hit = await ctx.answers?.get(cacheKey);
   if (hit) {
     const parsedHit = parseMatchAnswer(hit.content, req.target, req.sources);
-    if (parsedHit.ok) return { ...answered(offline, parsedHit.answer, req.options, null), cached: true };
+    if (parsedHit.ok) return { ...answered(offline, parsedHit.answer, req, null), cached: true };
   }
   try {
     await ctx.meter.check(worstCaseTokens(prompt, ctx.params));
@@ -225,25 +236,17 @@ export async function matchTableWithProvider(
   if (!parsed.ok)
     return fallback('invalid_answer', `The LLM answer for ${table} was unusable: ${parsed.reason}`, usage);
   await ctx.answers?.set(cacheKey, completion);
-  return answered(offline, parsed.answer, req.options, usage);
+  return answered(offline, parsed.answer, req, usage);
 }
 
 function answered(
   offline: TableMatch,
   answer: LlmMatchAnswer,
-  options: MatchOptions | undefined,
+  req: TableMatchRequest,
   usage: MatchOutcome['usage'],
 ): MatchOutcome {
-  const match = mergeAnswer(offline, answer, options);
-  const named = new Map(answer.mappings.map((m) => [m.target_field, m.source_field]));
-  const modelPicks = new Map(
-    match.fields.flatMap((f) =>
-      f.suggestion && named.get(f.target_field) === f.suggestion.source_field
-        ? [[f.target_field, f.suggestion.source_field] as const]
-        : [],
-    ),
-  );
-  return { match, source: 'openai', fallback: null, usage, modelPicks };
+  const { match, modelPicks, refused } = mergeAnswer(offline, answer, req, req.options);
+  return { match, source: 'openai', fallback: null, usage, modelPicks, refusedPicks: refused };
 }
 
 /** A short, secret-free description of a failed call. */

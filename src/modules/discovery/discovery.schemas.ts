@@ -41,6 +41,7 @@ const PROGRESS_STEPS = [
   'matching',
   'llm_disabled',
   'llm_fallback',
+  'llm_pick_refused',
   'written',
 ] as const;
 
@@ -63,7 +64,13 @@ export const discoveryEvent = z.discriminatedUnion('type', [
     done: z.number().int().nullable(),
     total: z.number().int().nullable(),
     table: z.string().nullable(),
-    reason: z.string().nullable().describe('llm_fallback: budget_exceeded, llm_error or invalid_answer'),
+    reason: z
+      .string()
+      .nullable()
+      .describe(
+        'llm_fallback: budget_exceeded, llm_error or invalid_answer; llm_pick_refused: incompatible_type ' +
+          '(one event per field whose model pick has a type the field cannot take)',
+      ),
   }),
   z.object({
     type: z.literal('table_profiled'),

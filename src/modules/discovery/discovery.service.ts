@@ -444,6 +444,7 @@ export async function* discover(
           fallback: null,
           usage: null,
           modelPicks: new Map(),
+          refusedPicks: [],
         };
       } else {
         const narrowed = promptSources(matchTable(target, sources, options), sources);
@@ -487,6 +488,11 @@ export async function* discover(
             },
           );
         }
+        for (const refused of outcome.refusedPicks)
+          yield progress('llm_pick_refused', refused.message, {
+            table: target.name,
+            reason: 'incompatible_type',
+          });
       }
 
       const overlapOf = await overlap.forTable(target, outcome.match);
