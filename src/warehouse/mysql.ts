@@ -31,6 +31,7 @@ import type {
   Warehouse,
   WarehouseTransaction,
 } from './warehouse.ts';
+import { SAMPLE_VALUE_CUT, SAMPLE_VALUE_MAX_LENGTH, sampleValue } from './warehouse.ts';
 
 export {
   type MysqlColumn,
@@ -216,13 +217,18 @@ export class MysqlWarehouse implements Warehouse {
             : /^(tiny|medium|long)?blob$|^(var)?binary$/.test(type)
               ? `concat('\\\\x', lower(hex(${col})))`
               : `cast(${col} as char)`;
-        const rows = await this.#rows<{ value: string; count: string | number }>(
+        // Grouped on the whole value so that long ones sharing a beginning keep their own counts, and
+        // shown cut (see SAMPLE_VALUE_MAX_LENGTH).
+        const max = SAMPLE_VALUE_MAX_LENGTH;
+        const rows = await this.#rows<{ value: string; truncated: number; count: string | number }>(
           c,
-          `select ${text} as value, count(*) as count from ${mysqlQualified(table)}
-            where ${col} is not null group by 1 order by 2 desc, 1 limit ?`,
+          `select case when char_length(v) > ${max} then concat(left(v, ${max}), '${SAMPLE_VALUE_CUT}') else v end as value,
+                  char_length(v) > ${max} as truncated, count(*) as count
+             from (select ${text} as v from ${mysqlQualified(table)} where ${col} is not null) as sampled
+            group by v order by count(*) desc, v limit ?`,
           [limit],
         );
-        return rows.map((r) => ({ value: String(r.value), count: Number(r.count) }));
+        return rows.map((r) => sampleValue(r.value, r.truncated, r.count));
       },
       'internal',
     );

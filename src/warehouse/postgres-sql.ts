@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { AppError } from '../app-error.ts';
 import type { ConnectionConfig } from './config.ts';
-import type { TableRef } from './warehouse.ts';
+import { SAMPLE_VALUE_CUT, SAMPLE_VALUE_MAX_LENGTH, type TableRef } from './warehouse.ts';
 
 /** What every PostgreSQL warehouse file shares: identifier quoting, result type parsing, driver errors. */
 
@@ -15,6 +15,21 @@ export function quoteIdent(name: string): string {
 
 export function qualified(table: TableRef): string {
   return `${quoteIdent(table.schema)}.${quoteIdent(table.name)}`;
+}
+
+/**
+ * Distinct non-null values of `column` of `relation` (a qualified table, or a subquery with its alias),
+ * most frequent first, without a limit. Grouped on the whole text form (every type has one, json
+ * included), so that long values sharing a beginning keep their own counts; each is shown cut at
+ * SAMPLE_VALUE_MAX_LENGTH characters, bytea's \x hex included, with `truncated` saying so.
+ */
+export function sampleValuesSql(relation: string, column: string): string {
+  const max = SAMPLE_VALUE_MAX_LENGTH;
+  const col = quoteIdent(column);
+  return `select case when length(v) > ${max} then left(v, ${max}) || '${SAMPLE_VALUE_CUT}' else v end as value,
+                 length(v) > ${max} as truncated, count(*) as count
+            from (select ${col}::text as v from ${relation} where ${col} is not null) as sampled
+           group by v order by count(*) desc, v`;
 }
 
 // Dates and times stay as PostgreSQL prints them: a `date` must not shift through a JS Date.

@@ -10,9 +10,9 @@ import {
   type ErrorContext,
   positionedIn,
   qualified,
-  quoteIdent,
   SAMPLE_LIMIT_DEFAULT,
   SAMPLE_LIMIT_MAX,
+  sampleValuesSql,
   translate,
 } from './postgres-sql.ts';
 import {
@@ -36,6 +36,7 @@ import type {
   Warehouse,
   WarehouseTransaction,
 } from './warehouse.ts';
+import { sampleValue } from './warehouse.ts';
 
 export interface PoolEntry {
   key: string;
@@ -261,14 +262,11 @@ export class PostgresWarehouse implements Warehouse {
         );
         if (!exists.rowCount)
           throw new AppError('NOT_FOUND', `Column ${table.schema}.${table.name}.${column} not found`);
-        const col = quoteIdent(column);
-        // Grouped on the text form so every type (json included) can be counted.
-        const { rows } = await client.query<{ value: string; count: string }>(
-          `select ${col}::text as value, count(*) as count from ${qualified(table)}
-            where ${col} is not null group by 1 order by 2 desc, 1 limit $1`,
+        const { rows } = await client.query<{ value: string; truncated: boolean; count: string }>(
+          `${sampleValuesSql(qualified(table), column)} limit $1`,
           [limit],
         );
-        return rows.map((r) => ({ value: r.value, count: Number(r.count) }));
+        return rows.map((r) => sampleValue(r.value, r.truncated, r.count));
       },
       'internal',
     );

@@ -86,9 +86,28 @@ export interface StreamOptions {
   timeoutMs?: number;
 }
 
+/**
+ * Longest sample value shown, in characters: a sample is a preview, and a column of 200 KB texts
+ * would otherwise answer 200 KB per value. Longer values (bytes as \x hex included) are cut to this
+ * many characters followed by SAMPLE_VALUE_CUT, in SQL, so the whole value never leaves the database.
+ */
+export const SAMPLE_VALUE_MAX_LENGTH = 1000;
+export const SAMPLE_VALUE_CUT = '…';
+
 export interface SampleValue {
+  /** At most SAMPLE_VALUE_MAX_LENGTH characters, plus SAMPLE_VALUE_CUT when cut. */
   value: string;
   count: number;
+  /** Present (true) only when the value was cut. */
+  truncated?: true;
+}
+
+/** A row of a sample-values query (drivers answer counts and flags in their own types). */
+export function sampleValue(value: unknown, truncated: unknown, count: unknown): SampleValue {
+  const sample: SampleValue = { value: String(value), count: Number(count) };
+  // MySQL answers the comparison as the number 0 or 1, PostgreSQL as a boolean.
+  if (truncated === true || Number(truncated) === 1) sample.truncated = true;
+  return sample;
 }
 
 export interface TableRef {
@@ -124,7 +143,10 @@ export interface Warehouse {
   catalogs(): Promise<{ databases: string[]; schemas: string[] }>;
   /** Schemas, relations, columns, keys and estimated rows in a constant number of catalog queries. */
   introspect(options?: IntrospectOptions): Promise<IntrospectedSchema>;
-  /** Distinct non-null values of a column, most frequent first (limit default 20, max 1000). */
+  /**
+   * Distinct non-null values of a column, most frequent first (limit default 20, max 1000), counted
+   * on the whole value and shown cut at SAMPLE_VALUE_MAX_LENGTH.
+   */
   sampleValues(table: TableRef, column: string, limit?: number): Promise<SampleValue[]>;
   /**
    * One read-only statement (checked by the SQL guard) in a READ ONLY transaction with a

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { SAMPLE_LIMIT_DEFAULT, SAMPLE_LIMIT_MAX } from '../../warehouse/postgres.ts';
+import { SAMPLE_VALUE_CUT, SAMPLE_VALUE_MAX_LENGTH } from '../../warehouse/warehouse.ts';
 
 const relationKind = z.enum([
   'cte',
@@ -125,7 +126,21 @@ export const sampleValuesOutput = z.object({
   masked: z
     .boolean()
     .describe('True when the column is personal and mask_pii_in_samples is on: values show their shape only'),
-  values: z.array(z.object({ value: z.string(), count: z.number().int() })).describe('Most frequent first'),
+  value_max_length: z
+    .number()
+    .int()
+    .describe(
+      `Longest value shown, in characters (${SAMPLE_VALUE_MAX_LENGTH}): a longer one (bytes as \\x hex included) is cut to this many characters followed by '${SAMPLE_VALUE_CUT}', so any value longer than this is a cut one`,
+    ),
+  truncated_values: z
+    .number()
+    .int()
+    .describe(
+      'How many of the values were cut at value_max_length; each is still counted as its whole value',
+    ),
+  values: z
+    .array(z.object({ value: z.string(), count: z.number().int() }))
+    .describe('Most frequent first; distinct whole values, each shown cut at value_max_length'),
 });
 
 export const executeQueryInput = z.object({

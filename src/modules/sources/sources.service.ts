@@ -5,7 +5,14 @@ import { mysqlSchemas } from '../../warehouse/mysql.ts';
 import { piiPolicyOf } from './pii-policy.service.ts';
 import { effectiveAdminSettings } from '../workspaces/workspaces-settings.service.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
-import type { IntrospectedSchema, IntrospectedTable, Warehouse } from '../../warehouse/warehouse.ts';
+import { sampleValuesSql } from '../../warehouse/postgres-sql.ts';
+import {
+  SAMPLE_VALUE_MAX_LENGTH,
+  sampleValue,
+  type IntrospectedSchema,
+  type IntrospectedTable,
+  type Warehouse,
+} from '../../warehouse/warehouse.ts';
 import {
   connectionConfig,
   requiredConnectionConfig,
@@ -213,13 +220,11 @@ export async function sampleValues(
     if (described.error) throw new AppError('BAD_REQUEST', `CTE ${cte.name} fails: ${described.error}`);
     if (!described.columns.some((c) => c.name === input.column_name))
       throw notFound(`Column ${cte.name}.${input.column_name}`);
-    const col = quoteIdent(input.column_name);
     const result = await warehouse.readOnlyQuery(
-      `select ${col}::text as value, count(*) as count from (${cteSql(cte)}) as ${quoteIdent(cte.name)}
-        where ${col} is not null group by 1 order by 2 desc, 1`,
+      sampleValuesSql(`(${cteSql(cte)}) as ${quoteIdent(cte.name)}`, input.column_name),
       { limit: input.limit },
     );
-    values = result.rows.map((r) => ({ value: String(r.value), count: Number(r.count) }));
+    values = result.rows.map((r) => sampleValue(r.value, r.truncated, r.count));
   } else {
     const table = await resolveTable(warehouse, config, input.table_name);
     values = await warehouse.sampleValues(table, input.column_name, input.limit);
@@ -233,9 +238,11 @@ export async function sampleValues(
     column_name: input.column_name,
     limit: input.limit,
     masked: masked.length > 0,
+    value_max_length: SAMPLE_VALUE_MAX_LENGTH,
+    truncated_values: values.filter((v) => v.truncated).length,
     values: masked.length
       ? rows.map((r) => ({ value: String(r[input.column_name]), count: r.count }))
-      : values,
+      : values.map((v) => ({ value: v.value, count: v.count })),
   };
 }
 
