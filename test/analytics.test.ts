@@ -904,3 +904,111 @@ describe('insights', () => {
     expect((await api('GET', '/insights/performance', { token: null })).status).toBe(401);
   });
 });
+
+describe('NaN and ±Infinity in float columns read as categories', () => {
+  // mkt.ratings: stars and tier are float8 with NaN and ±Infinity holes. As a chi-square category or a
+  // segment's groups they are missing, like NULL, as they are in metrics: a NaN "category" reported an
+  // association with missingness, and a NaN group made a two-group test fail.
+  beforeAll(async () => {
+    await warehouse.sql(`create table mkt.ratings as
+      select i as id, case when i % 2 = 0 then 'basic' else 'pro' end as plan,
+             case when i % 13 = 0 then 'NaN'::float8 when i % 17 = 0 then 'Infinity'::float8
+                  when i % 19 = 0 then '-Infinity'::float8
+                  when i % 2 = 1 and i % 5 < 2 then 3 else 1 + (i * 7) % 3 end as stars,
+             case when i % 11 = 0 then 'NaN'::float8 when i % 3 = 0 then 1 else 2 end as tier,
+             (i * 7919) % 97 + case when i % 3 = 0 then 10 else 0 end as spend
+        from generate_series(0, 299) as i`);
+  });
+  // The offline generation screens every table of mkt: gone before anything else could see it.
+  afterAll(async () => {
+    await warehouse.sql('drop table mkt.ratings');
+  });
+
+  const finite = (v: string) => !['NaN', 'Infinity', '-Infinity'].includes(v);
+
+  it('chi-square counts only finite stars, and matches SciPy and the formula', async () => {
+    const h = await createHypothesis({
+      statement: 'Pro customers rate differently',
+      table: 'mkt.ratings',
+      metric: { expression: 'stars' },
+      segment: { column: 'plan' },
+      test: 'chi_square',
+    });
+    const { status } = await tested(h.id);
+    expect(status.run.status, JSON.stringify(status)).toBe('succeeded');
+
+    // The contingency table counted here from the rows, NaN and ±Infinity left out.
+    const rows = await warehouse.sql<{ plan: string; stars: string }>(
+      'select plan, stars::text as stars from mkt.ratings',
+    );
+    const kept = rows.filter((r) => finite(r.stars));
+    const plans = ['basic', 'pro'];
+    const stars = ['1', '2', '3'];
+    const observed = plans.map((p) =>
+      stars.map((s) => kept.filter((r) => r.plan === p && r.stars === s).length),
+    );
+    expect(observed).toEqual([
+      [42, 41, 40],
+      [25, 23, 75],
+    ]);
+    const rowTotals = observed.map((r) => r[0] + r[1] + r[2]);
+    const colTotals = stars.map((_, j) => observed[0][j] + observed[1][j]);
+    let chi2 = 0;
+    observed.forEach((r, i) =>
+      r.forEach((o, j) => {
+        const e = (rowTotals[i] * colTotals[j]) / kept.length;
+        chi2 += (o - e) ** 2 / e;
+      }),
+    );
+
+    const { result } = status;
+    expect(result.details.categories).toEqual(stars);
+    expect(result.details.observed).toEqual(observed);
+    expect(result.sample_sizes).toEqual({
+      total: 246,
+      groups: [
+        { group: 'basic', n: 123 },
+        { group: 'pro', n: 123 },
+      ],
+    });
+    expect(kept.length).toBe(246);
+    expect(result.statistic).toBeCloseTo(chi2, 9);
+    expect(status.p_value).toBeCloseTo(1 - jStat.chisquare.cdf(chi2, 2), 12);
+    // scipy.stats.chi2_contingency([[42,41,40],[25,23,75]], correction=False) and
+    // contingency.association(…), SciPy 1.17.1
+    expect(result.statistic).toBeCloseTo(20.028106748864374, 9);
+    expect(status.p_value).toBeCloseTo(4.47663698051563e-5, 12);
+    expect(result.effect_size.value).toBeCloseTo(0.2853332579367756, 9);
+  });
+
+  it('a float segment column: Welch compares its two finite tiers, and mining shows NaN as missing', async () => {
+    const h = await createHypothesis({
+      statement: 'Tier 1 spends more',
+      table: 'mkt.ratings',
+      metric: { expression: 'spend' },
+      segment: { column: 'tier' },
+      test: 'welch_t',
+      mining_columns: ['tier'],
+    });
+    const { status } = await tested(h.id);
+    expect(status.run.status, JSON.stringify(status)).toBe('succeeded');
+    expect(status.result.sample_sizes).toEqual({
+      total: 272,
+      groups: [
+        { group: '1', n: 90 },
+        { group: '2', n: 182 },
+      ],
+    });
+    // scipy.stats.ttest_ind(tier 1 spends, tier 2 spends, equal_var=False), SciPy 1.17.1
+    expect(status.result.statistic).toBeCloseTo(2.91911426429176, 9);
+    expect(status.p_value).toBeCloseTo(0.003973687637274816, 12);
+
+    const mined = await api('GET', `/results/mining/${h.id}`, { query: { min_support: 0 } });
+    expect(mined.status, JSON.stringify(mined.body)).toBe(200);
+    expect(Object.fromEntries(mined.body.segments.map((s: any) => [String(s.segment.tier), s.n]))).toEqual({
+      '1': 90,
+      '2': 182,
+      null: 28,
+    });
+  });
+});

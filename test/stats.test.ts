@@ -908,6 +908,106 @@ describe('non-finite metric values count as missing, in every test', () => {
   });
 });
 
+describe('NaN and ±Infinity are no category and no group', () => {
+  // A float or numeric column read as categories (chi-square's metric, a segment column, mining's
+  // candidates): NaN and ±Infinity are missing, like NULL, as they are in metrics. Each test gets the
+  // figures of the finite rows alone (FIXED_TABLE, FIXED_A, FIXED_B: SciPy 1.17.1 references above).
+  const NON_FINITE = ['NaN', 'Infinity', '-Infinity'];
+
+  beforeAll(async () => {
+    const q = warehouse.query;
+    await q(`CREATE TABLE nonfinite_cells (grp text, cat float8, cat_real real, cat_num numeric)`, []);
+    const cells: unknown[][] = [];
+    FIXED_TABLE.forEach((counts, i) =>
+      counts.forEach((count, j) => {
+        for (let k = 0; k < count; k++) cells.push([['x', 'y'][i], j + 1, j + 1, j + 1]);
+      }),
+    );
+    for (const grp of ['x', 'y']) for (const v of NON_FINITE) cells.push([grp, v, v, v]);
+    await insertRows(q, 'nonfinite_cells', ['grp', 'cat', 'cat_real', 'cat_num'], cells);
+    await q(`CREATE TABLE nonfinite_groups (grp float8, grp_num numeric, v float8)`, []);
+    await insertRows(
+      q,
+      'nonfinite_groups',
+      ['grp', 'grp_num', 'v'],
+      [
+        ...FIXED_A.map((v) => [1, 1, v]),
+        ...FIXED_B.map((v) => [2, 2, v]),
+        ...NON_FINITE.flatMap((g) => [
+          [g, g, 99],
+          [g, g, 1],
+        ]),
+      ],
+    );
+  });
+
+  it('chi-square leaves a float or numeric category NaN or ±Infinity out; text keeps such words', async () => {
+    for (const column of ['cat', 'cat_real', 'cat_num']) {
+      const result = await runChiSquare(warehouse.query, {
+        source: { table: 'nonfinite_cells' },
+        metric: { sql: column },
+        segment: { column: 'grp' },
+      });
+      expect(result.details.categories, column).toEqual(['1', '2', '3']);
+      expect(result.details.observed).toEqual(FIXED_TABLE);
+      expect(result.sample_sizes).toEqual({
+        total: 120,
+        groups: [
+          { group: 'x', n: 60 },
+          { group: 'y', n: 60 },
+        ],
+      });
+      // scipy.stats.chi2_contingency([[20,15,25],[30,10,20]], correction=False), as 'matches SciPy'
+      close(result.statistic, 3.5555555555555554);
+      close(result.p_value, 0.16901331540606607);
+      close(result.effect_size.value, 0.17213259316477408);
+    }
+    // The same values as text are words someone wrote: categories.
+    const asText = await runChiSquare(warehouse.query, {
+      source: { table: 'nonfinite_cells' },
+      metric: { sql: 'cat::text' },
+      segment: { column: 'grp' },
+    });
+    expect(asText.details.categories).toEqual(['-Infinity', '1', '2', '3', 'Infinity', 'NaN']);
+  });
+
+  it('a float or numeric segment column forms no group of NaN or ±Infinity, in every test', async () => {
+    for (const column of ['grp', 'grp_num']) {
+      const input = { source: { table: 'nonfinite_groups' }, metric: { sql: 'v' }, segment: { column } };
+      const welch = await runWelch(warehouse.query, input);
+      expect(welch.sample_sizes.groups).toEqual([
+        { group: '1', n: FIXED_A.length },
+        { group: '2', n: FIXED_B.length },
+      ]);
+      close(welch.statistic, 3.7323190302958884);
+      close(welch.p_value, 0.001384391456411694);
+      const mw = await runMannWhitney(warehouse.query, input);
+      expect(mw.sample_sizes.total).toBe(FIXED_A.length + FIXED_B.length);
+      close(mw.statistic, 104);
+      close(mw.p_value, 0.004021918385903753);
+
+      // Successes: values above 13, counted here from the arrays.
+      const proportion = await runTwoProportion(warehouse.query, { ...input, metric: { sql: 'v > 13' } });
+      const [x1, x2] = [FIXED_A, FIXED_B].map((xs) => xs.filter((v) => v > 13).length);
+      const [n1, n2] = [FIXED_A.length, FIXED_B.length];
+      const pooled = (x1 + x2) / (n1 + n2);
+      const z = (x1 / n1 - x2 / n2) / Math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2));
+      expect(proportion.sample_sizes.total).toBe(n1 + n2);
+      close(proportion.statistic, z);
+      close(proportion.p_value, normalTwoSided(z));
+
+      const mined = await runMining(warehouse.query, {
+        source: { table: 'nonfinite_groups' },
+        metric: { sql: 'v' },
+        columns: [column],
+        minSupport: 0,
+      });
+      const segments = Object.fromEntries(mined.segments.map((s) => [String(s.segment[column]), s.n]));
+      expect(segments).toEqual({ '1': FIXED_A.length, '2': FIXED_B.length, null: 2 * NON_FINITE.length });
+    }
+  });
+});
+
 describe('input safety', () => {
   it('refuses expressions that try to leave their parentheses or run a subquery', async () => {
     const base = { source, segment: { condition: 'treated' } };

@@ -34,10 +34,22 @@ interface ContingencyCell {
   n: number;
 }
 
-/** The non-empty cells of the contingency table, counted by GROUP BY in the warehouse. */
-function buildChiSquareSql(input: ChiSquareInput) {
+/**
+ * The non-empty cells of the contingency table, counted by GROUP BY in the warehouse. Rows whose group
+ * or category is missing (NULL, or NaN and ±Infinity of a float or numeric) are left out.
+ */
+async function buildChiSquareSql(query: StatsQuery, input: ChiSquareInput) {
   const params: unknown[] = [];
-  const rows = groupedRowsSql(input.source, input.segment, { c: wrap(input.metric.sql) }, params);
+  const rows = await groupedRowsSql(
+    query,
+    input.source,
+    input.segment,
+    { c: wrap(input.metric.sql) },
+    params,
+    {
+      categories: ['c'],
+    },
+  );
   params.push((input.maxCells ?? DEFAULT_MAX_CELLS) + 1);
   const sql =
     `SELECT s.g::text AS g, s.c::text AS c, count(*)::float8 AS n FROM ${rows} ` +
@@ -101,7 +113,7 @@ export async function runChiSquare(query: StatsQuery, input: ChiSquareInput): Pr
     assertSegment(input.segment),
     assertExpression(input.metric.sql, 'metric'),
   ]);
-  const { sql, params } = buildChiSquareSql(input);
+  const { sql, params } = await buildChiSquareSql(query, input);
   const cells = (await query(sql, params)).map((r) => ({ g: String(r.g), c: String(r.c), n: num(r.n) }));
   return chiSquareFromCells(cells, input);
 }

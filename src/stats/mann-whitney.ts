@@ -35,9 +35,15 @@ interface GroupRanks {
  * highest, so their mean is the average rank and count − rank + 1 the block size t. Rank sums and the
  * tie term are summed in numeric, exact for any table size.
  */
-function buildMannWhitneySql(input: TwoGroupInput) {
+async function buildMannWhitneySql(query: StatsQuery, input: TwoGroupInput) {
   const params: unknown[] = [];
-  const rows = groupedRowsSql(input.source, input.segment, { m: numericMetricSql(input.metric) }, params);
+  const rows = await groupedRowsSql(
+    query,
+    input.source,
+    input.segment,
+    { m: numericMetricSql(input.metric) },
+    params,
+  );
   const sql =
     `WITH r AS (SELECT s.g, rank() OVER w AS lo, count(*) OVER w AS hi FROM ${rows} WINDOW w AS (ORDER BY s.m)) ` +
     `SELECT r.g::text AS g, count(*)::float8 AS n, (sum(r.lo + r.hi) / 2)::float8 AS rank_sum, ` +
@@ -93,7 +99,7 @@ export async function runMannWhitney(query: StatsQuery, input: MannWhitneyInput)
     assertSegment(input.segment, true),
     assertExpression(input.metric.sql, 'metric'),
   ]);
-  const { sql, params } = buildMannWhitneySql(input);
+  const { sql, params } = await buildMannWhitneySql(query, input);
   const rows = (await query(sql, params)).map((r) => ({
     g: String(r.g),
     n: num(r.n),

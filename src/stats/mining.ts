@@ -2,6 +2,7 @@ import { AppError } from '../app-error.ts';
 import {
   assertExpression,
   assertSource,
+  categoriesSql,
   num,
   numericMetricSql,
   qualifiedTable,
@@ -28,7 +29,10 @@ export interface MiningInput {
 }
 
 interface MinedSegment {
-  /** The segment's defining values, column → value (as text; null when the value is NULL). */
+  /**
+   * The segment's defining values, column → value (as text; null when the value is missing: NULL, or
+   * NaN and ±Infinity in a float or numeric column).
+   */
   segment: Record<string, string | null>;
   n: number;
   support: number;
@@ -70,9 +74,10 @@ function groupingSets(count: number, depth: 1 | 2): number[][] {
  * which tells a segment "c = NULL" apart from "c not part of this segment". Support filtering, lift and
  * ranking stay in SQL so only the reported segments leave the warehouse. Segments are ranked by their
  * mean, which orders them as lift does when the population mean is positive, and still when lift is
- * null or the mean negative (where a larger lift means a lower metric).
+ * null or the mean negative (where a larger lift means a lower metric). `categories`: the candidate
+ * columns as categoriesSql reads them.
  */
-function buildMiningSql(input: MiningInput) {
+function buildMiningSql(input: MiningInput, categories: string[]) {
   const { columns } = input;
   const k = columns.length;
   const aliases = columns.map((_, i) => `c${i}`);
@@ -84,7 +89,7 @@ function buildMiningSql(input: MiningInput) {
   const order = input.direction === 'low' ? 'ASC' : 'DESC';
   const sql =
     `WITH s AS (SELECT ${numericMetricSql(input.metric)} AS m, ` +
-    `${columns.map((c, i) => `${quoteIdent(c)} AS ${aliases[i]}`).join(', ')} ` +
+    `${categories.map((c, i) => `${c} AS ${aliases[i]}`).join(', ')} ` +
     `FROM ${qualifiedTable(input.source)} ${whereClause(input.source)}), ` +
     `g AS (SELECT GROUPING(${aliases.join(', ')}) AS gid, ` +
     `${aliases.map((a) => `${a}::text AS ${a}`).join(', ')}, count(*)::float8 AS n, avg(s.m) AS mean, ` +
@@ -131,7 +136,10 @@ export async function runMining(query: StatsQuery, input: MiningInput): Promise<
   if (!(minSupport >= 0 && minSupport <= 1))
     throw new AppError('BAD_REQUEST', 'min_support must be within [0, 1]');
   await Promise.all([assertSource(input.source), assertExpression(input.metric.sql, 'metric')]);
-  const { sql, params } = buildMiningSql(input);
+  const { sql, params } = buildMiningSql(
+    input,
+    await categoriesSql(query, input.source, columns.map(quoteIdent)),
+  );
   const rows = await query(sql, params);
   // With no segment above the support threshold no row carries the totals; ask for them alone.
   let total = rows.length ? { n: num(rows[0].total_n), mean: num(rows[0].total_mean) } : undefined;

@@ -102,8 +102,8 @@ export async function assertSegment(segment: SegmentSpec, twoGroups = false): Pr
  * (NaN is how pandas and many loaders write a missing float), a single one turns a mean or variance
  * into NaN or makes a test report a constant metric, and PostgreSQL sorts NaN above every number, which
  * would rank it as the largest value. The tests' sample sizes count the values actually used. Chi-square
- * reads the metric as categories, not through here. (PostgreSQL's float8 equality holds for NaN = NaN,
- * so nullif finds it.)
+ * reads the metric as categories, through categoriesSql, which leaves them out alike. (PostgreSQL's
+ * float8 equality holds for NaN = NaN, so nullif finds it.)
  */
 export function numericMetricSql(metric: MetricSpec): string {
   return metric.kind === 'boolean'
@@ -112,11 +112,37 @@ export function numericMetricSql(metric: MetricSpec): string {
 }
 
 /**
- * The raw group key. It stays in its own type inside the query (grouping on a boolean or an integer is
- * cheaper than on text, and orders naturally); it is turned into a text label only in the output.
+ * `expr` read as a category (a segment's group, a chi-square category, a mining segment) when its type
+ * is `type`: NaN and ±Infinity become NULL in the types that hold them, so they count as missing there
+ * too, as in numericMetricSql, instead of forming a group "NaN" of their own (a NaN column next to real
+ * groups made a two-group test fail, or a chi-square test report an association with missingness).
+ * Other types keep every value: a text column's 'NaN' is a value its writer chose. numeric is compared
+ * as text: its 'Infinity' literal does not parse before PostgreSQL 14.
  */
-function segmentKeySql(segment: SegmentSpec): string {
-  return 'condition' in segment ? `${wrap(segment.condition)}::boolean` : quoteIdent(segment.column);
+function categoryOfType(expr: string, type: string): string {
+  if (type === 'double precision' || type === 'real')
+    return `nullif(nullif(nullif(${expr}, 'NaN'), 'Infinity'), '-Infinity')`;
+  if (type === 'numeric')
+    return `CASE WHEN ${expr}::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE ${expr} END`;
+  return expr;
+}
+
+/**
+ * `exprs` (over the source's rows) read as categories, see categoryOfType. Their types come from one
+ * query that reads no row (a scalar subquery with LIMIT 0 is a NULL of the expression's type), so the
+ * category keeps its own type inside the test's query and a column of another type costs nothing.
+ */
+export async function categoriesSql(
+  query: StatsQuery,
+  source: StatsSource,
+  exprs: string[],
+): Promise<string[]> {
+  if (!exprs.length) return [];
+  const types = exprs.map(
+    (expr, i) => `pg_typeof((SELECT ${expr} FROM ${qualifiedTable(source)} LIMIT 0))::text AS t${i}`,
+  );
+  const [row] = await query(`SELECT ${types.join(', ')}`, []);
+  return exprs.map((expr, i) => categoryOfType(expr, String(row[`t${i}`])));
 }
 
 export function whereClause(source: StatsSource): string {
@@ -125,19 +151,34 @@ export function whereClause(source: StatsSource): string {
 
 /**
  * The rows of the groups to compare, as `s(g, …)`; when the caller named groups, only those (`params`
- * receives the labels). With `skipNulls` rows with a NULL key or value are dropped here; tests whose
- * aggregates ignore NULLs anyway pass false, keeping the scan free of a per-row filter, and drop the
- * NULL group from the few result rows instead (see knownGroups).
+ * receives the labels). The group key stays in its own type inside the query (grouping on a boolean or
+ * an integer is cheaper than on text, and orders naturally); it is turned into a text label only in the
+ * output. A column's key and the `categories` (aliases of `columns`) are read as categories: NaN and
+ * ±Infinity are missing (categoriesSql). With `skipNulls` rows with a NULL key or value are dropped
+ * here; tests whose aggregates ignore NULLs anyway pass false, keeping the scan free of a per-row
+ * filter, and drop the NULL group from the few result rows instead (see knownGroups).
  */
-export function groupedRowsSql(
+export async function groupedRowsSql(
+  query: StatsQuery,
   source: StatsSource,
   segment: SegmentSpec,
   columns: Record<string, string>,
   params: unknown[],
-  skipNulls = true,
-): string {
+  options: { skipNulls?: boolean; categories?: string[] } = {},
+): Promise<string> {
+  const skipNulls = options.skipNulls ?? true;
+  const categories = options.categories ?? [];
+  // A condition's key is boolean, which has no NaN: no need to ask its type.
+  const byColumn = 'column' in segment;
+  const read = await categoriesSql(query, source, [
+    ...(byColumn ? [quoteIdent(segment.column)] : []),
+    ...categories.map((alias) => columns[alias]),
+  ]);
+  const key = byColumn ? read.shift()! : `${wrap(segment.condition)}::boolean`;
   const select = Object.entries(columns)
-    .map(([alias, expr]) => `${expr} AS ${alias}`)
+    .map(
+      ([alias, expr]) => `${categories.includes(alias) ? read[categories.indexOf(alias)] : expr} AS ${alias}`,
+    )
     .join(', ');
   const conditions = skipNulls
     ? ['s.g IS NOT NULL', ...Object.keys(columns).map((alias) => `s.${alias} IS NOT NULL`)]
@@ -150,7 +191,7 @@ export function groupedRowsSql(
     conditions.push(`s.g::text IN (${placeholders.join(', ')})`);
   }
   return (
-    `(SELECT ${segmentKeySql(segment)} AS g, ${select} FROM ${qualifiedTable(source)} ${whereClause(source)}) s` +
+    `(SELECT ${key} AS g, ${select} FROM ${qualifiedTable(source)} ${whereClause(source)}) s` +
     (conditions.length ? ` WHERE ${conditions.join(' AND ')}` : '')
   );
 }

@@ -21,14 +21,15 @@ interface GroupCounts {
 }
 
 /** n and successes per group; the metric is read as a boolean (true = success). */
-function buildTwoProportionSql(input: TwoGroupInput) {
+async function buildTwoProportionSql(query: StatsQuery, input: TwoGroupInput) {
   const params: unknown[] = [];
-  const rows = groupedRowsSql(
+  const rows = await groupedRowsSql(
+    query,
     input.source,
     input.segment,
     { m: `${wrap(input.metric.sql)}::boolean` },
     params,
-    false,
+    { skipNulls: false },
   );
   const sql =
     `SELECT s.g::text AS g, count(s.m)::float8 AS n, count(*) FILTER (WHERE s.m)::float8 AS successes ` +
@@ -90,7 +91,7 @@ export async function runTwoProportion(query: StatsQuery, input: TwoGroupInput):
     assertSegment(input.segment, true),
     assertExpression(input.metric.sql, 'metric'),
   ]);
-  const { sql, params } = buildTwoProportionSql(input);
+  const { sql, params } = await buildTwoProportionSql(query, input);
   const rows = knownGroups(
     (await query(sql, params)).map((r) => ({ g: r.g, n: num(r.n), successes: num(r.successes) })),
   );

@@ -34,14 +34,15 @@ interface GroupMoments {
  * n, mean and sample variance per group in one pass. PostgreSQL's float8 avg/var_samp use the
  * Youngs–Cramer update, so no Σx² cancellation. They skip NULL values, so the scan needs no filter.
  */
-function buildWelchSql(input: TwoGroupInput) {
+async function buildWelchSql(query: StatsQuery, input: TwoGroupInput) {
   const params: unknown[] = [];
-  const rows = groupedRowsSql(
+  const rows = await groupedRowsSql(
+    query,
     input.source,
     input.segment,
     { m: numericMetricSql(input.metric) },
     params,
-    false,
+    { skipNulls: false },
   );
   // LIMIT 4: the NULL group (sorted last) and three more tell "exactly two groups" apart.
   const sql =
@@ -95,7 +96,7 @@ export async function runWelch(query: StatsQuery, input: TwoGroupInput): Promise
     assertSegment(input.segment, true),
     assertExpression(input.metric.sql, 'metric'),
   ]);
-  const { sql, params } = buildWelchSql(input);
+  const { sql, params } = await buildWelchSql(query, input);
   const rows = knownGroups(
     (await query(sql, params)).map((r) => ({
       g: r.g,

@@ -23,7 +23,7 @@ const columnName = z.string().min(1).max(63);
 
 const metricInput = z.object({
   expression: expression.describe(
-    'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"; NaN and ±Infinity values count as missing, like NULL, wherever the metric is read as a number (every test but chi_square, which reads it as categories; mining)',
+    'A numeric or boolean SQL expression over one row of the table, e.g. "lifetime_value"; NaN and ±Infinity values count as missing, like NULL, in every test and in mining (chi_square reads the metric as categories: a float or numeric NaN or ±Infinity is no category)',
   ),
   kind: z
     .enum(['numeric', 'boolean'])
@@ -33,7 +33,11 @@ const metricInput = z.object({
 
 const segmentInput = z
   .object({
-    column: columnName.optional().describe('A column whose values are the groups'),
+    column: columnName
+      .optional()
+      .describe(
+        'A column whose values are the groups; rows where it is NULL, or NaN or ±Infinity in a float or numeric column, are in no group',
+      ),
     condition: expression.optional().describe('A boolean rule: groups "true" and "false"'),
     groups: z
       .array(z.string().max(500))
@@ -69,7 +73,9 @@ export const createHypothesisInput = z.object({
     .array(columnName)
     .max(12)
     .optional()
-    .describe('Candidate segment columns for mining; default the segment column and low-cardinality columns'),
+    .describe(
+      'Candidate segment columns for mining; default the segment column and low-cardinality columns. A segment value null stands for NULL and, in a float or numeric column, NaN and ±Infinity',
+    ),
 });
 
 const statResult = z.object({
