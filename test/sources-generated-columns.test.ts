@@ -113,7 +113,9 @@ describe.skipIf(unavailable)(`MySQL/MariaDB ${unavailable ? `(skipped: ${unavail
       total decimal(12,2) as (quantity * unit_price) virtual,
       label varchar(40) as (concat('qty ', quantity)) persistent,
       stored_total decimal(12,2) generated always as (quantity * unit_price) stored,
-      created_at datetime not null default current_timestamp
+      created_at datetime not null default current_timestamp,
+      note varchar(40) null,
+      status varchar(10) not null default 'NULL'
     )`);
     await createWorkspace(server, tenant.admin.token, {
       name: 'gen_my',
@@ -133,5 +135,8 @@ describe.skipIf(unavailable)(`MySQL/MariaDB ${unavailable ? `(skipped: ${unavail
     expect(columns.quantity).toEqual({ default: '1', generated: null });
     expect(columns.created_at).toEqual({ default: 'current_timestamp()', generated: null });
     expect(columns.id).toEqual({ default: null, generated: null });
+    // MariaDB writes no default of a nullable column as the word NULL; a text default stays quoted.
+    expect(columns.note).toEqual({ default: null, generated: null });
+    expect(columns.status).toEqual({ default: "'NULL'", generated: null });
   });
 });

@@ -83,6 +83,18 @@ function generationOf(col: RawColumnRow): string | null {
 }
 
 /**
+ * The default as an expression, else null. MariaDB (10.2.7+) writes COLUMN_DEFAULT as SQL: the word
+ * NULL for a nullable column with no default (or DEFAULT NULL), a text default quoted ('x'), so its
+ * NULL means none; a text default of the four letters is 'NULL' with quotes there. MySQL writes
+ * literals bare and no default as SQL NULL.
+ */
+function defaultOf(col: RawColumnRow, generated: string | null, mariadb: boolean): string | null {
+  if (generated !== null) return null;
+  if (mariadb && col.default === 'NULL') return null;
+  return col.default;
+}
+
+/**
  * Catalog names compared as bytes where the server's names are case-sensitive: information_schema's
  * collation is case-insensitive, while with lower_case_table_names=0 (the default on Linux) `UPPER`
  * and `upper` are two tables. Servers that fold names (1, 2) keep the case-insensitive comparison.
@@ -162,7 +174,7 @@ export async function mysqlIntrospect(
       type: mapped.pg,
       // As loaded: a date column may receive NULL for dates PostgreSQL has none for (zero dates).
       nullable: col.nullable === 'YES' || mayLoadAsNull(mapped.kind),
-      default: generated === null ? col.default : null,
+      default: defaultOf(col, generated, mariadb),
       generated,
       description: col.description || null,
       position: Number(col.position),
