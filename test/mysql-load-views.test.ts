@@ -78,7 +78,8 @@ describe.skipIf(unavailable)(`MySQL source views ${unavailable ? `(skipped: ${un
         ...MARIADB,
         database: source.name,
         // order_log's seq is the auto-increment key behind the view, which the view does not carry.
-        cursor_columns: { order_log: 'seq' },
+        // A column totals does not have, and a table the source does not have: both said, not ignored.
+        cursor_columns: { order_log: 'seq', totals: 'nope', ghost: 'id' },
       },
       target_config: pgConfig(target.name, { schemas: ['analytics'] }),
     });
@@ -176,6 +177,11 @@ describe.skipIf(unavailable)(`MySQL source views ${unavailable ? `(skipped: ${un
       full_because: 'a view has no primary key to replace changed rows by',
       rows: 4,
     });
+    expect(loaded.totals).toMatchObject({
+      mode: 'full',
+      full_because: 'cursor_columns names nope, which view totals does not have',
+    });
+    expect(run.result.unknown_cursor_tables).toEqual(['ghost']);
     expect((await raw('select seq from RAW.order_log order by seq')).map((r) => r.seq)).toEqual([1, 2, 3, 4]);
     expect((await raw('select id from RAW.paid_orders order by id')).map((r) => r.id)).toEqual([1, 2, 3, 4]);
     expect(run.result.refused.map((r: { table: string }) => r.table).sort()).toEqual(

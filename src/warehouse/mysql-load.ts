@@ -69,6 +69,8 @@ export interface LoadResult {
   tables: TableLoad[];
   /** Tables not loaded, and why (names PostgreSQL would truncate, two tables for one raw name). */
   refused: RefusedTable[];
+  /** Tables that cursor_columns names and the source does not have: their entries are not used. */
+  unknown_cursor_tables: string[];
   rows: number;
 }
 
@@ -200,7 +202,14 @@ export async function extractLoad(
          mode text not null, rows_loaded bigint not null, loaded_at timestamptz not null default now())`,
     );
   });
-  const result: LoadResult = { raw_schema: raw, tables: [], refused: [], rows: 0 };
+  const names = new Set(tables.map((t) => t.name));
+  const result: LoadResult = {
+    raw_schema: raw,
+    tables: [],
+    refused: [],
+    unknown_cursor_tables: Object.keys(source.config.cursor_columns ?? {}).filter((name) => !names.has(name)),
+    rows: 0,
+  };
   let rowsSoFar = 0;
   for (const [i, table] of tables.entries()) {
     options.signal?.throwIfAborted();
@@ -262,7 +271,8 @@ async function loadTable(
     // A date column may receive NULL for a date PostgreSQL has no value for: never NOT NULL.
     return { ...c, ...type, notNull: !c.nullable && !mayLoadAsNull(type.kind) };
   });
-  const cursor = proposeCursor(columns, source.config.cursor_columns?.[table.name]);
+  const configuredCursor = source.config.cursor_columns?.[table.name];
+  const cursor = proposeCursor(columns, configuredCursor);
   const cursorKind = cursor ? mapped.find((c) => c.name === cursor)!.kind : null;
   const signature = JSON.stringify([mapped.map((c) => [c.name, c.pg, c.notNull]), table.primary_key]);
   const rawTable = `${quoteIdent(raw)}.${quoteIdent(table.name)}`;
@@ -308,7 +318,10 @@ async function loadTable(
     if (options.mode === 'incremental') {
       if (forceFull) fullBecause = forceFull;
       else if (!state || !exists) fullBecause = 'first load';
-      else if (!cursor) fullBecause = 'no cursor column (updated_at-like or auto-increment key)';
+      else if (!cursor)
+        fullBecause = configuredCursor
+          ? `cursor_columns names ${configuredCursor}, which ${table.kind} ${table.name} does not have`
+          : 'no cursor column (updated_at-like or auto-increment key)';
       else if (state.signature !== signature)
         fullBecause = 'the source columns (or how they are loaded) changed';
       else if (state.cursor_column !== cursor) fullBecause = 'the cursor column changed';
