@@ -6,6 +6,7 @@ import {
   NotFoundError,
   UniqueConstraintViolationException,
   ForeignKeyConstraintViolationException,
+  OptimisticLockError,
 } from '@mikro-orm/core';
 import { AppError, type AppErrorCode } from '../app-error.ts';
 
@@ -63,6 +64,15 @@ export function toAppError(error: unknown): AppError {
     return new AppError(
       'CONFLICT',
       'The record is referenced by, or refers to, records that prevent this change',
+    );
+  // A write based on a read that another request's write has since replaced (src/db/concurrent-edit.ts).
+  if (error instanceof OptimisticLockError)
+    return new AppError(
+      'CONFLICT',
+      'Another request changed this while it was being edited: read it again and retry',
+      {
+        reason: 'CONCURRENT_EDIT',
+      },
     );
   if (BAD_VALUE_CODES.has((error as { code?: string } | null)?.code ?? ''))
     return new AppError('BAD_REQUEST', 'A value in the request has the wrong format or is out of range');

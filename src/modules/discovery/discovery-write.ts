@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { CallerScope } from '../../deps.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 import type { SourceTable, TargetTable } from '../../llm/offline-matcher.ts';
 import type { MatchOutcome } from '../../llm/provider.ts';
 import type { QueryRunner } from '../../llm/profile.ts';
@@ -53,7 +54,7 @@ export interface WrittenTable {
  * connections stay as they are (writeSuggestions keeps them); null when there was nothing to say
  * and no mapping to refresh.
  */
-export async function writeTable(
+export const writeTable = concurrentEdit(async function writeTable(
   scope: CallerScope,
   workspace: WorkspaceEntity,
   target: TargetTable,
@@ -117,4 +118,4 @@ export async function writeTable(
       transformations: mapping.transformations,
     };
   });
-}
+});

@@ -25,6 +25,7 @@ import {
 } from './mappings.service.ts';
 import { sourceCatalog, sourceWarehouseOf, targetTableOf } from './mappings-catalog.ts';
 import { generationInput } from './mappings-wildcard.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 // ---- generated SQL ----
 
@@ -357,7 +358,7 @@ function vcsView(push: PushResult) {
     : { pushed: false, reason: push.reason, message: push.message, commit: push.commit ?? null };
 }
 
-export async function commitTransformation(
+export const commitTransformation = concurrentEdit(async function commitTransformation(
   scope: CallerScope,
   input: { table_name: string; message: string },
 ) {
@@ -439,7 +440,7 @@ export async function commitTransformation(
     workspace_commit_id: snapshot.id,
     vcs: vcsView(push),
   };
-}
+});
 
 // ---- materialize ----
 
@@ -470,8 +471,10 @@ export async function materialize(scope: CallerScope, tableName: string) {
     },
   );
   if (created) {
+    // Bookkeeping beside the document, not an edit of it: written as it is, whatever revision the
+    // mapping has reached meanwhile.
+    await scope.em.nativeUpdate(TableMapping, { id: mapping.id }, { lastRunId: run.id });
     mapping.lastRunId = run.id;
-    await scope.em.flush();
   }
   return {
     run_id: run.id,

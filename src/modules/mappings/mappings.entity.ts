@@ -93,6 +93,11 @@ export const TableMapping = defineEntity({
     ambiguities: p.json<Ambiguity[]>(),
     decisions: p.json<MappingDecision[]>().nullable(),
     version: p.integer().default(1),
+    /**
+     * Bumped by every write of the row, unlike `version`, which counts edits of the mapping itself; a
+     * write of an older revision fails (src/db/concurrent-edit.ts).
+     */
+    revision: p.integer().version(),
     committedVersion: p.integer().nullable(),
     materializedVersion: p.integer().nullable(),
     materializedAt: p.datetime().nullable(),

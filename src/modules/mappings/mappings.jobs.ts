@@ -220,19 +220,18 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
   }
 
   const durationMs = Math.round(performance.now() - started);
-  const fresh = deps.orm.em.fork() as EntityManager;
-  const mapping = await fresh.findOne(TableMapping, {
-    organization,
-    workspace: workspace.id,
-    tableName: commit.tableName,
-  });
-  if (mapping) {
-    mapping.materializedVersion = commit.version;
-    mapping.materializedAt = new Date();
-    mapping.materializedRows = rows;
-    mapping.lastRunId = context.runId;
-    await fresh.flush();
-  }
+  // Recorded beside the mapping's document, not as an edit of it: a person editing the mapping while
+  // this ran neither loses the edit nor makes the run fail.
+  await (deps.orm.em.fork() as EntityManager).nativeUpdate(
+    TableMapping,
+    { organization, workspace: workspace.id, tableName: commit.tableName },
+    {
+      materializedVersion: commit.version,
+      materializedAt: new Date(),
+      materializedRows: rows,
+      lastRunId: context.runId,
+    },
+  );
   // Fresh data is what monitoring checks; a failure to queue the check must not fail the load.
   await enqueueMonitoringRun(deps, {
     organizationId: organization,

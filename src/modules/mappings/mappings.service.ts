@@ -27,6 +27,7 @@ import {
   targetColumn,
   targetTableOf,
 } from './mappings-catalog.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 /** The job kind of a table materialization (mappings.jobs.ts). */
 export const MATERIALIZE_MAPPING_KIND = 'mapping-materialize';
@@ -228,7 +229,7 @@ async function withRecordedMaterialization(
  * Loads (or starts) the mapping of a table of the current workspace, lets `change` edit it and
  * stores it with its version bumped. The target table must exist in the schema (404 otherwise).
  */
-export async function editMapping<T>(
+export const editMapping = concurrentEdit(async function editMapping<T>(
   scope: CallerScope,
   tableName: string,
   change: (ctx: {
@@ -250,7 +251,7 @@ export async function editMapping<T>(
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return { mapping, workspace, result };
-}
+});
 
 export async function addConnection(
   scope: CallerScope,

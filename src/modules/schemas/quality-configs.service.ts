@@ -21,6 +21,7 @@ import {
 import { replaceTargetSchema } from '../workspaces/workspaces-schema.service.ts';
 import { SchemaConfig, type SchemaConfigEntity, type SchemaSide } from './schemas.entity.ts';
 import type { TargetSchema } from './schemas.schemas.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 /*
  * Column tests live on the schema.json column (`tests`), where the transformation project reads them
@@ -164,7 +165,7 @@ async function writeColumnTests(
   });
 }
 
-export async function putColumnTest(
+export const putColumnTest = concurrentEdit(async function putColumnTest(
   scope: CallerScope,
   tableName: string,
   columnName: string,
@@ -202,15 +203,19 @@ export async function putColumnTest(
     );
   await writeColumnTests(scope, workspace, tableName, columnName, config);
   return testView(workspace, tableName, columnName, config);
-}
+});
 
-export async function deleteColumnTest(scope: CallerScope, tableName: string, columnName: string) {
+export const deleteColumnTest = concurrentEdit(async function deleteColumnTest(
+  scope: CallerScope,
+  tableName: string,
+  columnName: string,
+) {
   const workspace = await currentWorkspace(scope);
   if (schemaColumn(workspace, tableName, columnName).tests === undefined)
     throw notFound(`Test configuration of column ${tableName}.${columnName}`);
   await writeColumnTests(scope, workspace, tableName, columnName, undefined);
   return testView(workspace, tableName, columnName, undefined);
-}
+});
 
 // ---- monitoring configs (SchemaConfig rows) ----
 

@@ -7,6 +7,7 @@ import { replaceTargetSchema } from '../workspaces/workspaces-schema.service.ts'
 import type { StaleConnection } from '../workspaces/workspace-extensions.ts';
 import { libraryTemplate, libraryTemplates, schemaSummary } from './schema-library.ts';
 import { targetSchemaSchema, type TargetColumn, type TargetSchema } from './schemas.schemas.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 export async function listTemplates() {
   return {
@@ -75,39 +76,49 @@ export async function getWorkspaceSchema(scope: CallerScope) {
 }
 
 /** The workspace uses the template as it is (it may be customized later). */
-export async function assignTemplate(scope: CallerScope, name: string) {
+export const assignTemplate = concurrentEdit(async function assignTemplate(scope: CallerScope, name: string) {
   const schema = await template(name);
   const workspace = await currentWorkspace(scope);
   const stale = await replaceTargetSchema(scope, workspace, schema, { template: name, customized: false });
   return withStale(workspace, stale);
-}
+});
 
 /** The workspace gets its own copy, to edit; the template is remembered as its origin. */
-export async function copyFromLibrary(scope: CallerScope, name: string) {
+export const copyFromLibrary = concurrentEdit(async function copyFromLibrary(
+  scope: CallerScope,
+  name: string,
+) {
   const schema = await template(name);
   const workspace = await currentWorkspace(scope);
   const stale = await replaceTargetSchema(scope, workspace, schema, { template: name, customized: true });
   return withStale(workspace, stale);
-}
+});
 
-export async function saveWorkspaceSchema(scope: CallerScope, schema: TargetSchema) {
+export const saveWorkspaceSchema = concurrentEdit(async function saveWorkspaceSchema(
+  scope: CallerScope,
+  schema: TargetSchema,
+) {
   const workspace = await currentWorkspace(scope);
   const stale = await replaceTargetSchema(scope, workspace, schema, {
     template: workspace.schemaTemplate ?? null,
     customized: true,
   });
   return withStale(workspace, stale);
-}
+});
 
-export async function deleteWorkspaceSchema(scope: CallerScope) {
+export const deleteWorkspaceSchema = concurrentEdit(async function deleteWorkspaceSchema(scope: CallerScope) {
   const workspace = await currentWorkspace(scope);
   if (!workspace.targetSchema)
     throw new AppError('NOT_FOUND', `Workspace ${workspace.name} has no schema.json`);
   const stale = await replaceTargetSchema(scope, workspace, null, { template: null, customized: false });
   return withStale(workspace, stale);
-}
+});
 
-export async function addColumn(scope: CallerScope, tableName: string, column: TargetColumn) {
+export const addColumn = concurrentEdit(async function addColumn(
+  scope: CallerScope,
+  tableName: string,
+  column: TargetColumn,
+) {
   const workspace = await currentWorkspace(scope);
   const schema = targetSchemaOf(workspace);
   if (!schema) throw new AppError('NOT_FOUND', `Workspace ${workspace.name} has no schema.json`);
@@ -127,4 +138,4 @@ export async function addColumn(scope: CallerScope, tableName: string, column: T
     customized: true,
   });
   return withStale(workspace, stale);
-}
+});

@@ -17,6 +17,7 @@ import {
 import { replaceTargetSchema } from './workspaces-schema.service.ts';
 import { invalidateSourceCaches, invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
 const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
@@ -57,7 +58,7 @@ export async function getConfig(scope: CallerScope, name: string) {
  * Saves the keys present in the document; null clears a key. What GET returned can be sent back as
  * is: masked connection configs keep their stored passwords.
  */
-export async function saveConfig(
+export const saveConfig = concurrentEdit(async function saveConfig(
   scope: CallerScope,
   input: {
     workspace_name: string;
@@ -126,7 +127,7 @@ export async function saveConfig(
   if (input.source_config !== undefined || input.target_schema !== undefined)
     invalidateSourceCaches(workspace.organization.id, workspace.id);
   return { ...configView(scope, workspace), stale_connections: stale };
-}
+});
 
 // ---- prompts ----
 
@@ -143,14 +144,21 @@ export async function getSystemPrompt(scope: CallerScope, name: string) {
   return promptView(await workspaceByName(scope, name));
 }
 
-export async function setSystemPrompt(scope: CallerScope, name: string, prompt: string) {
+export const setSystemPrompt = concurrentEdit(async function setSystemPrompt(
+  scope: CallerScope,
+  name: string,
+  prompt: string,
+) {
   const workspace = await workspaceByName(scope, name);
   workspace.systemPrompt = prompt;
   await scope.em.flush();
   return promptView(workspace);
-}
+});
 
-export async function cloneSystemPrompt(scope: CallerScope, name: string) {
+export const cloneSystemPrompt = concurrentEdit(async function cloneSystemPrompt(
+  scope: CallerScope,
+  name: string,
+) {
   const workspace = await workspaceByName(scope, name);
   if (workspace.systemPrompt != null)
     throw new AppError(
@@ -160,14 +168,17 @@ export async function cloneSystemPrompt(scope: CallerScope, name: string) {
   workspace.systemPrompt = DEFAULT_SYSTEM_PROMPT;
   await scope.em.flush();
   return promptView(workspace);
-}
+});
 
-export async function deleteSystemPrompt(scope: CallerScope, name: string) {
+export const deleteSystemPrompt = concurrentEdit(async function deleteSystemPrompt(
+  scope: CallerScope,
+  name: string,
+) {
   const workspace = await workspaceByName(scope, name);
   workspace.systemPrompt = null;
   await scope.em.flush();
   return promptView(workspace);
-}
+});
 
 function promptFileView(workspace: WorkspaceEntity) {
   return {
@@ -181,9 +192,13 @@ export async function getPromptFile(scope: CallerScope, name: string) {
   return promptFileView(await workspaceByName(scope, name));
 }
 
-export async function setPromptFile(scope: CallerScope, name: string, content: string) {
+export const setPromptFile = concurrentEdit(async function setPromptFile(
+  scope: CallerScope,
+  name: string,
+  content: string,
+) {
   const workspace = await workspaceByName(scope, name);
   workspace.successCriteriaPrompt = content;
   await scope.em.flush();
   return promptFileView(workspace);
-}
+});

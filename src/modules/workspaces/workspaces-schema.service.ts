@@ -7,6 +7,7 @@ import { reconcileSchema, type StaleConnection } from './workspace-extensions.ts
 import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { Workspace, type WorkspaceEntity } from './workspaces.entity.ts';
 import { currentWorkspace, workspaceByName, targetSchemaOf } from './workspaces.service.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 // ---- target schema of the current workspace ----
 
@@ -94,7 +95,7 @@ export async function replaceTargetSchema(
   return stale;
 }
 
-export async function assignTargetSchema(
+export const assignTargetSchema = concurrentEdit(async function assignTargetSchema(
   scope: CallerScope,
   input: { template_name?: string; from_workspace?: string },
 ) {
@@ -117,4 +118,4 @@ export async function assignTargetSchema(
     });
   }
   return { ...schemaCheck(workspace), stale_connections: stale };
-}
+});

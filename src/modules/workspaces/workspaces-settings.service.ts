@@ -15,6 +15,7 @@ import {
 } from './workspaces.schemas.ts';
 import { UUID, workspaceByName } from './workspaces.service.ts';
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 /*
  * One rule for every settings resource: POST replaces what is stored (missing keys fall back to the
@@ -86,7 +87,7 @@ export async function effectiveAdminSettings(
 export const getAdminSettings = (scope: CallerScope, workspaceName?: string) =>
   adminView(scope, workspaceName);
 
-export async function writeAdminSettings(
+export const writeAdminSettings = concurrentEdit(async function writeAdminSettings(
   scope: CallerScope,
   input: { workspace_name?: string } & Stored,
   mode: 'replace' | 'merge' | 'reset',
@@ -110,7 +111,7 @@ export async function writeAdminSettings(
   }
   await scope.em.flush();
   return adminView(scope, workspaceName);
-}
+});
 
 // ---- global settings of the organization ----
 
@@ -122,12 +123,15 @@ export async function getGlobalSettings(scope: CallerScope) {
   };
 }
 
-export async function updateGlobalSettings(scope: CallerScope, patch: Stored) {
+export const updateGlobalSettings = concurrentEdit(async function updateGlobalSettings(
+  scope: CallerScope,
+  patch: Stored,
+) {
   const org = (await organizationSettings(scope, true))!;
   org.globalSettings = merge(org.globalSettings, patch, globalSettingsFields);
   await scope.em.flush();
   return getGlobalSettings(scope);
-}
+});
 
 // ---- the caller's preferences ----
 

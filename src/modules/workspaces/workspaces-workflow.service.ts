@@ -2,6 +2,7 @@ import type { CallerScope } from '../../deps.ts';
 import { collectFacts } from './workspace-extensions.ts';
 import { WORKFLOW_TASKS, type WorkflowTask } from './workspaces.schemas.ts';
 import { currentWorkspace, workspaceByName, targetSchemaOf, workflowStateOf } from './workspaces.service.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 // ---- workflow ----
 
@@ -30,7 +31,7 @@ export async function workflowState(scope: CallerScope, name: string) {
   return { workspace_name: workspace.name, tasks: workflowStateOf(workspace) };
 }
 
-export async function markWorkflowTask(
+export const markWorkflowTask = concurrentEdit(async function markWorkflowTask(
   scope: CallerScope,
   input: { workspace_name: string; task_data: { task: WorkflowTask; data?: Record<string, unknown> } },
   completed: boolean,
@@ -47,7 +48,7 @@ export async function markWorkflowTask(
   };
   await scope.em.flush();
   return { workspace_name: workspace.name, tasks: workflowStateOf(workspace) };
-}
+});
 
 /** What is really done, from the rows; the stored flags are reported beside it, not trusted. */
 export async function workflowStatus(scope: CallerScope) {

@@ -32,6 +32,8 @@ export const Workspace = defineEntity({
     workflowState: p.json<Record<string, WorkflowTaskState>>().default('{}'),
     systemPrompt: p.text().nullable(),
     successCriteriaPrompt: p.text().nullable(),
+    /** Bumped by every write of the row; a write of an older revision fails (src/db/concurrent-edit.ts). */
+    revision: p.integer().version(),
     ...timestamps(),
   },
   uniques: [{ properties: ['organization', 'name'] }],
@@ -48,6 +50,8 @@ export const OrganizationSettings = defineEntity({
     globalSettings: p.json<Record<string, unknown>>().default('{}'),
     /** Admin settings that apply to every workspace without its own. */
     adminSettings: p.json<Record<string, unknown>>().default('{}'),
+    /** Bumped by every write of the row; a write of an older revision fails (src/db/concurrent-edit.ts). */
+    revision: p.integer().version(),
     ...timestamps(),
   },
 });

@@ -22,6 +22,7 @@ import {
   WORKFLOW_TASKS,
   type ConnectionConfigInput,
 } from './workspaces.schemas.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 export type { TargetSchema } from '../schemas/schemas.schemas.ts';
 export type { WorkspaceEntity } from './workspaces.entity.ts';
@@ -426,7 +427,7 @@ export async function createWorkspace(
   return workspaceDetail(scope, workspace);
 }
 
-export async function updateWorkspace(
+export const updateWorkspace = concurrentEdit(async function updateWorkspace(
   scope: CallerScope,
   input: { workspace_name: string; name?: string; description?: string },
 ) {
@@ -438,7 +439,7 @@ export async function updateWorkspace(
   if (input.description !== undefined) workspace.description = input.description;
   await scope.em.flush();
   return workspaceDetail(scope, workspace);
-}
+});
 
 /** Everything in it goes too: every table of a workspace references it with on delete cascade. */
 export async function deleteWorkspace(scope: CallerScope, name: string) {
@@ -468,7 +469,10 @@ export async function getSourceConfig(scope: CallerScope) {
   };
 }
 
-export async function saveSourceConfig(scope: CallerScope, input: ConnectionConfigInput) {
+export const saveSourceConfig = concurrentEdit(async function saveSourceConfig(
+  scope: CallerScope,
+  input: ConnectionConfigInput,
+) {
   const workspace = await currentWorkspace(scope);
   workspace.sourceConfig = storeConnectionConfig(scope, input, workspace.sourceConfig);
   await scope.em.flush();
@@ -480,4 +484,4 @@ export async function saveSourceConfig(scope: CallerScope, input: ConnectionConf
     source_config: maskedConfig(workspace, 'source'),
     warnings: connectionWarnings(scope, workspace, ['source']),
   };
-}
+});
