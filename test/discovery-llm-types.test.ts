@@ -15,6 +15,7 @@ const source = scratchDatabase('dllmt');
 const llm = fakeOpenAi({ model: 'test-model' });
 
 let server: TestServer;
+let llmUrl: string;
 let tenant: Tenant;
 let superAdmin: string;
 
@@ -63,7 +64,7 @@ beforeAll(async () => {
        select g, 'user' || g || '@example.com', 'name' || g, g * 10, array[g, g * 2, g * 3],
               date '2024-01-01' + g, (array['gold', 'silver', 'bronze'])[1 + g % 3], array['vip', 'tag' || g]
          from generate_series(1, 30) g;`);
-  const llmUrl = await llm.start();
+  llmUrl = await llm.start();
   server = await startTestServer();
   tenant = await createTenant(server);
   superAdmin = await superAdminToken(server);
@@ -182,5 +183,125 @@ describe('openai mode: the model proposes a column whose type the field cannot t
     expect(code.status, JSON.stringify(code.body)).toBe(200);
     const [row] = await source.sql(`select * from (${code.body.sql}) t where customer_id = '3'`);
     expect(row).toMatchObject({ loyalty_points: 30, tier: 'gold' });
+  });
+});
+
+/*
+ * Types the field cannot take although the names agree: a jsonb column named like the date field,
+ * and the source's own types (a domain over jsonb, an enum, a domain over integer), which discovery
+ * describes from the source's catalog. Discovery over PostgreSQL, read through REST.
+ */
+describe('discovery over columns PostgreSQL cannot cast to the field', () => {
+  it('suggests no jsonb column for a date field, holds user types to their catalog, and the SQL runs', async () => {
+    await source.sql(`create schema typed;
+       create type typed.member_tier as enum ('gold', 'silver', 'bronze');
+       create domain typed.birth_json as jsonb;
+       create domain typed.visit_count as integer check (value >= 0);
+       create table typed.members (id integer primary key, email text, signup_date jsonb,
+         birthday typed.birth_json, tier typed.member_tier, visits typed.visit_count, created bigint);
+       insert into typed.members
+         select g, 'member' || g || '@example.com',
+                jsonb_build_object('date', (date '2024-01-01' + g)::text, 'channel', 'web'),
+                jsonb_build_object('day', 1 + g % 28, 'month', 1 + g % 12),
+                (array['gold', 'silver', 'bronze'])[1 + g % 3]::typed.member_tier, g * 10,
+                1704067200 + g * 86400
+           from generate_series(1, 30) g;`);
+    const other = await createTenant(server);
+    await createWorkspace(server, other.admin.token, {
+      name: unique('dllmt'),
+      source_config: pgConfig(source.name, { schemas: ['typed'] }),
+      target_schema: {
+        name: 'members',
+        tables: [
+          {
+            name: 'members',
+            primary_key: ['member_id'],
+            columns: [
+              { name: 'member_id', type: 'text', nullable: false },
+              { name: 'email', type: 'text' },
+              { name: 'signup_date', type: 'date' },
+              { name: 'date_of_birth', type: 'date' },
+              { name: 'tier', type: 'text' },
+              { name: 'visits', type: 'integer' },
+              { name: 'created_at', type: 'timestamptz' },
+            ],
+          },
+        ],
+      },
+    });
+    const params = await call(server, 'POST', '/api/admin/llm-parameters', {
+      token: other.admin.token,
+      body: { base_url: llmUrl, model: 'test-model', monthly_budget_usd: 100 },
+    });
+    expect(params.status, JSON.stringify(params.body)).toBe(200);
+    // The model leaves signup_date to the offline matcher and gives date_of_birth the jsonb domain.
+    llm.queue.push({
+      content: JSON.stringify({
+        primary_table: 'typed.members',
+        mappings: [
+          { target_field: 'member_id', source_field: 'typed.members.id', confidence: 0.97 },
+          { target_field: 'email', source_field: 'typed.members.email', confidence: 0.99 },
+          { target_field: 'date_of_birth', source_field: 'typed.members.birthday', confidence: 0.95 },
+          { target_field: 'tier', source_field: 'typed.members.tier', confidence: 0.9 },
+          { target_field: 'visits', source_field: 'typed.members.visits', confidence: 0.9 },
+        ],
+      }),
+    });
+    const events = await discover(other.admin.token);
+    expect(events.at(-1), JSON.stringify(events.at(-1))).toMatchObject({
+      type: 'completed',
+      summary: { llm_calls: 1, llm_fallbacks: 0 },
+    });
+    const suggestions = Object.fromEntries(
+      events.flatMap((e) => (e.type === 'suggestion' ? [[e.target_field, e]] : [])),
+    );
+    expect(suggestions.signup_date).toBeUndefined();
+    expect(suggestions.date_of_birth).toBeUndefined();
+    // An enum casts to text and a domain over integer is an integer: the catalog says so, not the name.
+    expect(suggestions.tier).toMatchObject({ source_field: 'typed.members.tier', matched_by: 'openai' });
+    expect(suggestions.visits).toMatchObject({ source_field: 'typed.members.visits', matched_by: 'openai' });
+    // No cast from bigint to timestamptz either, but discovery converts epoch seconds with to_timestamp().
+    expect(suggestions.created_at).toMatchObject({
+      source_field: 'typed.members.created',
+      cleaning: { kind: 'epoch_seconds', share: 1 },
+    });
+    const refused = events.filter((e) => e.type === 'progress' && e.step === 'llm_pick_refused');
+    expect(refused).toEqual([
+      expect.objectContaining({
+        table: 'members',
+        reason: 'incompatible_type',
+        message:
+          'The model proposed typed.members.birthday (typed.birth_json) for date field date_of_birth of members: ' +
+          'incompatible types, no cast exists; left without a suggestion: the offline matcher has none',
+      }),
+    ]);
+
+    const mapping = await call(server, 'GET', '/api/mappings/members', { token: other.admin.token });
+    expect(mapping.status, JSON.stringify(mapping.body)).toBe(200);
+    const connected = (mapping.body.connections as { source_field: string }[]).map((c) => c.source_field);
+    const offered = (mapping.body.ambiguities as { candidates: { source_field: string }[] }[]).flatMap((a) =>
+      a.candidates.map((c) => c.source_field),
+    );
+    for (const column of ['typed.members.signup_date', 'typed.members.birthday']) {
+      expect(connected).not.toContain(column);
+      expect(offered).not.toContain(column);
+    }
+
+    // The generated SQL runs: no jsonb is cast to a date.
+    const code = await call(server, 'GET', '/api/mappings/members/transform-code', {
+      token: other.admin.token,
+    });
+    expect(code.status, JSON.stringify(code.body)).toBe(200);
+    const rows = await source.sql(`select * from (${code.body.sql}) t order by visits`);
+    expect(rows).toHaveLength(30);
+    expect(rows[2]).toMatchObject({
+      member_id: '3',
+      email: 'member3@example.com',
+      signup_date: null,
+      date_of_birth: null,
+      tier: 'gold',
+      visits: 30,
+      created_at: new Date('2024-01-04T00:00:00Z'),
+    });
   });
 });

@@ -10,6 +10,7 @@ import {
   type QueryRunner,
 } from '../src/llm/profile.ts';
 import { matchTable } from '../src/llm/offline-matcher.ts';
+import { cleaningConverts } from '../src/modules/discovery/cleaning.ts';
 import { f1Of, loadFixtures, loadTargetTable, scoreMatch } from './helpers/matching-fixtures.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 
@@ -264,7 +265,11 @@ describe('profiles feed the matcher', () => {
         };
         sources.push(sourceTableOf(table, profiles));
       }
-      const score = scoreMatch(fixture, matchTable(loadTargetTable(fixture.target_table), sources));
+      // As discovery matches a PostgreSQL source: with the conversions its cleaning writes.
+      const match = matchTable(loadTargetTable(fixture.target_table), sources, {
+        converts: cleaningConverts,
+      });
+      const score = scoreMatch(fixture, match);
       console.log(`${fixture.file} profiled in SQL: F1=${score.f1.toFixed(3)}`);
       tp += score.tp;
       fp += score.fp;

@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { conceptsOf, matchTable, type TableMatch } from '../src/llm/offline-matcher.ts';
 import { detectPatterns } from '../src/llm/value-patterns.ts';
 import { parseVocabulary } from '../src/llm/vocabulary.ts';
+import { cleaningConverts } from '../src/modules/discovery/cleaning.ts';
+import { canFeed } from '../src/llm/matcher-values.ts';
 import { readFileSync } from 'node:fs';
 import {
   f1Of,
@@ -122,6 +124,31 @@ describe('offline matcher quality', () => {
     expect(brier).toBeLessThan(0.1);
   });
 
+  it('offers no pair whose generated SQL PostgreSQL cannot run', () => {
+    for (const f of fixtures) {
+      const target = loadTargetTable(f.target_table);
+      const columnOf = new Map<string, { type: string; samples: string[] }>(
+        f.tables.flatMap((t) => t.columns.map((c) => [`${t.name}.${c.name}`, c] as const)),
+      );
+      for (const field of runFixture(f).match.fields) {
+        const fieldType = target.columns.find((c) => c.name === field.target_field)!.type;
+        for (const c of field.candidates)
+          expect(
+            canFeed(columnOf.get(c.source_field)!, fieldType, cleaningConverts),
+            `${f.file}: ${c.source_field}`,
+          ).toBe(true);
+      }
+    }
+    // The ERP's YYYYMMDD dates are numeric(8,0): no cast to date or timestamptz, no conversion yet.
+    const erp = fixtures.find((f) => f.file === 'erp-customer-master.json')!;
+    const { match } = runFixture(erp);
+    for (const name of ['last_order_date', 'created_at', 'updated_at']) {
+      const fieldMatch = match.fields.find((x) => x.target_field === name)!;
+      expect(fieldMatch.suggestion, name).toBeNull();
+      expect(fieldMatch.candidates.map((c) => c.source_field)).not.toContain(erp.mapping[name]);
+    }
+  });
+
   it('is deterministic', () => {
     for (const f of fixtures) expect(runFixture(f).match).toEqual(runFixture(f).match);
   });
@@ -234,7 +261,7 @@ describe('offline matcher behaviour', () => {
   const suggested = (m: TableMatch, name: string) => field(m, name).suggestion?.source_field ?? null;
 
   it('lets values lift a weak name: ISO codes in "cc", epoch seconds in "created"', () => {
-    const m = matchTable(customers, [
+    const members = [
       {
         name: 'members',
         columns: [
@@ -243,9 +270,13 @@ describe('offline matcher behaviour', () => {
           { name: 'created', type: 'bigint', ...values(['1571672154', '1601424000', '1704067200']) },
         ],
       },
-    ]);
+    ];
+    // PostgreSQL has no cast from bigint to timestamptz: the pair stands only with discovery's
+    // to_timestamp() conversion, i.e. on a PostgreSQL source (a MySQL source gets no cleaning).
+    const m = matchTable(customers, members, { converts: cleaningConverts });
     expect(suggested(m, 'country_code')).toBe('members.cc');
     expect(suggested(m, 'created_at')).toBe('members.created');
+    expect(suggested(matchTable(customers, members), 'created_at')).toBeNull();
     expect(field(m, 'country_code').suggestion!.evidence.name).toBe(0);
     expect(field(m, 'country_code').suggestion!.evidence.pattern).toBe(1);
     // The same name with values that are not codes stays unmatched.

@@ -1,3 +1,4 @@
+import { castable, type CatalogType } from './pg-casts.ts';
 import { shareOf, type PatternShare, type ValuePattern } from './value-patterns.ts';
 
 /**
@@ -12,7 +13,16 @@ export interface ColumnValues {
   patterns?: PatternShare[];
   /** Sampled values, when the profile kept them: their absence of a pattern is evidence too. */
   samples?: string[];
+  /** What the source's catalog says of a type the built-in cast table does not know (user types). */
+  catalogType?: CatalogType | null;
 }
+
+/**
+ * Whether the caller turns a column into the field's type by an expression of its own, where
+ * PostgreSQL has no cast (discovery's cleaning: epoch numbers into a timestamptz, 0/1 integers into a
+ * boolean). The generated SQL then casts that expression, not the column.
+ */
+export type Converts = (source: ColumnValues, targetType: string) => boolean;
 
 type Family =
   | 'text'
@@ -82,8 +92,8 @@ const TO_TEXT: Record<Family, number> = {
   other: 0.4,
 };
 
-/** How well a source column can feed a target type, values considered, in [0, 1]; 0 when it cannot at all. */
-export function typeCompatibility(source: ColumnValues, targetType: string): number {
+/** How well the families of two types go together, values considered; 0 only for a structure into a scalar. */
+function familyScore(source: ColumnValues, targetType: string): number {
   const s = typeFamily(source.type);
   const t = typeFamily(targetType);
   const p = (pattern: ValuePattern) => shareOf(source.patterns, pattern);
@@ -123,12 +133,23 @@ export function typeCompatibility(source: ColumnValues, targetType: string): num
 }
 
 /**
- * Whether a source column can feed a target type at all. The generated SQL casts the column to the
- * field's type, and for the pairs scored 0 (an array into json or an integer) PostgreSQL has no cast:
- * the offline matcher never proposes such a pair and the model's proposals are held to the same rule.
+ * Whether a source column can feed a target type at all: PostgreSQL casts the column's type to the
+ * field's (see pg-casts.ts; the generated SQL writes `CAST(column AS type)`), or the caller converts
+ * it first (`converts`). The offline matcher never proposes any other pair, and the model's
+ * proposals are held to the same rule. A type neither the built-in table nor the source's catalog
+ * knows keeps the family rule: only a structure into a scalar is refused.
  */
-export function canFeed(source: ColumnValues, targetType: string): boolean {
-  return typeCompatibility(source, targetType) > 0;
+export function canFeed(source: ColumnValues, targetType: string, converts?: Converts): boolean {
+  const cast = castable(source.type, targetType, source.catalogType);
+  if (cast === null) return familyScore(source, targetType) > 0;
+  return cast || (converts?.(source, targetType) ?? false);
+}
+
+/** How well a source column can feed a target type, values considered, in [0, 1]; 0 when it cannot at all. */
+export function typeCompatibility(source: ColumnValues, targetType: string, converts?: Converts): number {
+  if (!canFeed(source, targetType, converts)) return 0;
+  // A cast the family rule did not foresee (an extension's hstore into jsonb) still ranks last.
+  return Math.max(familyScore(source, targetType), 0.1);
 }
 
 export interface Expectation {
@@ -171,11 +192,13 @@ export function patternTerm(
   source: ColumnValues,
   expectation: Expectation | null,
   targetType: string,
+  converts?: Converts,
 ): { term: number; evidence: number; pattern: ValuePattern | null } {
   const patterns = source.patterns ?? [];
   const sourceFamily = typeFamily(source.type);
   // No name or value evidence lifts a pair back that PostgreSQL would refuse to cast.
-  if (!canFeed(source, targetType)) return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };
+  if (!canFeed(source, targetType, converts))
+    return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };
   // Values that only restate the declared type ("an integer column holds integers") add nothing.
   if (expectation?.restatesType && sourceFamily !== 'text' && sourceFamily !== 'other') {
     const same = typeFamily(targetType) === sourceFamily;

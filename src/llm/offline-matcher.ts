@@ -11,7 +11,14 @@ import {
   qualifiersOf,
   tableConceptsOf,
 } from './matcher-names.ts';
-import { expectationOf, patternTerm, typeCompatibility, type Expectation } from './matcher-values.ts';
+import {
+  expectationOf,
+  patternTerm,
+  typeCompatibility,
+  type Converts,
+  type Expectation,
+} from './matcher-values.ts';
+import type { CatalogType } from './pg-casts.ts';
 
 export { conceptsOf } from './matcher-names.ts';
 
@@ -47,6 +54,8 @@ interface SourceColumn {
   isPrimaryKey?: boolean;
   /** Set when the column is a foreign key to another table of the source. */
   references?: { table: string; column: string } | null;
+  /** A user type's facts from the source's catalog (domain base, category, casts); see pg-casts.ts. */
+  catalogType?: CatalogType | null;
 }
 
 export interface SourceTable {
@@ -100,6 +109,8 @@ export interface MatchOptions {
   /** Two candidates closer than this are an ambiguity. */
   ambiguityMargin?: number;
   maxCandidates?: number;
+  /** Pairs without a cast that the caller converts itself (discovery's cleaning); none when absent. */
+  converts?: Converts;
 }
 
 // ---------------------------------------------------------------- scoring and assignment
@@ -198,7 +209,11 @@ function descriptionSimilarity(source: readonly string[], description: readonly 
   return 0.6 * cover(source, description);
 }
 
-function score(f: PreparedField, col: PreparedColumn): { logit: number; evidence: Evidence } {
+function score(
+  f: PreparedField,
+  col: PreparedColumn,
+  converts: Converts | undefined,
+): { logit: number; evidence: Evidence } {
   const key = col.concepts.join(' ');
   let name = f.nameCache.get(key);
   if (name === undefined) {
@@ -208,8 +223,8 @@ function score(f: PreparedField, col: PreparedColumn): { logit: number; evidence
     );
     f.nameCache.set(key, name);
   }
-  const type = typeCompatibility(col.column, f.field.type);
-  const values = patternTerm(col.column, f.expectation, f.field.type);
+  const type = typeCompatibility(col.column, f.field.type, converts);
+  const values = patternTerm(col.column, f.expectation, f.field.type, converts);
   // Values lift a name that says nothing ("CC" of ISO country codes) when they are telling.
   const lift = col.opaque && name < 0.2 && (f.expectation?.strength ?? 0) >= 2 && values.term > 0 ? 2 : 1;
   let logit = -4.5 + 7 * name + 3 * (type - 0.7) + lift * values.term;
@@ -274,7 +289,7 @@ export function matchTable(
     const prepared = prepareField(target, field);
     const rows: { col: PreparedColumn; logit: number; evidence: Evidence }[] = [];
     for (const col of columns) {
-      const s = score(prepared, col);
+      const s = score(prepared, col, options.converts);
       // Pairs no bonus can lift to a candidate are dropped here: most of a big source.
       const reach = prepared.isKey && col.column.isPrimaryKey ? MAX_BONUS : TABLE_BONUS;
       if (s.logit + reach >= MIN_CANDIDATE_LOGIT) rows.push({ col, ...s });

@@ -184,7 +184,7 @@ export function mergeAnswer(
   const accepted = answer.mappings.filter((m) => {
     const column = m.source_field ? columns.get(m.source_field) : undefined;
     const type = fieldTypes.get(m.target_field);
-    if (!column || type === undefined || canFeed(column, type)) return true;
+    if (!column || type === undefined || canFeed(column, type, options.converts)) return true;
     refusedPicks.push(m);
     return false;
   });

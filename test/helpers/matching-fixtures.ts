@@ -1,6 +1,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { detectPatterns } from '../../src/llm/value-patterns.ts';
+import { cleaningConverts } from '../../src/modules/discovery/cleaning.ts';
 import {
   matchTable,
   type SourceTable,
@@ -95,7 +96,13 @@ export function f1Of(tp: number, fp: number, fn: number, errors: string[] = []):
   return { tp, fp, fn, precision, recall, f1, errors };
 }
 
+/**
+ * The matcher as discovery runs it on a PostgreSQL source: a pair without a cast is suggested when
+ * discovery's cleaning converts it (epoch seconds into a timestamptz), as it writes that conversion.
+ */
 export function runFixture(fixture: MatchingFixture): { match: TableMatch; score: Score } {
-  const match = matchTable(loadTargetTable(fixture.target_table), sourceTablesOf(fixture));
+  const match = matchTable(loadTargetTable(fixture.target_table), sourceTablesOf(fixture), {
+    converts: cleaningConverts,
+  });
   return { match, score: scoreMatch(fixture, match) };
 }

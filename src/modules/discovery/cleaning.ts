@@ -1,7 +1,7 @@
 import { parseTableKey, splitSourceField } from '../../transform/mapping.ts';
 import { sourceTableSql } from '../../transform/sql.ts';
 import { quoteIdent } from '../../warehouse/postgres.ts';
-import { isStructuredType } from '../../llm/matcher-values.ts';
+import { isStructuredType, type ColumnValues } from '../../llm/matcher-values.ts';
 import type { QueryRunner } from '../../llm/profile.ts';
 import type { PatternShare } from '../../llm/value-patterns.ts';
 import type { CleaningKind, ProposedBy } from './cleaning-kinds.ts';
@@ -196,6 +196,21 @@ export async function proposeCleaning(input: CleaningInput): Promise<CleaningPro
     });
   }
   return proposals;
+}
+
+/**
+ * Whether a proposal of this module turns the column into a value of the field's type by an
+ * expression of its own (epoch numbers into a timestamptz, 0/1 integers into a boolean), decided on
+ * the same samples as `proposeCleaning`. Discovery gives it to the matcher as `converts`: a pair
+ * PostgreSQL has no cast for is still a suggestion when this proposal comes with it, because the
+ * generated SQL then casts the proposal's result, not the column.
+ */
+export function cleaningConverts(column: ColumnValues, targetType: string): boolean {
+  const named = { name: '', ...column };
+  const type = targetType.toLowerCase();
+  if (type === 'timestamptz') return epochDraft('', named) !== null;
+  if (type === 'boolean') return booleanDraft('', named, '') !== null;
+  return false;
 }
 
 // Names are always quoted: a bare lower-case name may be a keyword (`select`, `order`), which

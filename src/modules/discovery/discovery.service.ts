@@ -9,7 +9,9 @@ import {
   type TableMatch,
   type TargetTable,
 } from '../../llm/offline-matcher.ts';
-import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profile.ts';
+import { isBuiltInType } from '../../llm/pg-casts.ts';
+import { lookupCatalogTypes } from '../../llm/pg-cast-catalog.ts';
+import { profileTable, sourceTableOf, type ColumnProfile, type QueryRunner } from '../../llm/profile.ts';
 import { llmManager, matchTableWithProvider, type LlmMode, type MatchOutcome } from '../../llm/provider.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
@@ -28,6 +30,7 @@ import { tableKey } from './discovery-plan.ts';
 import { evidenceOf } from './discovery-evidence.ts';
 import { SampleOverlap } from './discovery-overlap.ts';
 import { cleaningOf, writeTable } from './discovery-write.ts';
+import { cleaningConverts } from './cleaning.ts';
 import { EventLog, outcomesAfterCancel, resumeDiscovery } from './discovery-events.ts';
 import type { CompletionResult } from '../../llm/openai.ts';
 import { introspectionCache, llmAnswerCache } from '../workspaces/workspaces-cache.ts';
@@ -234,6 +237,31 @@ function promptSources(offline: TableMatch, sources: readonly SourceTable[]): So
   return sources.filter((s) => keep.has(s.name));
 }
 
+/**
+ * The source's own types (enums, domains, extension types), which the built-in cast table cannot
+ * know, described from its catalog in one statement, so that the type rule can decide for them too.
+ * When the catalog cannot be read, such columns keep the rule for unknown types.
+ */
+async function describeUserTypes(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  run: QueryRunner,
+  sources: SourceTable[],
+): Promise<void> {
+  const columns = sources.flatMap((s) => s.columns).filter((c) => !isBuiltInType(c.type));
+  if (columns.length === 0) return;
+  try {
+    const described = await lookupCatalogTypes(run, [...new Set(columns.map((c) => c.type))]);
+    for (const c of columns) c.catalogType = described.get(c.type) ?? null;
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    scope.deps.logger.warn(
+      { workspace: workspace.id, code: typeof code === 'string' ? code : null },
+      'source types not described: their columns are matched by type family',
+    );
+  }
+}
+
 interface Summary {
   tables: number;
   columns: number;
@@ -418,9 +446,13 @@ export async function* discover(
     });
 
     // 3. Match each target table and 4. write its suggestions, one transaction per table.
+    // An engine with its own SQL (MySQL) loads into built-in PostgreSQL types and gets no cleaning.
+    const postgresSource = !warehouse.profileTable;
+    if (postgresSource) await describeUserTypes(scope, workspace, run, sources);
     const options = {
       threshold: settings.discovery_confidence_threshold,
       ambiguityMargin: settings.ambiguity_margin,
+      ...(postgresSource ? { converts: cleaningConverts } : {}),
     };
     const overlap = new SampleOverlap(scope, workspace, sources, {
       targetTables: targets.map((t) => t.name),
@@ -506,7 +538,7 @@ export async function* discover(
         byKey,
         settings.auto_confirm_threshold,
         // An engine with its own SQL (MySQL) cannot run the PostgreSQL share measurement: no proposals.
-        warehouse.profileTable ? null : { run, sources, rowLimit: settings.sample_size },
+        postgresSource ? { run, sources, rowLimit: settings.sample_size } : null,
       );
       if (!written) continue;
       summary.target_tables++;
