@@ -18,6 +18,12 @@ const workspace = unique('together');
 const api = (method: string, path: string, body?: unknown) =>
   call(server, method, path, { token: tenant.admin.token, body });
 
+/** The target schema's table as GET /api/schemas/workspace shows it. */
+async function wideTable(): Promise<{ columns: { name: string; tests?: object }[] }> {
+  const { body } = await api('GET', '/api/schemas/workspace');
+  return body.schema.tables.find((t: { name: string }) => t.name === 'wide');
+}
+
 beforeAll(async () => {
   await warehouse.create();
   await warehouse.sql(`create schema shop;
@@ -56,10 +62,7 @@ describe('concurrent edits of one document all take effect', () => {
       ),
     );
     expect(saved.map((r) => r.status)).toEqual(COLUMNS.map(() => 200));
-    const schema = (await api('GET', '/api/schemas/workspace')).body;
-    const table =
-      schema.schema?.tables?.find((t: { name: string }) => t.name === 'wide') ??
-      schema.tables?.find((t: { name: string }) => t.name === 'wide');
+    const table = await wideTable();
     const tested = table.columns
       .filter((c: { tests?: unknown }) => c.tests)
       .map((c: { name: string }) => c.name);
@@ -80,6 +83,26 @@ describe('concurrent edits of one document all take effect', () => {
     expect(connected.sort()).toEqual([...COLUMNS].sort());
     // Each edit counted once: twelve edits of a new mapping make version 12.
     expect(mapping.version).toBe(COLUMNS.length);
+  });
+
+  it('column tests saved while a schema sync runs, and the defaults the sync proposes', async () => {
+    const [synced, ...saved] = await Promise.all([
+      api('POST', '/api/schemas/workspace/sync', {}),
+      ...COLUMNS.slice(0, 6).map((c) =>
+        api('PUT', `/api/api/schema/config/columns/wide/${c}/test`, {
+          config: { accepted_values: ['x', 'y'] },
+        }),
+      ),
+    ]);
+    expect(synced.status, JSON.stringify(synced.body)).toBe(200);
+    expect(synced.body.applied).toBe(true);
+    expect(saved.map((r) => r.status)).toEqual(saved.map(() => 200));
+    const table = await wideTable();
+    const columns = new Map(table.columns.map((c: { name: string; tests?: object }) => [c.name, c.tests]));
+    for (const c of COLUMNS.slice(0, 6))
+      expect(columns.get(c)).toMatchObject({ accepted_values: ['x', 'y'] });
+    // The sync's default test on the primary key landed beside them.
+    expect(columns.get('id')).toMatchObject({ unique: true, not_null: true });
   });
 
   it('admin settings merged at once, and workflow tasks marked at once', async () => {

@@ -22,6 +22,8 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { applyDefaultMonitors } from '../monitoring/default-monitors.service.ts';
 import { SchemaSyncRun } from './schemas.entity.ts';
+import { Workspace } from '../workspaces/workspaces.entity.ts';
+import { concurrentEdit } from '../../db/concurrent-edit.ts';
 import type { TargetSchema } from './schemas.schemas.ts';
 
 /*
@@ -153,6 +155,27 @@ export async function syncStatus(scope: CallerScope) {
   };
 }
 
+/**
+ * What follows a sync the warehouse applied: mappings pointing at fields schema.json no longer has are
+ * flagged (never dropped), and default monitors (primary-key tests, freshness) are proposed for what
+ * the sync created. The DDL took its time, so the workspace and its mappings are read again (and
+ * again, should a person's edit land in between); both steps leave what they already did as it is.
+ */
+const followAppliedSchema = concurrentEdit(async function followAppliedSchema(
+  scope: CallerScope,
+  workspaceId: string,
+  schema: TargetSchema,
+) {
+  const workspace = await scope.em.findOneOrFail(Workspace, {
+    id: workspaceId,
+    organization: organizationOf(scope.principal),
+  });
+  const stale = await reconcileSchema(scope, workspace, schema);
+  await scope.em.flush();
+  await applyDefaultMonitors(scope, workspace);
+  return stale;
+});
+
 export async function syncWorkspaceSchema(
   scope: CallerScope,
   input: {
@@ -179,9 +202,6 @@ export async function syncWorkspaceSchema(
   let syncedAt: Date | null = null;
   let stale: Awaited<ReturnType<typeof reconcileSchema>> = [];
   if (result.applied) {
-    // Mappings pointing at fields schema.json no longer has are flagged (never dropped) now that the
-    // warehouse follows schema.json.
-    stale = await reconcileSchema(scope, workspace, schema);
     const run = scope.em.create(SchemaSyncRun, {
       organization: organizationOf(scope.principal),
       workspace: workspace.id,
@@ -194,8 +214,7 @@ export async function syncWorkspaceSchema(
     });
     await scope.em.flush();
     syncedAt = run.createdAt;
-    // Default monitors (primary-key tests, freshness) are proposed for what the sync created.
-    await applyDefaultMonitors(scope, workspace);
+    stale = await followAppliedSchema(scope, workspace.id, schema);
   }
   return {
     workspace_name: workspace.name,
