@@ -105,6 +105,31 @@ describe('concurrent edits of one document all take effect', () => {
     expect(columns.get('id')).toMatchObject({ unique: true, not_null: true });
   });
 
+  it('the first monitoring config of a table and of a column, saved by several people at once', async () => {
+    const tableConfigs = [3600, 7200, 10800, 14400].map((max_age_seconds) => ({
+      freshness: { max_age_seconds },
+    }));
+    const tables = await Promise.all(
+      tableConfigs.map((config) => api('PUT', '/api/api/schema/config/tables/wide/monitoring', { config })),
+    );
+    expect(tables.map((r) => r.status)).toEqual(tableConfigs.map(() => 200));
+    const columnConfigs = [0.1, 0.2, 0.3, 0.4].map((max) => ({ null_rate: { max } }));
+    const columns = await Promise.all(
+      columnConfigs.map((config) =>
+        api('PUT', '/api/api/schema/config/columns/wide/c1/monitoring', { config }),
+      ),
+    );
+    expect(columns.map((r) => r.status)).toEqual(columnConfigs.map(() => 200));
+    // One of them is stored, whole.
+    const table = await call(server, 'GET', '/api/api/schema/config/tables/wide/monitoring', {
+      token: tenant.admin.token,
+      query: { schema_type: 'target' },
+    });
+    expect(tableConfigs.map((c) => c.freshness.max_age_seconds)).toContain(
+      table.body.config.freshness.max_age_seconds,
+    );
+  });
+
   it('admin settings merged at once, and workflow tasks marked at once', async () => {
     const settings = [
       { discovery_confidence_threshold: 0.61 },

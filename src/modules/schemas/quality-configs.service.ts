@@ -311,7 +311,11 @@ export async function getColumnMonitoring(scope: CallerScope, key: ColumnKey) {
   return columnMonitoringView(workspace, key.schema_type, table.name, col.name, row);
 }
 
-export async function putColumnMonitoring(scope: CallerScope, key: ColumnKey, input: ColumnMonitoringConfig) {
+export const putColumnMonitoring = concurrentEdit(async function putColumnMonitoring(
+  scope: CallerScope,
+  key: ColumnKey,
+  input: ColumnMonitoringConfig,
+) {
   const workspace = await currentWorkspace(scope);
   const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
   const col = column(table, key.schema_type, key.column_name);
@@ -327,7 +331,7 @@ export async function putColumnMonitoring(scope: CallerScope, key: ColumnKey, in
     config,
   );
   return columnMonitoringView(workspace, key.schema_type, table.name, col.name, row);
-}
+});
 
 export async function deleteColumnMonitoring(scope: CallerScope, key: ColumnKey) {
   const workspace = await currentWorkspace(scope);
@@ -351,7 +355,11 @@ export async function getTableMonitoring(scope: CallerScope, key: TableKey) {
   return tableMonitoringView(workspace, key.schema_type, table.name, row);
 }
 
-export async function putTableMonitoring(scope: CallerScope, key: TableKey, input: TableMonitoringConfig) {
+export const putTableMonitoring = concurrentEdit(async function putTableMonitoring(
+  scope: CallerScope,
+  key: TableKey,
+  input: TableMonitoringConfig,
+) {
   const workspace = await currentWorkspace(scope);
   const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
   const config = tableMonitoringConfigSchema.parse(input);
@@ -379,7 +387,7 @@ export async function putTableMonitoring(scope: CallerScope, key: TableKey, inpu
     config,
   );
   return tableMonitoringView(workspace, key.schema_type, table.name, row);
-}
+});
 
 export async function deleteTableMonitoring(scope: CallerScope, key: TableKey) {
   const workspace = await currentWorkspace(scope);
