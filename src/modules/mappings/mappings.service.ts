@@ -228,8 +228,9 @@ async function withRecordedMaterialization(
 /**
  * Loads (or starts) the mapping of a table of the current workspace, lets `change` edit it and
  * stores it with its version bumped. The target table must exist in the schema (404 otherwise).
+ * Edits made at the same time run again until each lands (`concurrentEdit`).
  */
-export const editMapping = concurrentEdit(async function editMapping<T>(
+async function editMappingOnce<T>(
   scope: CallerScope,
   tableName: string,
   change: (ctx: {
@@ -251,7 +252,10 @@ export const editMapping = concurrentEdit(async function editMapping<T>(
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
   return { mapping, workspace, result };
-});
+}
+
+// The wrapper passes its arguments through, so the edit's own signature (generic in T) holds.
+export const editMapping = concurrentEdit(editMappingOnce) as typeof editMappingOnce;
 
 export async function addConnection(
   scope: CallerScope,
