@@ -13,7 +13,7 @@ import { createCallerFactory } from './trpc/procedures.ts';
 import { createContextFactory, type AuthedContext } from './trpc/context.ts';
 import { STREAMED_ROUTES, openApiDocument } from './trpc/openapi.ts';
 import { BODY_METHODS, createRestHandler } from './trpc/rest.ts';
-import { errorAnswer } from './trpc/errors.ts';
+import { errorAnswer, errorResponseMeta } from './trpc/errors.ts';
 import { AppError } from './app-error.ts';
 import { packageVersion } from './version.ts';
 import { trustProxySetting } from './env.ts';
@@ -26,9 +26,9 @@ const createCaller = createCallerFactory(appRouter);
 
 /** Anything thrown outside the tRPC adapters (plain routes, parsers) answers with the same error body. */
 function sendError(res: Response, error: unknown, logger?: AppDeps['logger']): void {
-  const { status, body, internal, cause } = errorAnswer(error);
+  const { status, body, headers, internal, cause } = errorAnswer(error);
   if (internal) logger?.error({ err: cause }, 'internal error');
-  if (!res.headersSent) res.status(status).json(body);
+  if (!res.headersSent) res.status(status).set(headers).json(body);
   else res.destroy();
 }
 
@@ -100,7 +100,15 @@ export function createApp(deps: AppDeps) {
     .map((o) => o.trim())
     .filter(Boolean);
   // No origins configured = same origin only, which needs no CORS headers (and no work per request).
-  if (origins.length) app.use(cors({ origin: origins.includes('*') ? true : origins, credentials: true }));
+  // Retry-After is no CORS-safelisted response header: a browser hides it from scripts unless exposed.
+  if (origins.length)
+    app.use(
+      cors({
+        origin: origins.includes('*') ? true : origins,
+        credentials: true,
+        exposedHeaders: ['Retry-After'],
+      }),
+    );
   app.use(requestLogger(deps.logger));
   const maxDepth = deps.env.BODY_MAX_DEPTH;
   const parseJson = express.json({
@@ -270,7 +278,11 @@ export function createApp(deps: AppDeps) {
   });
   app.use(
     '/trpc',
-    createExpressMiddleware({ router: appRouter, createContext: createContextFactory(deps, 'trpc') }),
+    createExpressMiddleware({
+      router: appRouter,
+      createContext: createContextFactory(deps, 'trpc'),
+      responseMeta: errorResponseMeta,
+    }),
   );
   app.use((_req, res) => sendError(res, new AppError('NOT_FOUND', 'Not found')));
 

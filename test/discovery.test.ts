@@ -388,7 +388,7 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
     expect(next.events.at(-1)!.type).toBe('completed');
   });
 
-  it('caps the event streams one user holds open (429 with retry_after), and frees the slot at the end', async () => {
+  it('caps the event streams one user holds open (429 with retry_after and Retry-After), and frees the slot at the end', async () => {
     // Its own server (in embedded mode its own database too), so its own organization.
     const capped = await startTestServer({ SSE_MAX_STREAMS_PER_USER: '1' });
     try {
@@ -410,6 +410,7 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
       );
       expect(refused!.status).toBe(429);
       expect(refused!.body).toMatchObject({ code: 'TOO_MANY_REQUESTS', retry_after: 5 });
+      expect(refused!.headers.get('retry-after')).toBe('5');
       expect(first.events.at(-1)!.type).toBe('cancelled');
       const next = await stream(owner.admin.token, { tables: ['customers'] }, undefined, capped);
       expect(next.events.at(-1)!.type).toBe('completed');

@@ -110,6 +110,8 @@ interface ErrorBody {
 export interface ErrorAnswer {
   status: number;
   body: ErrorBody;
+  /** Headers the answer carries besides the body's content type (`retry-after`), lowercase names. */
+  headers: Record<string, string>;
   /** A 500: the body says nothing of it, so whoever answers logs `cause`. */
   internal: boolean;
   cause: unknown;
@@ -136,6 +138,28 @@ export function errorAnswer(error: unknown): ErrorAnswer {
   const issues = schemaIssues ?? appError?.details.issues;
   if (issues) body.issues = issues;
   if (appError?.details.reason) body.reason = appError.details.reason;
-  if (appError?.details.retryAfter !== undefined) body.retry_after = appError.details.retryAfter;
-  return { status, body, internal, cause: trpcError.cause ?? trpcError };
+  const headers: Record<string, string> = {};
+  const retryAfter = appError?.details.retryAfter;
+  if (retryAfter !== undefined) {
+    body.retry_after = retryAfter;
+    // HTTP clients and proxies read the header, not the body. RFC 9110 allows whole seconds only:
+    // rounded up, so that a client that waits exactly that long is not refused again.
+    if (Number.isFinite(retryAfter)) headers['retry-after'] = String(Math.max(0, Math.ceil(retryAfter)));
+  }
+  return { status, body, headers, internal, cause: trpcError.cause ?? trpcError };
+}
+
+/**
+ * tRPC's `responseMeta` for /trpc: the headers of `errorAnswer` there too (tRPC writes the status and
+ * body itself). A batch whose calls failed with several delays asks for the longest.
+ */
+export function errorResponseMeta({ errors }: { errors: readonly unknown[] }): {
+  headers?: Record<string, string>;
+} {
+  let retryAfter: number | undefined;
+  for (const error of errors) {
+    const header = errorAnswer(error).headers['retry-after'];
+    if (header !== undefined) retryAfter = Math.max(retryAfter ?? 0, Number(header));
+  }
+  return retryAfter === undefined ? {} : { headers: { 'retry-after': String(retryAfter) } };
 }

@@ -99,8 +99,14 @@ function queryInput(req: Request, readers: Map<string, QueryValueReader>): Recor
   return input;
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   res.statusCode = status;
+  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
   res.setHeader('content-type', 'application/json');
   res.end(JSON.stringify(body));
 }
@@ -210,13 +216,13 @@ export function createRestHandler(
       const caller = createCaller(ctx, { signal: controller.signal }) as unknown as Caller;
       sendJson(res, 200, await procedureOn(caller, route.segments)(input));
     } catch (cause) {
-      const { status, body, internal } = errorAnswer(cause);
+      const { status, body, headers, internal } = errorAnswer(cause);
       if (internal)
         logger.error(
           { err: cause, path: route.segments.join('.'), requestId: ctx?.requestId },
           'internal error',
         );
-      sendJson(res, status, body);
+      sendJson(res, status, body, headers);
     }
   };
 }
