@@ -188,6 +188,29 @@ describe('service accounts', () => {
     expect((await asAdmin('GET', `${BASE}/${account.id}`)).status).toBe(404);
   });
 
+  it('refuses logout with a key (400, pointing to rotation and revocation); the key goes on working', async () => {
+    const { api_key: key } = await createAccount({ roles: ['viewer'] });
+    const res = await call(server, 'POST', '/api/auth/logout', { token: key });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({
+      message: expect.stringMatching(/rotate.*disable.*delete/),
+      code: 'BAD_REQUEST',
+    });
+    // Like change-password, which a key cannot call either.
+    const change = await call(server, 'POST', '/api/auth/change-password', {
+      token: key,
+      body: { current_password: 'x', new_password: 'another-long-password' },
+    });
+    expect(change.status).toBe(400);
+    // The same answer over tRPC.
+    await expect(trpcWith(key).auth.logout.mutate()).rejects.toMatchObject({
+      data: { code: 'BAD_REQUEST', httpStatus: 400 },
+      message: res.body.message,
+    });
+    // Nothing was ended: the caller is not led to believe otherwise.
+    expect((await sessionWith(key)).status).toBe(200);
+  });
+
   it('refuses an expired key', async () => {
     const { service_account: account, api_key: key } = await createAccount({ expires_in_days: 1 });
     expect((await sessionWith(key)).status).toBe(200);

@@ -42,7 +42,15 @@ export const authRouter = router({
     .query(({ ctx }) => auth.sessionInfo(ctx.principal)),
 
   logout: authedProcedure
-    .meta(rest('POST', '/api/auth/logout', 'Log out: end the current session', tag, pending))
+    .meta(
+      rest(
+        'POST',
+        '/api/auth/logout',
+        'Log out: end the current session (an API key is ended by rotating or revoking it)',
+        tag,
+        pending,
+      ),
+    )
     .output(successOutput)
     .mutation(({ ctx }) => auth.logout(ctx)),
 

@@ -131,7 +131,17 @@ export async function superAdminLogin(scope: ClientScope, input: { username: str
   return completeLogin(scope, user, key);
 }
 
+/**
+ * An API key has no session: answering 200 would let its caller believe the credential ended while it
+ * keeps working. Nor does logout revoke the key: one key usually serves several processes, and revoking
+ * or rotating it is an org.admin decision with its own routes (rotation can keep a grace period).
+ */
+const KEY_LOGOUT =
+  'An API key has no session to end and stays valid: to end it, rotate the key of its service account ' +
+  '(optionally with a grace period), disable the account or delete it (service-account routes, org.admin)';
+
 export async function logout(scope: CallerScope) {
+  if (scope.principal.kind !== 'user') throw new AppError('BAD_REQUEST', KEY_LOGOUT);
   if (scope.principal.sessionId) await deleteSession(scope.em, scope.principal.sessionId);
   scope.deps.authenticator.forget();
   return { success: true as const };
