@@ -526,5 +526,12 @@ describe('the demo warehouse of the embedded mode', () => {
     });
     expect(target.status).toBe(200);
     expect(target.body).toMatchObject({ schemas: ['analytics'], table_count: 0 });
+    // The seeded workspace's documents are objects (they were stored as the JSON string "{}").
+    const config = await call(demo, 'GET', '/api/workspaces/demo/config', { token });
+    expect(config.status, JSON.stringify(config.body)).toBe(200);
+    expect(config.body.settings).toEqual({});
+    const workflow = await call(demo, 'GET', '/api/workspaces/demo/workflow/state', { token });
+    expect(workflow.status, JSON.stringify(workflow.body)).toBe(200);
+    expect(workflow.body.tasks.connect_source.completed).toBe(false);
   });
 });

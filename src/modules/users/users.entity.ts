@@ -27,7 +27,7 @@ export const User = defineEntity({
     isSuperAdmin: p.boolean().default(false),
     mustChangePassword: p.boolean().default(false),
     isActive: p.boolean().default(true),
-    preferences: p.json<Record<string, unknown>>().default('{}'),
+    preferences: p.json<Record<string, unknown>>().onCreate(() => ({})),
     lastLoginAt: p.datetime().nullable(),
     roles: () => p.manyToMany(Role).pivotTable('user_roles'),
     ...timestamps(),

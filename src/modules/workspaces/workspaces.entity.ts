@@ -28,8 +28,10 @@ export const Workspace = defineEntity({
     /** False while the schema is the library template as assigned; true once copied or edited. */
     schemaCustomized: p.boolean().default(false),
     /** Admin settings of this workspace (overrides of the organization's global admin settings). */
-    settings: p.json<Record<string, unknown>>().default('{}'),
-    workflowState: p.json<Record<string, WorkflowTaskState>>().default('{}'),
+    // onCreate, not default('{}'): MikroORM gives an omitted property its default as the value, and a
+    // JSON property stored the string '{}' as the JSON string "{}".
+    settings: p.json<Record<string, unknown>>().onCreate(() => ({})),
+    workflowState: p.json<Record<string, WorkflowTaskState>>().onCreate(() => ({})),
     systemPrompt: p.text().nullable(),
     successCriteriaPrompt: p.text().nullable(),
     /** Bumped by every write of the row; a write of an older revision fails (src/db/concurrent-edit.ts). */
@@ -47,9 +49,9 @@ export const OrganizationSettings = defineEntity({
   tableName: 'organization_settings',
   properties: {
     organization: () => p.oneToOne(Organization).primary().deleteRule('cascade'),
-    globalSettings: p.json<Record<string, unknown>>().default('{}'),
+    globalSettings: p.json<Record<string, unknown>>().onCreate(() => ({})),
     /** Admin settings that apply to every workspace without its own. */
-    adminSettings: p.json<Record<string, unknown>>().default('{}'),
+    adminSettings: p.json<Record<string, unknown>>().onCreate(() => ({})),
     /** Bumped by every write of the row; a write of an older revision fails (src/db/concurrent-edit.ts). */
     revision: p.integer().version(),
     ...timestamps(),
