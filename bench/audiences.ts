@@ -42,7 +42,7 @@ import {
 } from './harness.ts';
 
 const RSS_TARGET_MB = 300;
-const PASSWORD = 'bench-password-audiences';
+const PASSWORD = 'timing-password-audiences';
 
 async function until<T>(
   read: () => Promise<T>,

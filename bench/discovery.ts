@@ -153,7 +153,7 @@ export async function runDiscoveryBench(
     const env = loadEnv({ ...serverEnv(urlFor(serverUrl, controlName), dataDir), LOG_LEVEL: 'silent' });
     const db = await openDatabase({ databaseUrl: env.DATABASE_URL });
     running = await startServer(env, { db, seed: false, logger: createLogger({ level: 'silent' }) });
-    const tenantAdmin = { domain: `bench${tag}.test`, username: 'bench', password: 'bench-password-123' };
+    const tenantAdmin = { domain: `bench${tag}.test`, username: 'bench', password: 'timing-password-123' };
     await addAdmin(running.deps.orm.em.fork() as EntityManager, tenantAdmin);
     const { api, token } = await signIn(running.url, tenantAdmin);
     const template = JSON.parse(

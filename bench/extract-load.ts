@@ -60,7 +60,7 @@ export default async function extractLoadBench(): Promise<boolean> {
   const cp = `dimas_bench_elcp_${suffix}`;
   const wh = `dimas_bench_elwh_${suffix}`;
   const my = `dimas_bench_el_${suffix}`;
-  const admin = { domain: `el${suffix}.test`, username: 'admin', password: 'bench-password-long-enough' };
+  const admin = { domain: `el${suffix}.test`, username: 'admin', password: 'timing-password-long-enough' };
   const dataDir = mkdtempSync(join(tmpdir(), 'dimas-bench-el-'));
   const root = await mysql.createConnection(MARIADB);
   let server: Awaited<ReturnType<typeof startServer>> | undefined;

@@ -153,7 +153,7 @@ export function serverEnv(databaseUrl: string, dataDir: string): Record<string, 
     HOST: '127.0.0.1',
     DIMAS_DATA_DIR: dataDir,
     DIMAS_SECRET_KEY: '1f'.repeat(32),
-    SUPERADMIN_PASSWORD: 'bench-superadmin-password',
+    SUPERADMIN_PASSWORD: 'timing-root-password',
     SEED_DEMO: 'false',
     LOG_LEVEL: 'warn',
   };

@@ -35,7 +35,7 @@ import {
 
 const TARGET_RATIO = 1.2;
 const RSS_GROWTH_LIMIT_MB = 50;
-const PASSWORD = 'bench-password-long-enough';
+const PASSWORD = 'timing-password-long-enough';
 const STATUS_WAIT_MS = 20_000;
 
 export interface HypothesisBenchResult {

@@ -229,7 +229,7 @@ async function throughServer(serverUrl: string, database: string, env: Record<st
     const admin = {
       domain: `bench-${controlDb}.test`,
       username: 'bench',
-      password: 'bench-identity-password',
+      password: 'timing-identity-password',
     };
     await createAdmin(controlUrl, admin);
     const { api } = await signIn(server.url, admin);

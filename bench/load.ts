@@ -39,7 +39,7 @@ import {
 } from './harness.ts';
 
 const CONNECTIONS = 64;
-const PASSWORD = 'bench-password-long-enough';
+const PASSWORD = 'timing-password-long-enough';
 const TABLE = 'customers_clean';
 
 interface Route {

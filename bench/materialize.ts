@@ -35,7 +35,7 @@ import {
 
 const TARGET_RATIO = 1.25;
 const RSS_LIMIT_MB = 300;
-const PASSWORD = 'bench-password-long-enough';
+const PASSWORD = 'timing-password-long-enough';
 const TABLE = 'events_clean';
 
 const EXPRESSIONS: Record<string, [string, string]> = {

@@ -31,7 +31,7 @@ import {
   withClient,
 } from './harness.ts';
 
-const PASSWORD = 'bench-password-long-enough';
+const PASSWORD = 'timing-password-long-enough';
 const OVERSIZED_SQL = "select repeat('x', 100000000) from generate_series(1, 12)";
 const HEAVY_CLIENTS = 4;
 

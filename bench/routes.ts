@@ -106,7 +106,7 @@ export default async function routes(): Promise<boolean> {
     DIMAS_DATA_DIR: dataDir,
     DIMAS_SECRET_KEY: '1f'.repeat(32),
     SEED_DEMO: 'false',
-    SUPERADMIN_PASSWORD: 'bench-superadmin-password',
+    SUPERADMIN_PASSWORD: 'timing-root-password',
     LOG_LEVEL: 'warn',
   });
   const dimas = await startServer(env, { logger: createLogger({ level: 'warn', stdout: false }) });
@@ -117,7 +117,7 @@ export default async function routes(): Promise<boolean> {
     const admin = {
       domain: `routes-${tag}.test`.replaceAll('_', '-'),
       username: 'bench',
-      password: 'bench-password-long',
+      password: 'timing-password-long',
     };
     const org = await addAdmin(em, admin);
     for (let i = 0; i < 19; i++)
@@ -125,7 +125,7 @@ export default async function routes(): Promise<boolean> {
         organizationId: org.id,
         isSuperAdmin: false,
         username: `member${String(i).padStart(2, '0')}`,
-        password: 'bench-password-long',
+        password: 'timing-password-long',
         roles: ['viewer'],
         must_change_password: false,
       });

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { LLM_MODES } from './llm/provider.ts';
 import { DEFAULT_BLOCKED_NETWORKS, parseNetworkList } from './warehouse/network-guard.ts';
 import { DEFAULT_IN_PROCESS_LIMIT } from './quality/identity-graph.ts';
+import { passwordPolicyIssues } from './auth/password.ts';
 
 const booleanFlag = z.stringbool().default(true);
 
@@ -33,7 +34,8 @@ const envSchema = z.object({
     .default(24 * 7),
   AUTH_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   SUPERADMIN_USERNAME: z.string().min(3).default('superadmin'),
-  SUPERADMIN_PASSWORD: z.string().min(12, 'must have at least 12 characters').optional(),
+  // Held to the password policy below (it needs SUPERADMIN_USERNAME).
+  SUPERADMIN_PASSWORD: z.string().optional(),
   SEED_DEMO: booleanFlag,
   CORS_ORIGINS: z.string().default(''),
   BODY_LIMIT: z.string().default('1mb'),
@@ -74,6 +76,15 @@ const envSchema = z.object({
 
 export type Env = z.infer<typeof envSchema> & { dataDir: string };
 
+// The super admin is created from SUPERADMIN_PASSWORD at first start: a password the policy refuses
+// stops the start here, naming the rule, rather than failing the first start's seeding.
+const checkedEnvSchema = envSchema.superRefine((env, ctx) => {
+  if (env.SUPERADMIN_PASSWORD === undefined) return;
+  const account = { username: env.SUPERADMIN_USERNAME };
+  for (const issue of passwordPolicyIssues(account, env.SUPERADMIN_PASSWORD, 'SUPERADMIN_PASSWORD'))
+    ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
+});
+
 /** TRUST_PROXY in express's terms: true/false, a hop count, or addresses, subnets and names. */
 export function trustProxySetting(value: string): boolean | number | string {
   const trimmed = value.trim();
@@ -85,7 +96,7 @@ export function trustProxySetting(value: string): boolean | number | string {
 
 /** Parses the environment once; a bad value stops the process with a message naming the variable. */
 export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {
-  const parsed = envSchema.safeParse(source);
+  const parsed = checkedEnvSchema.safeParse(source);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
     throw new Error(`Invalid environment:\n${lines.join('\n')}`);

@@ -309,7 +309,7 @@ describe('super admin: organizations', () => {
     expect(session.body.user.permissions).toContain('org.admin');
     const roles = await call(server, 'POST', '/api/auth/change-password', {
       token,
-      body: { current_password: res.body.admin.temporary_password, new_password: 'owner-password-1' },
+      body: { current_password: res.body.admin.temporary_password, new_password: 'first-admin-passphrase' },
     });
     expect(roles.status).toBe(200);
     const list = await call(server, 'GET', '/api/admin/roles', { token });

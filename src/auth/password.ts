@@ -1,10 +1,9 @@
 import { hash, verify } from '@node-rs/argon2';
-import type { AppErrorIssue } from '../app-error.ts';
+import { AppError, type AppErrorIssue } from '../app-error.ts';
+import { generateToken } from './tokens.ts';
 
 // argon2id (the library's default algorithm) with OWASP's recommended memory and time costs.
 const ARGON2_OPTIONS = { memoryCost: 19456, timeCost: 2, parallelism: 1 } as const;
-
-const MIN_PASSWORD_LENGTH = 12;
 
 export function hashPassword(password: string): Promise<string> {
   return hash(password, ARGON2_OPTIONS);
@@ -18,16 +17,106 @@ export async function verifyPassword(passwordHash: string, password: string): Pr
   }
 }
 
+// ---- the password policy ----
+//
+// The one policy for every password that is set: user creation (admin, super admin, organization and
+// environment setup), change-password, an administrator's reset, the seeded accounts and
+// SUPERADMIN_PASSWORD at start. In the spirit of NIST SP 800-63B (§3.1.1.2): length rather than
+// composition rules, nothing trimmed, every character allowed; refused are the passwords an attacker
+// tries first:
+//   1. fewer than 12 characters (Unicode code points);
+//   2. repetitive: one character or a short pattern repeated ('            ', 'aaaaaaaaaaaa', 'abcabcabcabc');
+//   3. sequential: characters stepping evenly or by a repeated pattern ('123456789012', 'abcdefghijkl',
+//      'zyxwvutsrqpo', '135791357913', 'a1b2c3d4e5f6'); digits and letters wrap around (…7890…, …xyza…);
+//   4. containing a word of the account (ignoring case): the username, the organization's domain or a
+//      label of it before the top-level one ('acme' of acme.com). Words shorter than 4 characters are
+//      not looked for: inside a 12-character password they match by chance, not by choice.
+// Cases 2 and 3 ignore letter case. The messages name the rule, never the password.
+
+const MIN_PASSWORD_LENGTH = 12;
+const MIN_CONTEXT_WORD_LENGTH = 4;
+
+/** Whom a password is for: the words of the account it must not contain. */
+interface PasswordAccount {
+  username: string;
+  /** The organization's domain; none for the super admin. */
+  domain?: string | null;
+}
+
+/** Whether `units` is its first p units over and over (the last copy may be cut short), for a p ≤ n/2. */
+function repeatsPattern<T>(units: readonly T[]): boolean {
+  for (let period = 1; period <= units.length / 2; period++) {
+    let repeats = true;
+    for (let i = period; i < units.length && repeats; i++) repeats = units[i] === units[i - period];
+    if (repeats) return true;
+  }
+  return false;
+}
+
+const DIGIT = /^[0-9]$/;
+const LETTER = /^[a-z]$/;
+
+/** The step from one character to the next; digits and letters step around their alphabet. */
+function step(from: string, to: string): string {
+  if (DIGIT.test(from) && DIGIT.test(to)) return `d${(Number(to) - Number(from) + 10) % 10}`;
+  if (LETTER.test(from) && LETTER.test(to)) return `l${(to.charCodeAt(0) - from.charCodeAt(0) + 26) % 26}`;
+  return `c${to.codePointAt(0)! - from.codePointAt(0)!}`;
+}
+
+/** The account's words a password must not contain, lowercased. */
+function contextWords(account: PasswordAccount): { word: string; what: string }[] {
+  const words = [{ word: account.username.toLowerCase(), what: 'the username' }];
+  const domain = account.domain?.toLowerCase();
+  if (domain) {
+    words.push({ word: domain, what: "the organization's domain name" });
+    for (const label of domain.split('.').slice(0, -1))
+      words.push({ word: label, what: "the organization's domain name" });
+  }
+  return words.filter((w) => w.word.length >= MIN_CONTEXT_WORD_LENGTH);
+}
+
 /** Every way a new password breaks the policy, so a client can show them all at once. */
 export function passwordPolicyIssues(
-  username: string,
+  account: PasswordAccount,
   password: string,
   field = 'password',
 ): AppErrorIssue[] {
   const issues: AppErrorIssue[] = [];
-  if (password.length < MIN_PASSWORD_LENGTH)
-    issues.push({ path: [field], message: `must have at least ${MIN_PASSWORD_LENGTH} characters` });
-  if (password.toLowerCase() === username.toLowerCase())
-    issues.push({ path: [field], message: 'must not be the same as the username' });
+  const issue = (message: string) => issues.push({ path: [field], message });
+  const units = [...password.toLowerCase()];
+  if ([...password].length < MIN_PASSWORD_LENGTH)
+    issue(`must have at least ${MIN_PASSWORD_LENGTH} characters`);
+  if (repeatsPattern(units)) issue('must not be one character or a short pattern repeated');
+  else if (units.length > 2 && repeatsPattern(units.slice(1).map((unit, i) => step(units[i], unit))))
+    issue('must not be a sequence such as 123456… or abcdef…');
+  const lowered = password.toLowerCase();
+  const found = new Set(
+    contextWords(account)
+      .filter((w) => lowered.includes(w.word))
+      .map((w) => w.what),
+  );
+  for (const what of found) issue(`must not contain ${what}`);
   return issues;
+}
+
+/** The 400 of a refused password: its message names every rule that failed. */
+export function passwordPolicyError(issues: AppErrorIssue[], what = 'The password'): AppError {
+  const rules = issues.map((i) => i.message).join('; ');
+  return new AppError('BAD_REQUEST', `${what} does not meet the policy: it ${rules}`, { issues });
+}
+
+export function assertPasswordPolicy(account: PasswordAccount, password: string): void {
+  const issues = passwordPolicyIssues(account, password);
+  if (issues.length) throw passwordPolicyError(issues);
+}
+
+/**
+ * A random password for the account (temporary passwords, first-start credentials). Base32 can still
+ * spell a word of the account by chance, so one that does is drawn again.
+ */
+export function generatePassword(account: PasswordAccount, bytes = 15): string {
+  for (;;) {
+    const password = generateToken(bytes);
+    if (!passwordPolicyIssues(account, password).length) return password;
+  }
 }

@@ -2,7 +2,7 @@ import { appendFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../deps.ts';
-import { generateToken } from '../auth/tokens.ts';
+import { generatePassword } from '../auth/password.ts';
 import { Organization, User } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 import { createOrganizationRecord } from '../modules/auth/auth.service.ts';
@@ -24,7 +24,7 @@ function remember(deps: AppDeps, line: string) {
 async function ensureSuperAdmin(deps: AppDeps, em: EntityManager, report: SeedReport) {
   if (await em.count(User, { isSuperAdmin: true, organization: null })) return;
   const username = deps.env.SUPERADMIN_USERNAME;
-  const password = deps.env.SUPERADMIN_PASSWORD ?? generateToken(15);
+  const password = deps.env.SUPERADMIN_PASSWORD ?? generatePassword({ username });
   await createUser(
     { em, deps },
     { username, password, isSuperAdmin: true, roles: [], must_change_password: false },
@@ -38,7 +38,7 @@ async function ensureSuperAdmin(deps: AppDeps, em: EntityManager, report: SeedRe
 
 async function ensureDemo(deps: AppDeps, em: EntityManager, report: SeedReport) {
   if (await em.count(Organization, { domain: DEMO_DOMAIN })) return;
-  const password = generateToken(10);
+  const password = generatePassword({ username: 'admin', domain: DEMO_DOMAIN }, 10);
   await em.transactional(async (tx) => {
     const org = await createOrganizationRecord(tx as EntityManager, { name: 'Demo', domain: DEMO_DOMAIN });
     await createUser(

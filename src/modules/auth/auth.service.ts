@@ -5,7 +5,12 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, ClientScope, Scope } from '../../deps.ts';
 import { effectivePermissions } from '../../auth/permissions.ts';
 import type { Principal } from '../../auth/principal.ts';
-import { hashPassword, passwordPolicyIssues, verifyPassword } from '../../auth/password.ts';
+import {
+  hashPassword,
+  passwordPolicyError,
+  passwordPolicyIssues,
+  verifyPassword,
+} from '../../auth/password.ts';
 import { createSession, deleteSession, deleteUserSessions } from '../../auth/session.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import {
@@ -214,11 +219,12 @@ export async function changePassword(
     throw new AppError('BAD_REQUEST', 'The current password is wrong', {
       issues: [{ path: ['current_password'], message: 'does not match' }],
     });
-  const issues = passwordPolicyIssues(user.username, input.new_password, 'new_password');
+  const organization = user.organization ? await findOrganization(scope.em, user.organization.id) : null;
+  const account = { username: user.username, domain: organization?.domain };
+  const issues = passwordPolicyIssues(account, input.new_password, 'new_password');
   if (input.new_password === input.current_password)
     issues.push({ path: ['new_password'], message: 'must differ from the current password' });
-  if (issues.length)
-    throw new AppError('BAD_REQUEST', 'The new password does not meet the policy', { issues });
+  if (issues.length) throw passwordPolicyError(issues, 'The new password');
   user.passwordHash = await hashPassword(input.new_password);
   user.mustChangePassword = false;
   await scope.em.flush();

@@ -2,9 +2,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { Scope } from '../../deps.ts';
 import { BUILTIN_ROLES } from '../../auth/permissions.ts';
-import { hashPassword, passwordPolicyIssues } from '../../auth/password.ts';
+import { assertPasswordPolicy, generatePassword, hashPassword } from '../../auth/password.ts';
 import { deleteUserSessions } from '../../auth/session.ts';
-import { generateToken } from '../../auth/tokens.ts';
 import { Organization, Role, User, type RoleEntity, type UserEntity } from './users.entity.ts';
 
 // The one way users and roles come to exist and change, for sign-in (auth) and administration (admin).
@@ -50,16 +49,16 @@ export async function createUser(scope: Scope, input: NewUser) {
         { path: ['organization_id'], message: 'required unless is_super_admin is true, and only then' },
       ],
     });
-  if (input.organizationId) await findOrganization(em, input.organizationId);
+  const organization = input.organizationId ? await findOrganization(em, input.organizationId) : null;
   const taken = await em.count(User, {
     username: input.username,
     organization: input.organizationId ?? null,
   });
   if (taken) throw new AppError('CONFLICT', `The username ${input.username} is taken`);
-  const temporary = input.password === undefined ? generateToken(15) : undefined;
+  const account = { username: input.username, domain: organization?.domain };
+  const temporary = input.password === undefined ? generatePassword(account) : undefined;
   const password = input.password ?? temporary!;
-  const issues = passwordPolicyIssues(input.username, password);
-  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  assertPasswordPolicy(account, password);
   const roles = input.organizationId ? await resolveRoles(em, input.organizationId, input.roles) : [];
   const user = em.create(User, {
     organization: input.organizationId ?? null,
@@ -119,8 +118,8 @@ export async function deleteUserOf(scope: Scope, organizationId: string | null, 
 
 export async function setPassword(scope: Scope, userId: string, password: string, mustChange: boolean) {
   const user = await findUser(scope.em, null, userId);
-  const issues = passwordPolicyIssues(user.username, password);
-  if (issues.length) throw new AppError('BAD_REQUEST', 'The password does not meet the policy', { issues });
+  const organization = user.organization ? await findOrganization(scope.em, user.organization.id) : null;
+  assertPasswordPolicy({ username: user.username, domain: organization?.domain }, password);
   user.passwordHash = await hashPassword(password);
   user.mustChangePassword = mustChange;
   await scope.em.flush();
