@@ -341,6 +341,37 @@ describe('pushWorkspaceFiles', () => {
   });
 });
 
+describe('a remote whose HEAD names a missing branch', () => {
+  it('takes every push of the configured branch, not only the first', async () => {
+    // `git init --bare` on a self-hosted server: HEAD → refs/heads/master, which never exists here.
+    gitServer.createRepo('elsewhere', { branch: 'master' });
+    const tenant = await createTenant(server);
+    const saved = await call(server, 'POST', '/api/admin/vcs-config', {
+      token: tenant.admin.token,
+      body: config({ url: `${gitServer.url}/elsewhere.git`, branch: 'main' }),
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    const commits: string[] = [];
+    for (const version of [1, 2, 3]) {
+      const result = await pushWorkspaceFiles(
+        await scopeOf(tenant.admin.token),
+        [{ path: 'schema.json', content: `{"version":${version}}\n` }],
+        `version ${version}`,
+      );
+      expect(result, `push ${version}`).toMatchObject({ pushed: true, branch: 'main' });
+      commits.push((result as { commit: string }).commit);
+    }
+    expect(gitServer.git('elsewhere', ['symbolic-ref', 'HEAD'])).toBe('refs/heads/master');
+    expect(gitServer.git('elsewhere', ['log', '--format=%H %s', 'refs/heads/main']).split('\n')).toEqual(
+      commits.map((c, i) => `${c} version ${i + 1}`).reverse(),
+    );
+    expect(gitServer.git('elsewhere', ['show', 'refs/heads/main:dimas/schema.json'])).toBe('{"version":3}');
+    expect(gitServer.git('elsewhere', ['fsck', '--strict'])).toBe('');
+    const cfg = await call(server, 'GET', '/api/admin/vcs-config', { token: tenant.admin.token });
+    expect(cfg.body).toMatchObject({ last_push_commit: commits[2], last_push_error: null });
+  });
+});
+
 /*
  * The workspace as the remote holds it: every push (here, the ones commit-transformation makes) is
  * one commit whose directory is exactly the workspace zip that `download` gives, file for file and

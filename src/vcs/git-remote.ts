@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import git from 'isomorphic-git';
 import type { HttpClient } from 'isomorphic-git';
+import { GitRemoteHTTP } from 'isomorphic-git/managers';
 import { AppError } from '../app-error.ts';
 import type { OutboundHttp } from '../outbound-http.ts';
 
@@ -240,6 +241,105 @@ async function replaceSubtree(
   return git.writeTree({ fs, gitdir, tree });
 }
 
+interface UploadPackAdvertisement {
+  refs: Map<string, string>;
+  capabilities: Set<string>;
+}
+
+/** The refs and capabilities of the remote's upload-pack service (protocol v1, as `git fetch` sees them). */
+async function discoverUploadPack(remote: GitRemote): Promise<UploadPackAdvertisement> {
+  const advertised = (await GitRemoteHTTP.discover({
+    http: httpClient(remote),
+    service: 'git-upload-pack',
+    url: remote.url,
+    headers: authHeaders(remote),
+    protocolVersion: 1,
+  })) as UploadPackAdvertisement;
+  return { refs: advertised.refs, capabilities: advertised.capabilities };
+}
+
+function pktLine(line: string): Buffer {
+  const payload = Buffer.from(line, 'utf8');
+  return Buffer.concat([Buffer.from((payload.length + 4).toString(16).padStart(4, '0')), payload]);
+}
+
+/**
+ * Fetches the commit `oid` alone (depth 1) into `gitdir`. Not git.fetch: isomorphic-git's fetch
+ * resolves the remote's HEAD after every fetch, and a remote whose HEAD names a branch that does not
+ * exist (an empty repository created with another default branch, which the first push does not
+ * change) advertises no HEAD, so every push after the first failed with "Could not find HEAD". This
+ * asks for the configured branch's tip and nothing else.
+ */
+async function fetchCommit(
+  remote: GitRemote,
+  gitdir: string,
+  capabilities: Set<string>,
+  oid: string,
+): Promise<void> {
+  const sideBand = ['side-band-64k', 'side-band'].find((c) => capabilities.has(c));
+  const wanted = [sideBand, capabilities.has('ofs-delta') && 'ofs-delta', 'agent=dimas'].filter(
+    (c): c is string => !!c,
+  );
+  const shallow = capabilities.has('shallow');
+  const request = [
+    pktLine(`want ${oid} ${wanted.join(' ')}\n`),
+    ...(shallow ? [pktLine('deepen 1\n')] : []),
+    Buffer.from('0000'),
+    pktLine('done\n'),
+  ];
+  const res = await GitRemoteHTTP.connect({
+    http: httpClient(remote),
+    service: 'git-upload-pack',
+    url: remote.url,
+    headers: authHeaders(remote),
+    body: [Buffer.concat(request)],
+    auth: {},
+  });
+  const chunks: Uint8Array[] = [];
+  if (res.body) for await (const chunk of res.body) chunks.push(chunk);
+  const response = Buffer.concat(chunks);
+
+  // The answer: shallow lines and a flush (when deepening), NAK, then the pack (multiplexed on
+  // band 1 when side-band was asked for; band 2 is progress, band 3 a fatal error).
+  const pack: Buffer[] = [];
+  let pos = 0;
+  let negotiating = true;
+  while (pos < response.length) {
+    if (!negotiating && !sideBand) {
+      pack.push(response.subarray(pos));
+      break;
+    }
+    const length = parseInt(response.subarray(pos, pos + 4).toString('ascii'), 16);
+    if (!Number.isInteger(length) || (length > 0 && length < 4) || pos + length > response.length)
+      throw new Error('the remote sent a malformed upload-pack response');
+    if (length === 0) {
+      pos += 4;
+      if (!negotiating) break;
+      continue;
+    }
+    const payload = response.subarray(pos + 4, pos + length);
+    pos += length;
+    if (negotiating) {
+      const line = payload.toString('utf8').trimEnd();
+      if (line.startsWith('ERR ')) throw new Error(`the remote refused the fetch: ${line.slice(4)}`);
+      if (line === 'NAK' || line.startsWith('ACK ')) negotiating = false;
+      continue;
+    }
+    if (payload[0] === 1) pack.push(payload.subarray(1));
+    else if (payload[0] === 3)
+      throw new Error(`the remote failed the fetch: ${payload.subarray(1).toString('utf8').trim()}`);
+  }
+  const packfile = Buffer.concat(pack);
+  if (packfile.subarray(0, 4).toString('ascii') !== 'PACK')
+    throw new Error('the remote sent no pack for the branch tip');
+  const name = `objects/pack/pack-${packfile.subarray(-20).toString('hex')}.pack`;
+  await fs.promises.mkdir(join(gitdir, 'objects/pack'), { recursive: true });
+  await fs.promises.writeFile(join(gitdir, name), packfile);
+  await git.indexPack({ fs, dir: gitdir, gitdir, filepath: name });
+  // The tip's parents are not here: say so, as git does for a shallow clone.
+  if (shallow) await fs.promises.writeFile(join(gitdir, 'shallow'), `${oid}\n`);
+}
+
 export interface PushOutcome {
   /** The new commit, or the branch tip when nothing changed. */
   commit: string | null;
@@ -263,30 +363,13 @@ export async function pushFiles(
   const gitdir = await mkdtemp(join(tmpdir(), 'dimas-vcs-'));
   try {
     await git.init({ fs, gitdir, bare: true, defaultBranch: options.branch });
-    await git.addRemote({ fs, gitdir, remote: 'origin', url: remote.url });
     for (let attempt = 1; ; attempt++) {
       try {
-        const refs = await git.listServerRefs({
-          http: httpClient(remote),
-          url: remote.url,
-          headers: authHeaders(remote),
-          prefix: ref,
-        });
-        const tip = refs.find((r) => r.ref === ref)?.oid ?? null;
+        const advertised = await discoverUploadPack(remote);
+        const tip = advertised.refs.get(ref) ?? null;
         let baseTree: string | null = null;
         if (tip) {
-          await git.fetch({
-            fs,
-            http: httpClient(remote),
-            gitdir,
-            remote: 'origin',
-            headers: authHeaders(remote),
-            ref: options.branch,
-            remoteRef: options.branch,
-            singleBranch: true,
-            depth: 1,
-            tags: false,
-          });
+          await fetchCommit(remote, gitdir, advertised.capabilities, tip);
           baseTree = (await git.readCommit({ fs, gitdir, oid: tip })).commit.tree;
         }
         const subtree = content.size ? await writeNode(gitdir, content) : null;
