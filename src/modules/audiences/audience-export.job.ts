@@ -1,10 +1,9 @@
-import { createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
-import { once } from 'node:events';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import { dirname, join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
-import { PermanentJobError } from '../../jobs/job-types.ts';
+import { JobCancelledError, PermanentJobError } from '../../jobs/job-types.ts';
 import type { JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
 import { outboundFailure, outboundHttp, type OutboundHttp } from '../../outbound-http.ts';
@@ -50,7 +49,7 @@ async function writeCsv(
   deps: AppDeps,
   exp: AudienceExportEntity,
   source: Source,
-  runId: string,
+  context: JobContext,
   progress: Progress,
 ) {
   const config = exp.destinationConfig as {
@@ -61,40 +60,39 @@ async function writeCsv(
   const delimiter = config.delimiter ?? ',';
   const escapeFormulas = config.escape_formulas === true;
   const path = exportFilePath(deps, exp.organization.id, exp.id);
-  const partial = `${path}.${runId}.part`;
+  const partial = `${path}.${context.runId}.part`;
   await mkdir(dirname(path), { recursive: true });
-  const out = createWriteStream(partial);
   let rows = 0;
-  try {
+  async function* chunks() {
     if (config.include_header !== false)
-      out.write(
-        csvLine(
-          source.columns.map((c) => c.name),
-          delimiter,
-        ),
+      yield csvLine(
+        source.columns.map((c) => c.name),
+        delimiter,
       );
-    // Backpressure: never hold more than a piece in memory while the disk catches up.
-    const write = async (chunk: string) => {
-      if (!out.write(chunk)) await once(out, 'drain');
-    };
     for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
       let chunk = '';
       for (const row of batch) {
         chunk += csvLine(Object.values(row), delimiter, escapeFormulas);
         if (chunk.length >= WRITE_CHUNK_CHARS) {
-          await write(chunk);
+          yield chunk;
           chunk = '';
         }
       }
-      if (chunk) await write(chunk);
+      if (chunk) yield chunk;
       rows += batch.length;
       await progress(rows);
     }
-    out.end();
-    await once(out, 'finish');
+  }
+  // The file exists before the first write, so removing it below cannot race the stream's own open.
+  const file = await open(partial, 'w');
+  try {
+    // pipeline owns every stream's errors and destroys them all on the first failure or on abort
+    // (pause, cancellation): a stream destroyed with a write pending must never be left to emit an
+    // 'error' that nothing listens to, which would end the whole process. It also applies backpressure.
+    await pipeline(chunks(), file.createWriteStream(), { signal: context.signal });
     await rename(partial, path);
   } catch (error) {
-    out.destroy();
+    await file.close().catch(() => undefined);
     await rm(partial, { force: true });
     throw error;
   }
@@ -311,7 +309,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       });
     };
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
-    if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context.runId, progress);
+    if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context, progress);
     else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
     else
       outcome = await sendWebhook(deps, exp, source, context, Number(previous?.batches_sent ?? 0), progress);
@@ -331,6 +329,17 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
     };
   } catch (error) {
+    // Paused or cancelled while it ran: the failure is only the abort, and 'failed' would overwrite
+    // the 'cancelled' the pause recorded. An attempt aborted otherwise (taken over, queue stopping)
+    // fails as before, for the queue to decide.
+    const run = context.signal.aborted ? await deps.jobs.getRun(context.runId, context.organizationId) : null;
+    if (run?.status === 'cancelled') {
+      await record(em, exp.id, context.organizationId, {
+        lastRunStatus: 'cancelled',
+        lastError: 'cancelled while it ran',
+      });
+      throw new JobCancelledError(context.runId);
+    }
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'failed',
       lastError: error instanceof Error ? error.message : String(error),

@@ -1,0 +1,133 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { exportFilePath } from '../src/modules/audiences/audience-export.job.ts';
+
+/*
+ * What an audience export may never do, through the real server: crash the process when a run is
+ * paused, take a saved secret to another host, accept or print credentials and invalid headers,
+ * follow a webhook's redirect, or retry a failure that would repeat.
+ */
+const warehouse = scratchDatabase('aud_safe');
+const destination = scratchDatabase('aud_safe_dest');
+const ROWS = 150_000;
+
+let server: TestServer;
+let tenant: Tenant;
+let audienceId: string;
+
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/api/audiences',
+);
+
+async function exportFinished(exportId: string, runId: string) {
+  return until(
+    `export ${exportId}`,
+    async () => (await api('GET', `/${audienceId}/exports`)).body.exports.find((e: any) => e.id === exportId),
+    (e) => e?.last_run?.run_id === runId && ['succeeded', 'failed', 'cancelled'].includes(e.last_run.status),
+    90_000,
+  );
+}
+
+beforeAll(async () => {
+  await warehouse.create();
+  await destination.create();
+  await warehouse.sql(`create schema crm`);
+  await warehouse.sql(`create table crm.customers (customer_id integer primary key, email text, notes text)`);
+  await warehouse.sql(`insert into crm.customers
+     select i, 'user' || i || '@example.com', repeat(md5(i::text), 6) from generate_series(1, ${ROWS}) i`);
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  await createWorkspace(server, tenant.admin.token, {
+    name: unique('aud_safe'),
+    target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
+    target_schema: {
+      name: 'crm',
+      version: '1.0.0',
+      tables: [
+        {
+          name: 'customers',
+          primary_key: ['customer_id'],
+          columns: [
+            { name: 'customer_id', type: 'integer', nullable: false },
+            { name: 'email', type: 'text' },
+            { name: 'notes', type: 'text' },
+          ],
+        },
+      ],
+    },
+  });
+  const created = await api('POST', '', {
+    body: {
+      name: 'everyone',
+      target_table: 'customers',
+      definition: { type: 'rules', rules: { all: [] } },
+      attribute_columns: ['email', 'notes'],
+    },
+  });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  audienceId = created.body.id;
+  const run = await api('POST', `/${audienceId}/materialize`);
+  expect(run.status, JSON.stringify(run.body)).toBe(200);
+  const done = await until(
+    'materialize',
+    async () => (await api('GET', `/${audienceId}`)).body,
+    (a) => ['succeeded', 'failed'].includes(a.materialization.status),
+    90_000,
+  );
+  expect(done.materialization.status, done.materialization.error).toBe('succeeded');
+}, 180_000);
+
+afterAll(async () => {
+  await server?.close();
+  await warehouse.drop();
+  await destination.drop();
+});
+
+describe('C1: a paused or failing CSV run', () => {
+  it('pausing a large CSV run cancels it, removes its .part file, and the server keeps answering', async () => {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const created = await api('POST', '/exports', {
+        body: { audience_id: audienceId, destination: { type: 'csv' }, run_now: false },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      const id = created.body.export.id;
+      const started = await api('PUT', `/exports/${id}`, { body: { status: 'active', run: true } });
+      expect(started.status, JSON.stringify(started.body)).toBe(200);
+      const runId = started.body.run.run_id;
+      // Paused while rows are being written (the first run a moment after it started, the second
+      // once it reported rows): writes are pending on the file stream.
+      if (attempt % 2 === 0) await new Promise((resolve) => setTimeout(resolve, 800));
+      else
+        await until(
+          'rows written',
+          async () => (await api('GET', `/${audienceId}/exports`)).body.exports.find((e: any) => e.id === id),
+          (e) => e?.last_run?.run_id === runId && Number(e.last_run.progress?.rows_exported ?? 0) > 0,
+          60_000,
+          20,
+        );
+      const paused = await api('PUT', `/exports/${id}`, { body: { status: 'paused' } });
+      expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+      const finished = await exportFinished(id, runId);
+      expect(finished.last_run.status).toBe('cancelled');
+      expect(finished.status).toBe('paused');
+      expect(finished.file).toBeNull();
+      // The run's handler has ended once nothing is left in the directory but finished files.
+      const dir = dirname(exportFilePath(server.deps, tenant.organization.id, id));
+      await until(
+        '.part removed',
+        async () => (existsSync(dir) ? readdirSync(dir) : []),
+        (files) => !files.some((f) => f.startsWith(id) && f.endsWith('.part')),
+        20_000,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const alive = await api('GET', `/${audienceId}/exports`);
+      expect(alive.status).toBe(200);
+    }
+  }, 180_000);
+});
