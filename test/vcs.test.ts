@@ -1,4 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
@@ -7,6 +9,7 @@ import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { readZip } from './helpers/zip.ts';
 import { startGitHttpServer, type GitHttpServer } from './helpers/git-http-server.ts';
 import { pushWorkspaceFiles } from '../src/vcs/push-workspace.ts';
+import { branchNameProblem } from '../src/vcs/branch-name.ts';
 import type { CallerScope } from '../src/deps.ts';
 
 const WRITE_TOKEN = 'write-token-0123456789';
@@ -338,6 +341,86 @@ describe('pushWorkspaceFiles', () => {
     await expect(
       pushWorkspaceFiles(await scopeOf(a.admin.token), [{ path: '.git/config', content: 'x' }], 'x'),
     ).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+  });
+});
+
+describe('branch names', () => {
+  /** What git itself says of a branch name (exit 0: valid). */
+  const gitAccepts = (name: string) =>
+    spawnSync('git', ['check-ref-format', '--branch', name], { cwd: tmpdir() }).status === 0;
+  // git accepts these as branch names, but they would not name the branch dimas means.
+  const refusedBeyondGit = new Set(['HEAD', '@', 'refs/heads/x']);
+  const names = [
+    'main',
+    'feature/x',
+    'dimas/ws-1',
+    'release-1.0',
+    'x@y',
+    'ünïcode',
+    'a.b/c_d',
+    'bad..branch',
+    'has space',
+    'a/.hidden',
+    '.hidden',
+    'x.lock',
+    'a.lock/b',
+    'x/',
+    '/x',
+    'a//b',
+    'x.',
+    'a@{b',
+    'a~1',
+    'a^',
+    'a:b',
+    'a?',
+    'a*',
+    'a[b',
+    'a\\b',
+    'tab\there',
+    'del\x7f',
+    '-x',
+    ...refusedBeyondGit,
+  ];
+
+  it("accepts exactly the names git accepts (but HEAD, '@' and refs/…), and says which rule failed", async () => {
+    const tenant = await createTenant(server);
+    for (const name of names) {
+      const problem = branchNameProblem(name);
+      const valid = !refusedBeyondGit.has(name) && gitAccepts(name);
+      expect(problem === null, `${JSON.stringify(name)}: ${problem}`).toBe(valid);
+      const res = await call(server, 'POST', '/api/admin/vcs-config', {
+        token: tenant.admin.token,
+        body: config({ branch: name }),
+      });
+      expect(res.status, `${JSON.stringify(name)}: ${JSON.stringify(res.body)}`).toBe(valid ? 200 : 400);
+      if (!valid)
+        expect(res.body.issues).toContainEqual(
+          expect.objectContaining({ path: ['branch'], message: `not a valid git branch name: ${problem}` }),
+        );
+    }
+    expect(branchNameProblem('a/.hidden')).toMatch(/start with '\.'/);
+    expect(branchNameProblem('refs/heads/x')).toMatch(/refs\//);
+    expect(branchNameProblem('HEAD')).toMatch(/HEAD/);
+  });
+
+  it('does not push to a branch saved before names were checked', async () => {
+    const tenant = await createTenant(server);
+    const saved = await call(server, 'POST', '/api/admin/vcs-config', {
+      token: tenant.admin.token,
+      body: config(),
+    });
+    expect(saved.status).toBe(200);
+    await server.deps.orm.em
+      .fork()
+      .getConnection()
+      .execute(`update vcs_configs set branch = 'HEAD' where organization_id = ?`, [tenant.organization.id]);
+    const result = await pushWorkspaceFiles(
+      await scopeOf(tenant.admin.token),
+      [{ path: 'a', content: 'x' }],
+      'x',
+    );
+    expect(result).toMatchObject({ pushed: false, reason: 'failed', message: expect.stringMatching(/HEAD/) });
+    expect(gitServer.git('project', ['for-each-ref', 'refs/heads/HEAD'])).toBe('');
   });
 });
 

@@ -4,6 +4,7 @@ import { organizationOf } from '../auth/tenancy.ts';
 import { isFeatureEnabled } from '../features.ts';
 import { outboundHttp } from '../outbound-http.ts';
 import { VcsConfig, type VcsConfigEntity } from '../modules/admin/admin.entity.ts';
+import { branchNameProblem } from './branch-name.ts';
 import { normalizeRepoPath, pushFiles, type GitFile, type GitRemote } from './git-remote.ts';
 
 export type PushResult =
@@ -58,6 +59,13 @@ export async function pushWorkspaceFiles(
     ...(options.workspace ? normalizeRepoPath(options.workspace, 'Workspace name') : []),
   ].join('/');
   const author = { name: config.authorName, email: config.authorEmail };
+  // Saved before the branch was checked on save: git would create refs/heads/HEAD and the like.
+  const branchProblem = branchNameProblem(config.branch);
+  if (branchProblem) {
+    config.lastPushError = `Push not attempted: the branch ${JSON.stringify(config.branch)} is not a valid git branch name (${branchProblem}); save the version-control settings with another branch`;
+    await scope.em.flush();
+    return { pushed: false, reason: 'failed', message: config.lastPushError };
+  }
   try {
     const outcome = await pushFiles(
       remoteOf(scope, config),

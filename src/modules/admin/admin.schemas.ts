@@ -17,6 +17,7 @@ import { connectionConfigSchema } from '../../warehouse/config.ts';
 import { CACHE_NAMES, MAX_CACHE_ENTRIES, MAX_TTL_SECONDS, isCacheName } from '../../cache.ts';
 import { isFeatureName } from '../../features.ts';
 import { llmParametersSchema } from '../../llm/parameters.ts';
+import { branchNameProblem } from '../../vcs/branch-name.ts';
 import { LLM_MODES } from '../../llm/provider.ts';
 
 const roleName = z
@@ -200,16 +201,15 @@ export const userFeatureOverridesOutput = z.object({
   updated_at: timestamp.nullable(),
 });
 
-// A git ref name component rule set (git check-ref-format), enough to refuse what git would.
 const branchName = z
   .string()
   .trim()
   .min(1)
   .max(255)
-  .regex(
-    /^(?![-/.])(?!.*\.\.)(?!.*\/\/)(?!.*@\{)(?!.*\.lock$)(?!.*[/.]$)[^\s~^:?*[\\\p{Cc}]+$/u,
-    'not a valid git branch name',
-  );
+  .superRefine((name, ctx) => {
+    const problem = branchNameProblem(name);
+    if (problem) ctx.addIssue({ code: 'custom', message: `not a valid git branch name: ${problem}` });
+  });
 
 export const vcsConfigInput = z.object({
   enabled: z.boolean().default(true).describe('Push on commit-transformation when true'),
