@@ -4,7 +4,7 @@ import type { CallerScope, Scope } from '../../deps.ts';
 import { packageVersion } from '../../version.ts';
 import { ALL_PERMISSIONS, PERMISSIONS, isPermission } from '../../auth/permissions.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { createUser, deleteUserOf, setPassword, updateUserOf } from '../users/users.service.ts';
+import { createUser, deleteUserOf, setPassword, updateUserOf, violates } from '../users/users.service.ts';
 import { Role, type RoleEntity } from '../users/users.entity.ts';
 
 function roleView(role: RoleEntity, userCount?: number) {
@@ -158,13 +158,49 @@ export async function listRoles(scope: CallerScope) {
   return { roles: roles.map((r) => roleView(r, byRole.get(r.id))) };
 }
 
+/**
+ * Role names are one per organization whatever their case (built-in ones included), so `Admin` cannot
+ * pass for `admin` in a user list; a unique index on lower(name) backs the check against concurrent
+ * requests (migration case_insensitive_names).
+ */
+const ROLE_NAME_CONSTRAINTS = new Set([
+  'roles_organization_id_name_unique',
+  'roles_organization_id_lower_name_unique',
+]);
+
+const roleNameTaken = (name: string) =>
+  new AppError(
+    'CONFLICT',
+    `A role named ${name} already exists (role names are compared regardless of case)`,
+    {
+      reason: 'ROLE_NAME_TAKEN',
+    },
+  );
+
+async function assertRoleNameFree(scope: CallerScope, organization: string, name: string, except?: number) {
+  const [{ taken }] = await scope.em.execute(
+    'select exists (select 1 from roles where organization_id = ? and lower(name) = lower(?) and id <> ?) as taken',
+    [organization, name, except ?? 0],
+  );
+  if (taken) throw roleNameTaken(name);
+}
+
+async function flushRole(scope: CallerScope, name: string) {
+  try {
+    await scope.em.flush();
+  } catch (error) {
+    // Another request took the name between the check and this write.
+    if (violates(error, ROLE_NAME_CONSTRAINTS)) throw roleNameTaken(name);
+    throw error;
+  }
+}
+
 export async function createRole(
   scope: CallerScope,
   input: { name: string; description?: string; permissions: string[] },
 ) {
   const organization = organizationOf(scope.principal);
-  if (await scope.em.count(Role, { organization, name: input.name }))
-    throw new AppError('CONFLICT', `A role named ${input.name} already exists`);
+  await assertRoleNameFree(scope, organization, input.name);
   const role = scope.em.create(Role, {
     organization,
     name: input.name,
@@ -172,7 +208,7 @@ export async function createRole(
     permissions: validatePermissions(input.permissions),
     isBuiltin: false,
   });
-  await scope.em.flush();
+  await flushRole(scope, input.name);
   return roleView(role);
 }
 
@@ -187,12 +223,11 @@ export async function updateRole(
   const role = await findRole(scope, input.role_id);
   assertEditable(role);
   if (input.name && input.name !== role.name) {
-    if (await scope.em.count(Role, { organization: role.organization, name: input.name }))
-      throw new AppError('CONFLICT', `A role named ${input.name} already exists`);
+    await assertRoleNameFree(scope, role.organization.id, input.name, role.id);
     role.name = input.name;
   }
   if (input.description !== undefined) role.description = input.description;
-  await scope.em.flush();
+  await flushRole(scope, role.name);
   return roleView(role);
 }
 

@@ -1,5 +1,6 @@
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { sql } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, ClientScope, Scope } from '../../deps.ts';
@@ -57,6 +58,9 @@ const burnPasswordCheck = async (password: string) =>
 
 const INVALID_LOGIN = 'Invalid username, organization or password';
 
+/** The expression of the unique indexes on users (migration case_insensitive_names), so they serve logins. */
+const usernameLowered = () => sql.lower((alias) => `${alias}.username`);
+
 async function assertNotThrottled(scope: ClientScope, key: string): Promise<void> {
   const { env } = scope.deps;
   const since = new Date(Date.now() - env.LOGIN_FAILURE_WINDOW_SECONDS * 1000);
@@ -106,8 +110,9 @@ export async function login(
 ) {
   const key = `${input.domain.trim().toLowerCase()}/${input.username.trim().toLowerCase()}`;
   await assertNotThrottled(scope, key);
+  // Usernames are unique regardless of case (users.service): the case typed at login does not matter.
   const user = await scope.em.findOne(User, {
-    username: input.username.trim(),
+    [usernameLowered()]: input.username.trim().toLowerCase(),
     organization: { domain: input.domain.trim().toLowerCase() },
     isActive: true,
   });
@@ -123,7 +128,7 @@ export async function superAdminLogin(scope: ClientScope, input: { username: str
   const key = `super-admin/${input.username.trim().toLowerCase()}`;
   await assertNotThrottled(scope, key);
   const user = await scope.em.findOne(User, {
-    username: input.username.trim(),
+    [usernameLowered()]: input.username.trim().toLowerCase(),
     organization: null,
     isSuperAdmin: true,
     isActive: true,

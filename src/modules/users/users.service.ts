@@ -1,3 +1,4 @@
+import { UniqueConstraintViolationException } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { Scope } from '../../deps.ts';
@@ -50,11 +51,13 @@ export async function createUser(scope: Scope, input: NewUser) {
       ],
     });
   const organization = input.organizationId ? await findOrganization(em, input.organizationId) : null;
-  const taken = await em.count(User, {
-    username: input.username,
-    organization: input.organizationId ?? null,
-  });
-  if (taken) throw new AppError('CONFLICT', `The username ${input.username} is taken`);
+  const [{ taken }] = await em.execute(
+    input.organizationId
+      ? 'select exists (select 1 from users where organization_id = ? and lower(username) = lower(?)) as taken'
+      : 'select exists (select 1 from users where organization_id is null and lower(username) = lower(?)) as taken',
+    input.organizationId ? [input.organizationId, input.username] : [input.username],
+  );
+  if (taken) throw usernameTaken(input.username);
   const account = { username: input.username, domain: organization?.domain };
   const temporary = input.password === undefined ? generatePassword(account) : undefined;
   const password = input.password ?? temporary!;
@@ -70,8 +73,41 @@ export async function createUser(scope: Scope, input: NewUser) {
     preferences: {},
   });
   user.roles.set(roles);
-  await em.flush();
+  try {
+    await em.flush();
+  } catch (error) {
+    // Another request created the same name (in any case) between the check above and this insert.
+    if (violates(error, USERNAME_CONSTRAINTS)) throw usernameTaken(input.username);
+    throw error;
+  }
   return { user: userView(user), ...(temporary ? { temporary_password: temporary } : {}) };
+}
+
+/**
+ * Usernames are one per organization (and one among super admins) whatever their case: login matches
+ * them regardless of case and the failed-login counter counts them lowercased, so two spellings would be
+ * one person's lockout and another's login. Unique indexes on lower(username) back the check (migration
+ * case_insensitive_names); the exact-case constraints of the foundation still exist and fire first on an
+ * exact duplicate.
+ */
+const USERNAME_CONSTRAINTS = new Set([
+  'users_organization_id_username_unique',
+  'users_super_admin_username_unique',
+  'users_organization_id_lower_username_unique',
+  'users_super_admin_lower_username_unique',
+]);
+
+const usernameTaken = (username: string) =>
+  new AppError('CONFLICT', `The username ${username} is taken (usernames are compared regardless of case)`, {
+    reason: 'USERNAME_TAKEN',
+  });
+
+/** A unique violation of one of the named constraints (the driver error carries PostgreSQL's name). */
+export function violates(error: unknown, constraints: ReadonlySet<string>): boolean {
+  return (
+    error instanceof UniqueConstraintViolationException &&
+    constraints.has(String((error as { constraint?: unknown }).constraint))
+  );
 }
 
 /** A user of the given organization (null = any: the super admin's reach). Others answer 404. */
