@@ -91,6 +91,33 @@ function blockedNetworkError(host: string, address: string, what = 'The address'
   );
 }
 
+/**
+ * Whether a secret saved with `saved` may be sent to `next`: only to the same scheme, host and port.
+ * One rule for every setting that keeps a secret when its form comes back masked or without it
+ * (version control, audience webhooks): whoever may edit the address must not be able to point it at
+ * a host of their own and have the stored secret delivered there.
+ */
+export function sameOrigin(saved: string | URL, next: string | URL): boolean {
+  try {
+    return new URL(saved).origin === new URL(next).origin;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Whether a URL carries credentials (`user:password@`). They are refused when saved: fetch refuses
+ * such URLs anyway, and a URL is shown back and printed in errors, which a secret must never be.
+ */
+export function hasUrlCredentials(url: string | URL): boolean {
+  try {
+    const parsed = new URL(url);
+    return parsed.username !== '' || parsed.password !== '';
+  } catch {
+    return false;
+  }
+}
+
 const guards = new Map<string, OutboundHttp>();
 
 /** The guard for the operator's OUTBOUND_BLOCKED_NETWORKS; one per distinct setting, so agents are shared. */

@@ -1,4 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
@@ -33,6 +35,31 @@ async function exportFinished(exportId: string, runId: string) {
     90_000,
   );
 }
+
+type Handler = (req: IncomingMessage, body: string, res: ServerResponse) => void;
+
+/** A local HTTP receiver; `requests` records what reached it. */
+async function receiver(handler: Handler) {
+  const requests: { method: string; url: string; headers: IncomingMessage['headers']; body: string }[] = [];
+  const hook: Server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      requests.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+      handler(req, body, res);
+    });
+  });
+  hook.listen(0, '127.0.0.1');
+  await new Promise((resolve) => hook.once('listening', resolve));
+  return {
+    requests,
+    url: (path = '/') => `http://127.0.0.1:${(hook.address() as AddressInfo).port}${path}`,
+    close: () => new Promise((resolve) => hook.close(resolve)),
+  };
+}
+
+const ok: Handler = (_req, _body, res) =>
+  res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
 
 beforeAll(async () => {
   await warehouse.create();
@@ -130,4 +157,95 @@ describe('C1: a paused or failing CSV run', () => {
       expect(alive.status).toBe(200);
     }
   }, 180_000);
+});
+
+describe('S1: a saved secret stays with the host it was given for', () => {
+  it('keeps masked webhook headers on the same host, and refuses them for another host', async () => {
+    const home = await receiver(ok);
+    const elsewhere = await receiver(ok);
+    try {
+      const created = await api('POST', '/exports', {
+        body: {
+          audience_id: audienceId,
+          destination: { type: 'webhook', url: home.url('/in'), headers: { 'X-Api-Key': 'SECRET' } },
+          field_mapping: [{ source: 'customer_id', destination: 'id' }],
+          run_now: false,
+        },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      const id = created.body.export.id;
+      const moved = await api('PUT', `/exports/${id}`, {
+        body: {
+          destination: { type: 'webhook', url: elsewhere.url('/steal'), headers: { 'X-Api-Key': '••••••' } },
+          run: true,
+        },
+      });
+      expect(moved.status, JSON.stringify(moved.body)).toBe(400);
+      expect(moved.body.message).toMatch(/moves to another host: give the value of header X-Api-Key again/);
+      expect(JSON.stringify(moved.body)).not.toContain('SECRET');
+      // The same origin on another path keeps it; a new value is accepted anywhere.
+      const samePlace = await api('PUT', `/exports/${id}`, {
+        body: {
+          destination: { type: 'webhook', url: home.url('/other'), headers: { 'X-Api-Key': '••••••' } },
+        },
+      });
+      expect(samePlace.status, JSON.stringify(samePlace.body)).toBe(200);
+      const renewed = await api('PUT', `/exports/${id}`, {
+        body: {
+          destination: { type: 'webhook', url: elsewhere.url('/ok'), headers: { 'X-Api-Key': 'NEW' } },
+          run: true,
+        },
+      });
+      expect(renewed.status, JSON.stringify(renewed.body)).toBe(200);
+      const finished = await exportFinished(id, renewed.body.run.run_id);
+      expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
+      expect(elsewhere.requests.every((r) => r.headers['x-api-key'] === 'NEW')).toBe(true);
+      expect(elsewhere.requests.some((r) => r.url === '/steal')).toBe(false);
+    } finally {
+      await home.close();
+      await elsewhere.close();
+    }
+  });
+
+  it('keeps a PostgreSQL password only for the same host, port, database and user', async () => {
+    const base = {
+      type: 'postgres',
+      host: '127.0.0.1',
+      port: 5432,
+      database: destination.name,
+      user: 'postgres',
+    };
+    const created = await api('POST', '/exports', {
+      body: {
+        audience_id: audienceId,
+        destination: { ...base, password: 'pw-SECRET', table: 'members' },
+        run_now: false,
+      },
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    const id = created.body.export.id;
+    for (const change of [
+      { host: 'localhost' },
+      { port: 5433 },
+      { database: 'postgres' },
+      { user: 'other' },
+    ]) {
+      const moved = await api('PUT', `/exports/${id}`, {
+        body: { destination: { ...base, ...change, table: 'members' } },
+      });
+      expect(moved.status, `${JSON.stringify(change)} ${JSON.stringify(moved.body)}`).toBe(400);
+      expect(moved.body.message).toMatch(/moves to another host: give the password again/);
+    }
+    const masked = await api('PUT', `/exports/${id}`, {
+      body: { destination: { ...base, password: '••••••', table: 'members2' } },
+    });
+    expect(masked.status, JSON.stringify(masked.body)).toBe(200);
+    expect(masked.body.export.destination.password_set).toBe(true);
+    // An empty password moves it without one.
+    const cleared = await api('PUT', `/exports/${id}`, {
+      body: { destination: { ...base, port: 5433, password: '', table: 'members' } },
+    });
+    expect(cleared.status, JSON.stringify(cleared.body)).toBe(200);
+    expect(cleared.body.export.destination.password_set).toBe(false);
+  });
 });

@@ -21,7 +21,7 @@ import {
   type FeatureName,
   type FeatureState,
 } from '../../features.ts';
-import { outboundHttp } from '../../outbound-http.ts';
+import { hasUrlCredentials, outboundHttp, sameOrigin } from '../../outbound-http.ts';
 import { checkRemote, normalizeRepoPath } from '../../vcs/git-remote.ts';
 import { remoteOf } from '../../vcs/push-workspace.ts';
 import { User } from '../users/users.entity.ts';
@@ -246,7 +246,7 @@ function checkRemoteUrl(raw: string): string {
     LOOPBACK.has(url.hostname) || (isIP(url.hostname) === 4 && url.hostname.startsWith('127.'));
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback))
     throw bad('url must use https (plain http is accepted for loopback hosts only)');
-  if (url.username || url.password) throw bad('url must not contain credentials; use token and username');
+  if (hasUrlCredentials(url)) throw bad('url must not contain credentials; use token and username');
   if (url.search || url.hash) throw bad('url must not contain a query or fragment');
   return url.toString();
 }
@@ -285,6 +285,26 @@ function vcsView(config: VcsConfigEntity | null) {
   };
 }
 
+/**
+ * The last push's outcome describes the remote it went to: another repository or branch has no push
+ * history yet, and an error seen with other credentials says nothing about the new ones.
+ */
+function forgetStalePushState(
+  scope: CallerScope,
+  config: VcsConfigEntity,
+  next: { url: string; branch: string; username: string; token?: string | null },
+) {
+  const newTarget = config.url !== next.url || config.branch !== next.branch;
+  const storedToken = config.tokenEncrypted ? scope.deps.secrets.decrypt(config.tokenEncrypted) : null;
+  const newCredentials =
+    config.username !== next.username || (next.token !== undefined && (next.token || null) !== storedToken);
+  if (newTarget) {
+    config.lastPushAt = null;
+    config.lastPushCommit = null;
+  }
+  if (newTarget || newCredentials) config.lastPushError = null;
+}
+
 export interface VcsConfigInput {
   enabled: boolean;
   url: string;
@@ -308,12 +328,7 @@ export async function saveVcsConfig(scope: CallerScope, input: VcsConfigInput) {
   const pathPrefix = normalizeRepoPath(input.path_prefix, 'path_prefix').join('/');
   let config = await scope.em.findOne(VcsConfig, { organization });
   // A token kept for one host must not follow the configuration to another.
-  if (
-    config &&
-    input.token === undefined &&
-    config.tokenEncrypted &&
-    new URL(config.url).origin !== new URL(url).origin
-  )
+  if (config && input.token === undefined && config.tokenEncrypted && !sameOrigin(config.url, url))
     throw new AppError(
       'BAD_REQUEST',
       'The url moves to another host: give the token again (or null to remove it)',
@@ -334,6 +349,7 @@ export async function saveVcsConfig(scope: CallerScope, input: VcsConfigInput) {
     input.token === undefined
       ? (config?.tokenEncrypted ?? null)
       : input.token && scope.deps.secrets.encrypt(input.token);
+  if (config) forgetStalePushState(scope, config, { ...input, url });
   if (config) Object.assign(config, fields, { tokenEncrypted });
   else config = scope.em.create(VcsConfig, { organization, ...fields, tokenEncrypted });
   await scope.em.flush();
@@ -352,7 +368,7 @@ export async function testVcsConnection(scope: CallerScope, input: VcsConfigInpu
   let tokenUsed: 'given' | 'stored' | 'none' = token ? 'given' : 'none';
   if (input.token === undefined) {
     const stored = await scope.em.findOne(VcsConfig, { organization });
-    if (stored?.tokenEncrypted && new URL(stored.url).origin === new URL(url).origin) {
+    if (stored?.tokenEncrypted && sameOrigin(stored.url, url)) {
       token = remoteOf(scope, stored).token;
       tokenUsed = 'stored';
     }

@@ -4,7 +4,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
-import { outboundHttp } from '../../outbound-http.ts';
+import { outboundHttp, sameOrigin } from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { EXPORT_KIND } from './audience-export.job.ts';
 import { isRunActive } from '../../jobs/queue.ts';
@@ -182,7 +182,30 @@ function checkMapping(
   return mapping.map((m) => ({ source: m.source, destination: m.destination }));
 }
 
-/** Secrets sealed; a destination sent back without a password keeps the stored one. */
+const MASKED = /^[*•]+$/;
+
+/** Refuses to keep a stored secret for a destination that now points elsewhere. */
+function movedSecret(secret: string, path: (string | number)[]): AppError {
+  const message = `The destination moves to another host: give the ${secret} again`;
+  return new AppError('BAD_REQUEST', message, { issues: [{ path, message }] });
+}
+
+/**
+ * The PostgreSQL server and account a stored password was given for. Database and user count too:
+ * on a shared server, another database or role may belong to someone else (as the workspace's stored
+ * target password is used only for the same host, port, database and user).
+ */
+const samePostgresAccount = (a: Record<string, unknown>, b: Record<string, unknown>) =>
+  String(a.host).toLowerCase() === String(b.host).toLowerCase() &&
+  Number(a.port ?? 5432) === Number(b.port ?? 5432) &&
+  a.database === b.database &&
+  a.user === b.user;
+
+/**
+ * Secrets sealed. A destination sent back with a secret masked (or, for PostgreSQL, without a
+ * password) keeps the stored one only while it points where the secret was given for: an editor must
+ * not be able to send an admin's saved secret to a server of their choosing.
+ */
 async function storedDestination(
   scope: CallerScope,
   input: DestinationInput,
@@ -191,21 +214,26 @@ async function storedDestination(
   if (input.type === 'postgres') {
     const { password, ...rest } = input;
     // Where it leads is checked when a run connects (the warehouse registry asks the server who it is).
-    const sealed =
-      password && !/^[*•]+$/.test(password)
-        ? scope.deps.secrets.encrypt(password)
-        : previous?.type === 'postgres'
-          ? (previous.password as string | undefined)
-          : undefined;
-    return sealed ? { ...rest, password: sealed } : rest;
+    if (password && !MASKED.test(password))
+      return { ...rest, password: scope.deps.secrets.encrypt(password) };
+    // An empty password says "none": the way to move a destination that had one to a server without.
+    const stored =
+      previous?.type === 'postgres' && password !== '' ? (previous.password as string) : undefined;
+    if (stored && !samePostgresAccount(previous!, rest))
+      throw movedSecret('password', ['destination', 'password']);
+    return stored ? { ...rest, password: stored } : rest;
   }
   if (input.type === 'webhook') {
     await outboundHttp(scope.deps.env).checkDestination(input.url, 'The webhook URL');
     const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
+    const sameHost = previous?.type === 'webhook' && sameOrigin(String(previous.url), input.url);
     const headers: Record<string, string> = {};
-    for (const [name, value] of Object.entries(input.headers ?? {}))
-      headers[name] =
-        /^[*•]+$/.test(value) && oldHeaders[name] ? oldHeaders[name] : scope.deps.secrets.encrypt(value);
+    for (const [name, value] of Object.entries(input.headers ?? {})) {
+      if (MASKED.test(value) && oldHeaders[name]) {
+        if (!sameHost) throw movedSecret(`value of header ${name}`, ['destination', 'headers', name]);
+        headers[name] = oldHeaders[name];
+      } else headers[name] = scope.deps.secrets.encrypt(value);
+    }
     return { ...input, headers };
   }
   return { ...input };
