@@ -424,6 +424,56 @@ describe('branch names', () => {
   });
 });
 
+describe('push history when the remote settings change', () => {
+  it('clears last_push_error for new credentials, and the whole history for another repository', async () => {
+    gitServer.createRepo('history', { seed: { 'README.md': 'x\n' } });
+    gitServer.createRepo('history-moved', { seed: { 'README.md': 'x\n' } });
+    const tenant = await createTenant(server);
+    const url = `${gitServer.url}/history.git`;
+    const save = async (extra: Record<string, unknown>) => {
+      const res = await call(server, 'POST', '/api/admin/vcs-config', {
+        token: tenant.admin.token,
+        body: config({ url, ...extra }),
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body;
+    };
+    const push = async (content: string) =>
+      pushWorkspaceFiles(await scopeOf(tenant.admin.token), [{ path: 'a.txt', content }], content);
+
+    await save({ token: READ_TOKEN });
+    expect(await push('one')).toMatchObject({ pushed: false, reason: 'failed' });
+    // Settings that do not touch the remote keep the error: it still applies.
+    let view = await save({ token: undefined, author_name: 'Someone Else' });
+    expect(view.last_push_error).toMatch(/403/);
+    view = await save({ token: READ_TOKEN });
+    expect(view.last_push_error).toMatch(/403/);
+
+    view = await save({ token: WRITE_TOKEN });
+    expect(view.last_push_error).toBeNull();
+    const pushed = await push('two');
+    expect(pushed.pushed).toBe(true);
+    const commit = (pushed as { commit: string }).commit;
+
+    await save({ token: READ_TOKEN });
+    expect(await push('three')).toMatchObject({ pushed: false, reason: 'failed' });
+    view = await save({ token: undefined, username: 'oauth2' });
+    // Same repository and branch: the last successful push is still there.
+    expect(view).toMatchObject({ last_push_error: null, last_push_commit: commit });
+    expect(view.last_push_at).not.toBeNull();
+
+    await save({ token: READ_TOKEN });
+    expect(await push('four')).toMatchObject({ pushed: false, reason: 'failed' });
+    view = await save({ token: undefined, url: `${gitServer.url}/history-moved.git` });
+    expect(view).toMatchObject({ last_push_error: null, last_push_commit: null, last_push_at: null });
+
+    await save({ token: WRITE_TOKEN, url: `${gitServer.url}/history-moved.git` });
+    expect((await push('five')).pushed).toBe(true);
+    view = await save({ token: undefined, url: `${gitServer.url}/history-moved.git`, branch: 'other' });
+    expect(view).toMatchObject({ last_push_error: null, last_push_commit: null, last_push_at: null });
+  });
+});
+
 describe('a remote whose HEAD names a missing branch', () => {
   it('takes every push of the configured branch, not only the first', async () => {
     // `git init --bare` on a self-hosted server: HEAD → refs/heads/master, which never exists here.
