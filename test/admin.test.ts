@@ -374,16 +374,22 @@ describe('roles and permissions', () => {
     expect(still.body.roles.find((r: { id: number }) => r.id === id).description).toBe('');
   });
 
-  it('deletes a custom role; its users lose its permissions', async () => {
+  it('deletes a custom role once nobody holds it; a role in use is refused and kept', async () => {
     const created = await asAdmin('POST', '/api/admin/roles', {
       name: unique('temp'),
       permissions: ['org.admin'],
     });
     const user = await tenant.addUser([created.body.name]);
     expect((await call(server, 'GET', '/api/admin/permissions', { token: user.token })).status).toBe(200);
+    const refused = await asAdmin('DELETE', `/api/admin/roles/${created.body.id}`);
+    expect(refused).toMatchObject({ status: 409, body: { reason: 'ROLE_IN_USE' } });
+    expect((await call(server, 'GET', '/api/admin/permissions', { token: user.token })).status).toBe(200);
+    expect((await asAdmin('PUT', `/api/admin/users/${user.id}/roles`, { roles: ['viewer'] })).status).toBe(
+      200,
+    );
+    expect((await call(server, 'GET', '/api/admin/permissions', { token: user.token })).status).toBe(403);
     const res = await asAdmin('DELETE', `/api/admin/roles/${created.body.id}`);
     expect(res).toMatchObject({ status: 200, body: { success: true } });
-    expect((await call(server, 'GET', '/api/admin/permissions', { token: user.token })).status).toBe(403);
     expect((await asAdmin('DELETE', `/api/admin/roles/${created.body.id}`)).status).toBe(404);
   });
 });

@@ -35,6 +35,7 @@ export const roleOutput = z.object({
   permissions: z.array(z.string()),
   is_builtin: z.boolean(),
   user_count: z.number().int(),
+  service_account_count: z.number().int(),
   created_at: timestamp,
   updated_at: timestamp,
 });

@@ -1,23 +1,60 @@
 import { execFileSync } from 'node:child_process';
+import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
 import { packageVersion } from '../../version.ts';
 import { ALL_PERMISSIONS, PERMISSIONS, isPermission } from '../../auth/permissions.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
-import { createUser, deleteUserOf, setPassword, updateUserOf, violates } from '../users/users.service.ts';
+import {
+  createUser,
+  deleteUserOf,
+  grantsAdministration,
+  keepingAnAdministrator,
+  resolveRoles,
+  setPassword,
+  updateUserOf,
+  violates,
+} from '../users/users.service.ts';
 import { Role, type RoleEntity } from '../users/users.entity.ts';
 
-function roleView(role: RoleEntity, userCount?: number) {
+interface RoleHolders {
+  users: number;
+  service_accounts: number;
+}
+
+/** The one view of a role: every answer (list, create, update) counts its holders the same way. */
+function roleView(role: RoleEntity, holders: RoleHolders | undefined) {
   return {
     id: role.id,
     name: role.name,
     description: role.description,
     permissions: role.permissions,
     is_builtin: role.isBuiltin,
-    user_count: userCount ?? 0,
+    user_count: holders?.users ?? 0,
+    service_account_count: holders?.service_accounts ?? 0,
     created_at: role.createdAt,
     updated_at: role.updatedAt,
   };
+}
+
+/** How many users and service accounts hold each role of the organization (or only the one given). */
+async function roleHolders(
+  em: EntityManager,
+  organization: string,
+  roleId?: number,
+): Promise<Map<number, RoleHolders>> {
+  const rows: ({ role_id: number } & RoleHolders)[] = await em.execute(
+    `select r.id as role_id,
+        (select count(*) from user_roles ur where ur.role_id = r.id)::int as users,
+        (select count(*) from service_account_roles sr where sr.role_id = r.id)::int as service_accounts
+      from roles r where r.organization_id = ?${roleId === undefined ? '' : ' and r.id = ?'}`,
+    roleId === undefined ? [organization] : [organization, roleId],
+  );
+  return new Map(rows.map((r) => [r.role_id, r]));
+}
+
+async function roleAnswer(em: EntityManager, role: RoleEntity) {
+  return roleView(role, (await roleHolders(em, role.organization.id, role.id)).get(role.id));
 }
 
 function validatePermissions(permissions: string[]): string[] {
@@ -119,8 +156,16 @@ export async function updateOrganizationUser(
 
 export async function setUserRoles(scope: CallerScope, input: { user_id: string; roles: string[] }) {
   const organization = organizationOf(scope.principal);
-  if (input.user_id === scope.principal.id && !input.roles.includes('admin'))
-    throw new AppError('BAD_REQUEST', 'You cannot remove your own admin role');
+  // Checked on what the roles grant, not their names: a custom role with org.admin counts, and
+  // `admin` is only one of the roles that can grant it.
+  if (
+    input.user_id === scope.principal.id &&
+    !(await resolveRoles(scope.em, organization, input.roles)).some(grantsAdministration)
+  )
+    throw new AppError(
+      'BAD_REQUEST',
+      'You cannot take org.admin away from yourself: keep a role that grants it (another administrator can change your roles)',
+    );
   return updateUserOf(scope, organization, { user_id: input.user_id, roles: input.roles });
 }
 
@@ -150,12 +195,8 @@ async function findRole(scope: CallerScope, roleId: number): Promise<RoleEntity>
 export async function listRoles(scope: CallerScope) {
   const organization = organizationOf(scope.principal);
   const roles = await scope.em.find(Role, { organization }, { orderBy: { id: 'asc' } });
-  const counts: { role_id: number; n: number }[] = await scope.em.execute(
-    'select ur.role_id, count(*)::int as n from user_roles ur join roles r on r.id = ur.role_id where r.organization_id = ? group by ur.role_id',
-    [organization],
-  );
-  const byRole = new Map(counts.map((c) => [c.role_id, c.n]));
-  return { roles: roles.map((r) => roleView(r, byRole.get(r.id))) };
+  const holders = await roleHolders(scope.em, organization);
+  return { roles: roles.map((r) => roleView(r, holders.get(r.id))) };
 }
 
 /**
@@ -209,7 +250,7 @@ export async function createRole(
     isBuiltin: false,
   });
   await flushRole(scope, input.name);
-  return roleView(role);
+  return roleView(role, undefined);
 }
 
 function assertEditable(role: RoleEntity) {
@@ -228,27 +269,65 @@ export async function updateRole(
   }
   if (input.description !== undefined) role.description = input.description;
   await flushRole(scope, role.name);
-  return roleView(role);
+  return roleAnswer(scope.em, role);
 }
 
 export async function setRolePermissions(
   scope: CallerScope,
   input: { role_id: number; permissions: string[] },
 ) {
-  const role = await findRole(scope, input.role_id);
-  assertEditable(role);
-  role.permissions = validatePermissions(input.permissions);
-  await scope.em.flush();
+  const permissions = validatePermissions(input.permissions);
+  const answer = await keepingAnAdministrator(scope, organizationOf(scope.principal), async (tx) => {
+    const role = await findRole(tx, input.role_id);
+    assertEditable(role);
+    role.permissions = permissions;
+    await tx.em.flush();
+    return roleAnswer(tx.em, role);
+  });
   scope.deps.authenticator.forget();
-  return roleView(role);
+  return answer;
 }
 
+/** Names shown in the refusal to delete a role in use; the counts are always whole. */
+const HOLDERS_NAMED = 5;
+
 export async function deleteRole(scope: CallerScope, roleId: number) {
-  const role = await findRole(scope, roleId);
-  if (role.isBuiltin) throw new AppError('BAD_REQUEST', `The built-in role ${role.name} cannot be deleted`);
-  await scope.em.remove(role).flush();
+  await keepingAnAdministrator(scope, organizationOf(scope.principal), async (tx) => {
+    const role = await findRole(tx, roleId);
+    if (role.isBuiltin) throw new AppError('BAD_REQUEST', `The built-in role ${role.name} cannot be deleted`);
+    // Deleting a role in use would take its permissions from its holders without a word; read under the
+    // organization's lock, so an assignment cannot slip in between this count and the delete.
+    const [held] = await tx.em.execute(
+      `select (select count(*) from user_roles where role_id = ?)::int as users,
+          (select count(*) from service_account_roles where role_id = ?)::int as service_accounts,
+          array(select u.username from user_roles ur join users u on u.id = ur.user_id
+            where ur.role_id = ? order by u.username limit ?) as user_names,
+          array(select sa.name from service_account_roles sr join service_accounts sa on sa.id = sr.service_account_id
+            where sr.role_id = ? order by sa.name limit ?) as service_account_names`,
+      [role.id, role.id, role.id, HOLDERS_NAMED, role.id, HOLDERS_NAMED],
+    );
+    const holders = [
+      holdersText(held.users, 'user', held.user_names),
+      holdersText(held.service_accounts, 'service account', held.service_account_names),
+    ].filter(Boolean);
+    if (holders.length)
+      throw new AppError(
+        'CONFLICT',
+        `The role ${role.name} is held by ${holders.join(' and ')}: take it from them first ` +
+          '(PUT /api/admin/users/{user_id}/roles, PATCH /api/api/service-accounts/{account_id}), then delete it',
+        { reason: 'ROLE_IN_USE' },
+      );
+    tx.em.remove(role);
+  });
   scope.deps.authenticator.forget();
   return { success: true as const };
+}
+
+/** '2 users (ana, bo)', '7 users (ana, bo, cy, di, ed and 2 more)'; empty for none. */
+function holdersText(count: number, noun: string, names: string[]): string {
+  if (count === 0) return '';
+  const more = count > names.length ? ` and ${count - names.length} more` : '';
+  return `${count} ${noun}${count === 1 ? '' : 's'} (${names.join(', ')}${more})`;
 }
 
 // ---- system information ----

@@ -132,24 +132,99 @@ export async function updateUserOf(
     roles?: string[];
   },
 ) {
-  const user = await findUser(scope.em, organizationId, input.user_id);
-  if (input.email !== undefined) user.email = input.email;
-  if (input.is_active !== undefined) user.isActive = input.is_active;
-  if (input.must_change_password !== undefined) user.mustChangePassword = input.must_change_password;
-  if (input.roles) {
-    if (!user.organization) throw new AppError('BAD_REQUEST', 'A super admin has no organization roles');
-    user.roles.set(await resolveRoles(scope.em, user.organization.id, input.roles));
-  }
-  await scope.em.flush();
-  if (input.is_active === false) await deleteUserSessions(scope.em, user.id);
+  const apply = async (tx: Scope) => {
+    const user = await findUser(tx.em, organizationId, input.user_id);
+    if (input.email !== undefined) user.email = input.email;
+    if (input.is_active !== undefined) user.isActive = input.is_active;
+    if (input.must_change_password !== undefined) user.mustChangePassword = input.must_change_password;
+    if (input.roles) {
+      if (!user.organization) throw new AppError('BAD_REQUEST', 'A super admin has no organization roles');
+      user.roles.set(await resolveRoles(tx.em, user.organization.id, input.roles));
+    }
+    await tx.em.flush();
+    if (input.is_active === false) await deleteUserSessions(tx.em, user.id);
+    return user;
+  };
+  const mayDemote = input.roles !== undefined || input.is_active === false;
+  const organization = mayDemote ? await organizationOfUser(scope, organizationId, input.user_id) : null;
+  const user = organization ? await keepingAnAdministrator(scope, organization, apply) : await apply(scope);
   scope.deps.authenticator.forget();
   return userView(user);
 }
 
 export async function deleteUserOf(scope: Scope, organizationId: string | null, userId: string) {
-  const user = await findUser(scope.em, organizationId, userId);
-  await scope.em.remove(user).flush();
+  const apply = async (tx: Scope) => {
+    const user = await findUser(tx.em, organizationId, userId);
+    await tx.em.remove(user).flush();
+  };
+  const organization = await organizationOfUser(scope, organizationId, userId);
+  if (organization) await keepingAnAdministrator(scope, organization, apply);
+  else await apply(scope);
   scope.deps.authenticator.forget();
+}
+
+/**
+ * The organization whose administrators a change of this user can affect: the caller's, or for the
+ * super admin (organizationId null) the user's own; null for a super admin user. 404 as findUser.
+ */
+async function organizationOfUser(
+  scope: Scope,
+  organizationId: string | null,
+  userId: string,
+): Promise<string | null> {
+  if (organizationId) return organizationId;
+  const [row] = await scope.em.execute('select organization_id from users where id = ?', [userId]);
+  if (!row) throw notFound('User');
+  return row.organization_id ?? null;
+}
+
+// ---- the organization keeps an administrator ----
+
+/** Active people of the organization whose roles grant org.admin (service accounts are not people). */
+const ADMINISTRATORS = `select count(*)::int as n from users u
+  where u.organization_id = ? and u.is_active and exists (
+    select 1 from user_roles ur join roles r on r.id = ur.role_id
+    where ur.user_id = u.id and 'org.admin' = any (r.permissions))`;
+
+async function countAdministrators(em: EntityManager, organizationId: string): Promise<number> {
+  const [row] = await em.execute(ADMINISTRATORS, [organizationId]);
+  return Number(row.n);
+}
+
+/** Whether a role makes its holders administrators of their organization. */
+export const grantsAdministration = (role: RoleEntity) => role.permissions.includes('org.admin');
+
+/**
+ * Runs a write that can change who administers an organization (role assignment, a role's permissions,
+ * role deletion, deactivating or deleting a user; by the organization's admins, its service accounts or
+ * the super admin) and refuses it, changing nothing, when it would leave the organization without an
+ * active person holding org.admin: nobody could then administer it but the super admin. The rule is
+ * checked on the state the write produces, so no way of losing the last administrator needs a guard of
+ * its own. The organization's row is locked first: two administrators demoting each other at once run
+ * one after the other, and the second sees that the first left only itself. An organization that had no
+ * administrator (made without one by the super admin) is not held to it. `change` works through the
+ * scope it is given (the transaction's).
+ */
+export async function keepingAnAdministrator<S extends Scope, T>(
+  scope: S,
+  organizationId: string,
+  change: (tx: S) => Promise<T>,
+): Promise<T> {
+  return scope.em.transactional(async (em) => {
+    const tx = { ...scope, em: em as EntityManager } as S;
+    await tx.em.execute('select id from organizations where id = ? for update', [organizationId]);
+    const before = await countAdministrators(tx.em, organizationId);
+    const result = await change(tx);
+    await tx.em.flush();
+    if (before > 0 && (await countAdministrators(tx.em, organizationId)) === 0)
+      throw new AppError(
+        'CONFLICT',
+        'This change would leave the organization without an administrator: at least one active user must ' +
+          'hold a role that grants org.admin. Give such a role to another user first.',
+        { reason: 'LAST_ADMIN' },
+      );
+    return result;
+  });
 }
 
 export async function setPassword(scope: Scope, userId: string, password: string, mustChange: boolean) {
