@@ -7,6 +7,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { exportFilePath } from '../src/modules/audiences/audience-export.job.ts';
+import { AudienceExport } from '../src/modules/audiences/audiences.entity.ts';
 
 /*
  * What an audience export may never do, through the real server: crash the process when a run is
@@ -247,5 +248,77 @@ describe('S1: a saved secret stays with the host it was given for', () => {
     });
     expect(cleared.status, JSON.stringify(cleared.body)).toBe(200);
     expect(cleared.body.export.destination.password_set).toBe(false);
+  });
+});
+
+describe('S2: credentials in URLs and invalid headers', () => {
+  it('refuses a webhook URL with credentials and invalid header names or values at save, never echoing them', async () => {
+    const bodies = [
+      { url: 'http://user:PW-SECRET@127.0.0.1:9/x?token=abc', headers: {} },
+      { url: 'http://127.0.0.1:9/x', headers: { 'X\r\nInjected: 1': 'v' } },
+      { url: 'http://127.0.0.1:9/x', headers: { 'X-Token': 'VALUE-SECRET\r\nInjected: 1' } },
+      { url: 'http://127.0.0.1:9/x', headers: { 'X-Token': 'VALUE-SECRET\u0000' } },
+    ];
+    for (const destination of bodies) {
+      const res = await api('POST', '/exports', {
+        body: { audience_id: audienceId, destination: { type: 'webhook', ...destination }, run_now: false },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      // The header is named (with its control characters shown as ?), its value never.
+      expect(JSON.stringify(res.body)).not.toContain('SECRET');
+      expect(res.body.message).not.toMatch(/[\r\n\0]/);
+      if (Object.keys(destination.headers).length) expect(res.body.message).toMatch(/header/);
+      else expect(res.body.message).toMatch(/must not contain credentials/);
+    }
+    const named = await api('POST', '/exports', {
+      body: {
+        audience_id: audienceId,
+        destination: { type: 'webhook', url: 'http://127.0.0.1:9/x', headers: { 'X-Token': 'a\nb' } },
+        run_now: false,
+      },
+    });
+    expect(named.body.message).toContain('X-Token');
+  });
+
+  it('fails a run saved before these checks once, masking the URL credentials and header values everywhere', async () => {
+    const hook = await receiver(ok);
+    try {
+      const created = await api('POST', '/exports', {
+        body: {
+          audience_id: audienceId,
+          destination: { type: 'webhook', url: hook.url('/x'), headers: { 'X-Token': 'fine' } },
+          field_mapping: [{ source: 'customer_id', destination: 'id' }],
+          run_now: false,
+        },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(200);
+      const id = created.body.export.id;
+      // As an export saved by an earlier version could be.
+      for (const [url, headers] of [
+        [hook.url('/x').replace('http://', 'http://user:PW-SECRET@'), { 'X-Token': 'fine' }],
+        [hook.url('/x'), { 'X-Token': 'VALUE-SECRET\r\nInjected: 1' }],
+      ] as const) {
+        const em = server.deps.orm.em.fork();
+        const exp = await em.findOneOrFail(AudienceExport, id);
+        exp.destinationConfig = {
+          ...exp.destinationConfig,
+          url,
+          headers: Object.fromEntries(
+            Object.entries(headers).map(([k, v]) => [k, server.deps.secrets.encrypt(v)]),
+          ),
+        };
+        await em.flush();
+        const run = await api('PUT', `/exports/${id}`, { body: { run: true } });
+        expect(run.status, JSON.stringify(run.body)).toBe(200);
+        const finished = await exportFinished(id, run.body.run.run_id);
+        expect(finished.last_run.status).toBe('failed');
+        expect(JSON.stringify(finished)).not.toMatch(/SECRET|Injected/);
+        const job = await server.deps.jobs.getRun(run.body.run.run_id, tenant.organization.id);
+        expect(job?.retry_count).toBe(0);
+      }
+      expect(hook.requests).toHaveLength(0);
+    } finally {
+      await hook.close();
+    }
   });
 });

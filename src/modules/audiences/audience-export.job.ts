@@ -143,6 +143,36 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
   return { rows };
 }
 
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A header value fetch can send: visible Latin-1 and inner spaces or tabs, never CR, LF or NUL. */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/**
+ * What is wrong with a webhook header, naming the header and never repeating the value (a header is
+ * where a webhook's secret lives); null when it can be sent.
+ */
+export function headerProblem(name: string, value: string): string | null {
+  if (!HEADER_NAME.test(name))
+    return `Header name ${JSON.stringify(name.replace(/[^\x21-\x7e]/g, '?'))} is not a valid HTTP header name`;
+  if (!HEADER_VALUE.test(value))
+    return `The value of header ${name} is not a valid HTTP header value (line breaks, control or non-Latin-1 characters)`;
+  return null;
+}
+
+/**
+ * The error with every secret of the destination (header values, URL credentials) masked: run errors
+ * are shown in the export's last run and logged, and fetch and the receiver may repeat what they got.
+ * A new error without its cause, so a log that prints causes cannot bring the secret back.
+ */
+function redacted(error: unknown, secrets: string[]): Error {
+  let message = error instanceof Error ? error.message : String(error);
+  for (const secret of secrets.filter((v) => v.length >= 3).sort((a, b) => b.length - a.length))
+    message = message.split(secret).join('••••••');
+  message = message.replace(/\b(https?:\/\/)[^\s/@]*@/gi, '$1••••••@');
+  return error instanceof PermanentJobError ? new PermanentJobError(message) : new Error(message);
+}
+
 const RETRYABLE = (status: number) => status === 408 || status === 425 || status === 429 || status >= 500;
 
 async function postBatch(
@@ -200,6 +230,24 @@ async function sendWebhook(
   const headers: Record<string, string> = {};
   for (const [name, sealed] of Object.entries((c.headers ?? {}) as Record<string, string>))
     headers[name] = deps.secrets.decrypt(sealed);
+  const url = new URL(c.url as string);
+  const decoded = (v: string) => {
+    try {
+      return decodeURIComponent(v);
+    } catch {
+      return v;
+    }
+  };
+  const secrets = [...Object.values(headers), url.username, url.password].flatMap((v) =>
+    v ? [v, decoded(v)] : [],
+  );
+  // Saved before these were refused: every attempt would fail the same way.
+  if (url.username || url.password)
+    throw new PermanentJobError('The webhook URL contains credentials: give them as a header instead');
+  for (const [name, value] of Object.entries(headers)) {
+    const problem = headerProblem(name, value);
+    if (problem) throw new PermanentJobError(problem);
+  }
   let batchIndex = 0;
   let rows = 0;
   for await (const batch of source.warehouse.stream(source.sql, { batchSize: c.batch_size ?? 500 })) {
@@ -209,24 +257,29 @@ async function sendWebhook(
       continue;
     }
     const key = `${context.runId}:${batchIndex}`;
-    await postBatch(
-      outboundHttp(deps.env),
-      c.url,
-      {
-        ...headers,
-        'content-type': 'application/json',
-        'idempotency-key': key,
-        'user-agent': 'dimas-audience-export',
-      },
-      JSON.stringify({
-        export_id: exp.id,
-        run_id: context.runId,
-        batch_index: batchIndex,
-        idempotency_key: key,
-        rows: batch,
-      }),
-      { maxRetries: c.max_retries ?? 3, timeoutMs: c.timeout_ms ?? 10_000, signal: context.signal },
-    );
+    try {
+      await postBatch(
+        outboundHttp(deps.env),
+        c.url,
+        {
+          ...headers,
+          'content-type': 'application/json',
+          'idempotency-key': key,
+          'user-agent': 'dimas-audience-export',
+        },
+        JSON.stringify({
+          export_id: exp.id,
+          run_id: context.runId,
+          batch_index: batchIndex,
+          idempotency_key: key,
+          rows: batch,
+        }),
+        { maxRetries: c.max_retries ?? 3, timeoutMs: c.timeout_ms ?? 10_000, signal: context.signal },
+      );
+    } catch (error) {
+      if (context.signal.aborted) throw error;
+      throw redacted(error, secrets);
+    }
     batchIndex++;
     rows += batch.length;
     await progress(rows, { batches_sent: batchIndex }, true);

@@ -4,9 +4,9 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
-import { outboundHttp, sameOrigin } from '../../outbound-http.ts';
+import { hasUrlCredentials, outboundHttp, sameOrigin } from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
-import { EXPORT_KIND } from './audience-export.job.ts';
+import { EXPORT_KIND, headerProblem } from './audience-export.job.ts';
 import { isRunActive } from '../../jobs/queue.ts';
 import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { exportSelect } from './audiences-sql.ts';
@@ -77,6 +77,8 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
   if (exp.destinationType === 'webhook')
     return {
       ...rest,
+      // Saved before credentials in the URL were refused: they are a secret like the headers.
+      url: String(rest.url).replace(/^(https?:\/\/)[^/@]*@/i, '$1••••••@'),
       headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])),
     };
   return rest;
@@ -224,6 +226,18 @@ async function storedDestination(
     return stored ? { ...rest, password: stored } : rest;
   }
   if (input.type === 'webhook') {
+    // Refused before the URL is looked at further: a refusal below would repeat it in its message.
+    if (hasUrlCredentials(input.url)) {
+      const message = 'The webhook URL must not contain credentials (user:password@): send them as a header';
+      throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['destination', 'url'], message }] });
+    }
+    for (const [name, value] of Object.entries(input.headers ?? {})) {
+      const problem = MASKED.test(value) ? headerProblem(name, '') : headerProblem(name, value);
+      if (problem)
+        throw new AppError('BAD_REQUEST', problem, {
+          issues: [{ path: ['destination', 'headers', name], message: problem }],
+        });
+    }
     await outboundHttp(scope.deps.env).checkDestination(input.url, 'The webhook URL');
     const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
     const sameHost = previous?.type === 'webhook' && sameOrigin(String(previous.url), input.url);
