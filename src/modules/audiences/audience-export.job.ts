@@ -3,7 +3,8 @@ import { pipeline } from 'node:stream/promises';
 import { dirname, join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
-import { JobCancelledError, PermanentJobError } from '../../jobs/job-types.ts';
+import { AppError } from '../../app-error.ts';
+import { JobCancelledError, PermanentJobError, failOnceWhenDeterministic } from '../../jobs/job-types.ts';
 import type { JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
 import { outboundFailure, outboundHttp, type OutboundHttp } from '../../outbound-http.ts';
@@ -116,30 +117,41 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
   const perStatement = Math.max(1, Math.floor(MAX_PARAMS / names.length));
   let rows = 0;
   // One transaction: a failed run leaves the destination table as it was.
-  await destination.transaction(async (tx) => {
-    await tx.query(`create schema if not exists ${quoteIdent(c.schema)}`);
-    const definitions = source.columns.map(
-      (col) => `${quoteIdent(col.name)} ${portableFamily(col.type).startsWith('other:') ? 'text' : col.type}`,
-    );
-    await tx.query(`create table if not exists ${table} (${definitions.join(', ')})`);
-    if (c.mode !== 'append') await tx.query(`truncate table ${table}`);
-    for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
-      for (let start = 0; start < batch.length; start += perStatement) {
-        const slice = batch.slice(start, start + perStatement);
-        const params: unknown[] = [];
-        const tuples = slice.map((row) => {
-          const values = Object.values(row);
-          return `(${values.map((v) => {
-            params.push(v !== null && typeof v === 'object' && !(v instanceof Date) ? JSON.stringify(v) : v);
-            return `$${params.length}`;
-          })})`;
-        });
-        await tx.query(`insert into ${table} (${names.join(', ')}) values ${tuples.join(', ')}`, params);
+  await destination
+    .transaction(async (tx) => {
+      await tx.query(`create schema if not exists ${quoteIdent(c.schema)}`);
+      const definitions = source.columns.map(
+        (col) =>
+          `${quoteIdent(col.name)} ${portableFamily(col.type).startsWith('other:') ? 'text' : col.type}`,
+      );
+      await tx.query(`create table if not exists ${table} (${definitions.join(', ')})`);
+      if (c.mode !== 'append') await tx.query(`truncate table ${table}`);
+      for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
+        for (let start = 0; start < batch.length; start += perStatement) {
+          const slice = batch.slice(start, start + perStatement);
+          const params: unknown[] = [];
+          const tuples = slice.map((row) => {
+            const values = Object.values(row);
+            return `(${values.map((v) => {
+              params.push(
+                v !== null && typeof v === 'object' && !(v instanceof Date) ? JSON.stringify(v) : v,
+              );
+              return `$${params.length}`;
+            })})`;
+          });
+          await tx.query(`insert into ${table} (${names.join(', ')}) values ${tuples.join(', ')}`, params);
+        }
+        rows += batch.length;
+        await progress(rows);
       }
-      rows += batch.length;
-      await progress(rows);
-    }
-  });
+    })
+    .catch((error: unknown) => {
+      // The destination's own verdict (a SQLSTATE: columns that do not fit the table, a missing
+      // privilege) repeats on every attempt; an error without one (a dropped connection) may not.
+      const code = (error as { code?: unknown }).code;
+      if (typeof code === 'string' || error instanceof AppError) failOnceWhenDeterministic(error);
+      throw error;
+    });
   return { rows };
 }
 
@@ -173,6 +185,8 @@ function redacted(error: unknown, secrets: string[]): Error {
   return error instanceof PermanentJobError ? new PermanentJobError(message) : new Error(message);
 }
 
+/** How much of a refusing webhook's answer its error quotes (secrets masked: see `redacted`). */
+const RESPONSE_EXCERPT_CHARS = 500;
 const RETRYABLE = (status: number) => status === 408 || status === 425 || status === 429 || status >= 500;
 
 async function postBatch(
@@ -190,16 +204,31 @@ async function postBatch(
         method: 'POST',
         headers,
         body,
+        // A redirect is never followed: a 301/302 would turn the POST into a bodiless GET that
+        // "succeeds" with no rows delivered, and any redirect would take the secret headers (and,
+        // with 307/308, the rows) to wherever the Location points.
+        redirect: 'manual',
         signal: AbortSignal.any([options.signal, AbortSignal.timeout(options.timeoutMs)]),
       });
-      await res.arrayBuffer().catch(() => undefined);
-      if (res.ok) return;
-      reason = `the webhook answered ${res.status}`;
-      if (!RETRYABLE(res.status)) throw new Error(reason);
+      if (res.ok) {
+        await res.arrayBuffer().catch(() => undefined);
+        return;
+      }
+      const answered = `the webhook answered ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
+      if (res.status >= 300 && res.status < 400) {
+        await res.arrayBuffer().catch(() => undefined);
+        const location = res.headers.get('location');
+        throw new PermanentJobError(
+          `${answered}${location ? ` with Location ${location}` : ''}: webhooks are not redirected, set the export's URL to the final address`,
+        );
+      }
+      const text = (await res.text().catch(() => '')).trim();
+      reason = text ? `${answered}: ${text.slice(0, RESPONSE_EXCERPT_CHARS)}` : answered;
+      // The receiver refused this request as such (4xx): sending it again gets the same answer.
+      if (!RETRYABLE(res.status)) throw new PermanentJobError(reason);
       retryAfterMs = Math.min(30_000, Number(res.headers.get('retry-after') ?? 0) * 1000 || 0);
     } catch (error) {
-      if (options.signal.aborted) throw error;
-      if (error instanceof Error && error.message.startsWith('the webhook answered')) throw error;
+      if (options.signal.aborted || error instanceof PermanentJobError) throw error;
       const failure = outboundFailure(error);
       // A refused address stays refused: retrying would only repeat the refusal.
       if (failure.blocked) throw new PermanentJobError(failure.message);
