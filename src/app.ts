@@ -10,7 +10,7 @@ import { createExpressMiddleware } from '@trpc/server/adapters/express';
 import type { AppDeps } from './deps.ts';
 import { appRouter } from './trpc/router.ts';
 import { createCallerFactory } from './trpc/procedures.ts';
-import { createContextFactory, type AuthedContext } from './trpc/context.ts';
+import { createContextFactory } from './trpc/context.ts';
 import { STREAMED_ROUTES, openApiDocument } from './trpc/openapi.ts';
 import { BODY_METHODS, createRestHandler } from './trpc/rest.ts';
 import { errorAnswer, errorResponseMeta } from './trpc/errors.ts';
@@ -199,14 +199,12 @@ export function createApp(deps: AppDeps) {
    * itself is ignored), so a client that disconnects stops the generator at its next step. Failures
    * before the first event (guard, validation, no workspace, a run already going) answer as JSON.
    */
-  const openStreams = new Map<string, number>();
   app.post('/api/workspaces/discover', async (req, res) => {
     const controller = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) controller.abort();
     });
     let heartbeat: NodeJS.Timeout | undefined;
-    let streamOwner: string | undefined;
     try {
       const ctx = restContext({ req });
       // EventSource sends the id of the last event it got when it reconnects: the stream resumes there.
@@ -216,20 +214,8 @@ export function createApp(deps: AppDeps) {
         typeof lastEventId === 'string' && lastEventId ? { ...body, lastEventId } : body,
       );
       const iterator = events[Symbol.asyncIterator]();
-      // The procedure's guard has put the caller on the context; the discovery has not started yet.
-      // Each stream holds a connection and a running discovery: one caller cannot hold them all.
-      const owner = (ctx as AuthedContext).principal.id;
-      const open = openStreams.get(owner) ?? 0;
-      if (open >= deps.env.SSE_MAX_STREAMS_PER_USER) {
-        await iterator.return?.(undefined);
-        throw new AppError(
-          'TOO_MANY_REQUESTS',
-          `At most ${deps.env.SSE_MAX_STREAMS_PER_USER} discovery streams may be open per user; wait for one to end`,
-          { retryAfter: 5 },
-        );
-      }
-      openStreams.set(owner, open + 1);
-      streamOwner = owner;
+      // The first event decides between the stream and a JSON error (the per-caller stream cap, no
+      // workspace, a run already going…).
       const first = await iterator.next();
       res.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
@@ -258,11 +244,6 @@ export function createApp(deps: AppDeps) {
       } else sendError(res, error, deps.logger);
     } finally {
       clearInterval(heartbeat);
-      if (streamOwner) {
-        const left = (openStreams.get(streamOwner) ?? 1) - 1;
-        if (left > 0) openStreams.set(streamOwner, left);
-        else openStreams.delete(streamOwner);
-      }
     }
   });
 

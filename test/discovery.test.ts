@@ -163,13 +163,13 @@ async function runRow(runId: string) {
   return row;
 }
 
-function trpc(token: string) {
+function trpc(token: string, on: TestServer = server) {
   return createTRPCClient<AppRouter>({
     links: [
       splitLink({
         condition: (op) => op.type === 'subscription',
         true: httpSubscriptionLink({
-          url: `${server.url}/trpc`,
+          url: `${on.url}/trpc`,
           transformer: superjson,
           EventSource,
           eventSourceOptions: {
@@ -178,7 +178,7 @@ function trpc(token: string) {
           },
         }),
         false: httpLink({
-          url: `${server.url}/trpc`,
+          url: `${on.url}/trpc`,
           transformer: superjson,
           headers: { authorization: `Bearer ${token}` },
         }),
@@ -412,6 +412,49 @@ describe('POST /api/workspaces/discover (REST event stream)', () => {
       expect(refused!.body).toMatchObject({ code: 'TOO_MANY_REQUESTS', retry_after: 5 });
       expect(refused!.headers.get('retry-after')).toBe('5');
       expect(first.events.at(-1)!.type).toBe('cancelled');
+      const next = await stream(owner.admin.token, { tables: ['customers'] }, undefined, capped);
+      expect(next.events.at(-1)!.type).toBe('completed');
+    } finally {
+      await capped.close();
+    }
+  });
+
+  it('counts tRPC subscriptions in the same cap as REST streams', async () => {
+    const capped = await startTestServer({ SSE_MAX_STREAMS_PER_USER: '1' });
+    try {
+      const owner = await createTenant(capped);
+      await workspaceFor(owner, { schemas: ['slow'] }, capped);
+      const client = trpc(owner.admin.token, capped);
+      let refused: Awaited<ReturnType<typeof call>> | undefined;
+      let last: string | undefined;
+      await new Promise<void>((resolve, reject) => {
+        const sub = client.discovery.discover.subscribe(
+          {},
+          {
+            onData: async ({ data: e }) => {
+              last = e.type;
+              if (e.type === 'table_profiled' && !refused) {
+                // Another workspace, so only the cap (not its one run at a time) can refuse the stream.
+                await workspaceFor(owner, { tables: ['customers'] }, capped);
+                refused = await call(capped, 'POST', '/api/workspaces/discover', {
+                  token: owner.admin.token,
+                  body: {},
+                });
+              }
+              if (e.type === 'completed' || e.type === 'cancelled' || e.type === 'error') {
+                sub.unsubscribe();
+                resolve();
+              }
+            },
+            onError: reject,
+          },
+        );
+      });
+      // The subscription held the caller's one slot: the REST stream was refused.
+      expect(refused!.status).toBe(429);
+      expect(refused!.headers.get('retry-after')).toBe('5');
+      expect(last).toBe('completed');
+      // Its end freed the slot.
       const next = await stream(owner.admin.token, { tables: ['customers'] }, undefined, capped);
       expect(next.events.at(-1)!.type).toBe('completed');
     } finally {

@@ -7,8 +7,32 @@ import * as s from './discovery.schemas.ts';
 import * as discovery from './discovery.service.ts';
 import { eventIds } from './discovery-events.ts';
 import { toTRPCError } from '../../trpc/errors.ts';
+import { AppError } from '../../app-error.ts';
 
 const write = permissionProcedure('workspace.write');
+
+/**
+ * Discovery streams open per caller in this process, over REST (app.ts iterates the subscription
+ * below) and tRPC alike: each holds a connection and a running discovery, so one caller cannot hold
+ * them all.
+ */
+const openStreams = new Map<string, number>();
+
+function takeStreamSlot(owner: string, limit: number): () => void {
+  const open = openStreams.get(owner) ?? 0;
+  if (open >= limit)
+    throw new AppError(
+      'TOO_MANY_REQUESTS',
+      `At most ${limit} discovery streams may be open per user; wait for one to end`,
+      { retryAfter: 5 },
+    );
+  openStreams.set(owner, open + 1);
+  return () => {
+    const left = (openStreams.get(owner) ?? 1) - 1;
+    if (left > 0) openStreams.set(owner, left);
+    else openStreams.delete(owner);
+  };
+}
 
 const SSE_DESCRIPTION =
   'The response is a `text/event-stream`: one message per event, `event: <type>` (started, progress, ' +
@@ -62,13 +86,17 @@ export const discoveryRouter = router({
       const { lastEventId, ...rest } = input;
       const resumeFrom = lastEventId ?? rest.last_event_id;
       const idOf = eventIds(resumeFrom);
+      let release: (() => void) | undefined;
       try {
+        release = takeStreamSlot(ctx.principal.id, ctx.deps.env.SSE_MAX_STREAMS_PER_USER);
         for await (const event of discovery.discover(ctx, { ...rest, last_event_id: resumeFrom }, signal))
           yield tracked(idOf(event), event);
       } catch (error) {
         // Thrown while iterating, past the procedure's error mapping: without it a 409 would reach the
         // client as a 500, which httpSubscriptionLink retries for ever.
         throw toTRPCError(error);
+      } finally {
+        release?.();
       }
     }),
 
