@@ -118,6 +118,11 @@ export function hasUrlCredentials(url: string | URL): boolean {
   }
 }
 
+/** `text` with the credentials of every http(s) URL in it masked (a URL saved before they were refused). */
+export function maskUrlCredentials(text: string): string {
+  return text.replace(/\b(https?:\/\/)[^\s/@]*@/gi, '$1••••••@');
+}
+
 const guards = new Map<string, OutboundHttp>();
 
 /** The guard for the operator's OUTBOUND_BLOCKED_NETWORKS; one per distinct setting, so agents are shared. */

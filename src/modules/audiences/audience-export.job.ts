@@ -7,7 +7,13 @@ import { AppError } from '../../app-error.ts';
 import { JobCancelledError, PermanentJobError, failOnceWhenDeterministic } from '../../jobs/job-types.ts';
 import type { JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
-import { outboundFailure, outboundHttp, type OutboundHttp } from '../../outbound-http.ts';
+import {
+  hasUrlCredentials,
+  maskUrlCredentials,
+  outboundFailure,
+  outboundHttp,
+  type OutboundHttp,
+} from '../../outbound-http.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { portableFamily } from '../../warehouse/types.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
@@ -181,7 +187,7 @@ function redacted(error: unknown, secrets: string[]): Error {
   let message = error instanceof Error ? error.message : String(error);
   for (const secret of secrets.filter((v) => v.length >= 3).sort((a, b) => b.length - a.length))
     message = message.split(secret).join('••••••');
-  message = message.replace(/\b(https?:\/\/)[^\s/@]*@/gi, '$1••••••@');
+  message = maskUrlCredentials(message);
   return error instanceof PermanentJobError ? new PermanentJobError(message) : new Error(message);
 }
 
@@ -259,20 +265,11 @@ async function sendWebhook(
   const headers: Record<string, string> = {};
   for (const [name, sealed] of Object.entries((c.headers ?? {}) as Record<string, string>))
     headers[name] = deps.secrets.decrypt(sealed);
-  const url = new URL(c.url as string);
-  const decoded = (v: string) => {
-    try {
-      return decodeURIComponent(v);
-    } catch {
-      return v;
-    }
-  };
-  const secrets = [...Object.values(headers), url.username, url.password].flatMap((v) =>
-    v ? [v, decoded(v)] : [],
-  );
-  // Saved before these were refused: every attempt would fail the same way.
-  if (url.username || url.password)
+  // Saved before these were refused: every attempt would fail the same way. A URL with credentials
+  // stops here, before any request, so the header values are the only secrets an error can repeat.
+  if (hasUrlCredentials(c.url as string))
     throw new PermanentJobError('The webhook URL contains credentials: give them as a header instead');
+  const secrets = Object.values(headers);
   for (const [name, value] of Object.entries(headers)) {
     const problem = headerProblem(name, value);
     if (problem) throw new PermanentJobError(problem);

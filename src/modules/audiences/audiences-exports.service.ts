@@ -4,7 +4,7 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
-import { hasUrlCredentials, outboundHttp, sameOrigin } from '../../outbound-http.ts';
+import { hasUrlCredentials, maskUrlCredentials, outboundHttp, sameOrigin } from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { EXPORT_KIND, headerProblem } from './audience-export.job.ts';
 import { isRunActive } from '../../jobs/queue.ts';
@@ -78,7 +78,7 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
     return {
       ...rest,
       // Saved before credentials in the URL were refused: they are a secret like the headers.
-      url: String(rest.url).replace(/^(https?:\/\/)[^/@]*@/i, '$1••••••@'),
+      url: maskUrlCredentials(String(rest.url)),
       headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])),
     };
   return rest;
