@@ -181,7 +181,8 @@ describe('the transformation project', () => {
     const byName = Object.fromEntries(res.body.tests.map((t: { name: string }) => [t.name, t]));
     expect(byName.unique_contacts_id).toMatchObject({ status: 'pass', failures: 0 });
     expect(byName.not_null_contacts_id).toMatchObject({ status: 'pass' });
-    expect(byName.unique_contacts_email).toMatchObject({ status: 'fail', failures: 2 });
+    // One value (a@x.io) repeats, held by two rows: dbt's unique test returns values.
+    expect(byName.unique_contacts_email).toMatchObject({ status: 'fail', failures: 1 });
     expect(byName.unique_contacts_email.failing_rows.map((r: { email: string }) => r.email)).toEqual([
       'a@x.io',
       'a@x.io',

@@ -321,12 +321,23 @@ interface TestResult {
 }
 
 const FAILING_ROWS = 10;
-const literal = (v: unknown) => `'${String(v).replaceAll("'", "''")}'`;
+
+/** A database's own refusal (it carries a SQLSTATE), as opposed to a lost connection or a bug. */
+const isDatabaseError = (error: unknown): error is Error & { code: string } =>
+  error instanceof Error && typeof (error as { code?: unknown }).code === 'string';
 
 /**
  * Runs the model on the source database into a temporary table (dropped at commit) capped at the
  * sample size, then each data test of schema.yml on it; relationships are checked against the
  * referenced model's table in the target warehouse.
+ *
+ * A test fails on what dbt's own test of the project returns, as the monitoring runner counts it
+ * (src/quality/rules.ts): not_null the rows holding null; unique the values more than one row holds;
+ * accepted_values the values outside the list, compared in the column's own type (1.50 is the accepted
+ * 1.5); relationships the rows whose value the referenced column does not hold. The message tells the
+ * rows beside a count of values. Each test runs under a savepoint: one the database refuses (an accepted
+ * value that is no value of the column's type, a type without equality) is that test's `error` and the
+ * others still run.
  */
 export async function testModel(scope: CallerScope, input: { table_name: string; sample_size: number }) {
   const { workspace, project } = await requireProject(scope);
@@ -344,7 +355,12 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
   const sql = renderModel(file.content);
   const timeout = scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS;
 
-  const relationshipChecks: { result: TestResult; values: string[]; to: string; field: string }[] = [];
+  const relationshipChecks: {
+    result: TestResult;
+    values: { v: string; n: string }[];
+    to: string;
+    field: string;
+  }[] = [];
   // The model carries users' mapping expressions and runs inside a write (its temporary table): the
   // read-only rules first, as for a materialization.
   await source.assertUserSqlAllowed(sql);
@@ -355,33 +371,67 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     );
     const rowsTested = Number((await tx.query<{ n: string }>(`select count(*) as n from ${temp}`)).rows[0].n);
     const results: TestResult[] = [];
-    const failing = async (where: string, column: string) => {
-      const count = await tx.query<{ n: string }>(`select count(*) as n from ${temp} where ${where}`);
-      const rows = await tx.query(
-        `select * from ${temp} where ${where} order by ${quoteIdent(column)} limit ${FAILING_ROWS}`,
+    /** `run` under a savepoint; a refusal by the database rolls back to it and is returned as the message. */
+    const guarded = async <T>(run: () => Promise<T>): Promise<{ value: T } | { error: string }> => {
+      await tx.query('savepoint dimas_model_test_step');
+      try {
+        const value = await run();
+        await tx.query('release savepoint dimas_model_test_step');
+        return { value };
+      } catch (error) {
+        if (!isDatabaseError(error)) throw error;
+        await tx.query('rollback to savepoint dimas_model_test_step');
+        return { error: error.message };
+      }
+    };
+    /** The rows failing `where`; `values`: also how many distinct values of `column` they hold. */
+    const failing = async (where: string, column: string, params: unknown[] = [], values = false) => {
+      const col = quoteIdent(column);
+      const count = await tx.query<{ n: string; v: string }>(
+        `select count(*) as n${values ? `, count(distinct ${col}) as v` : ''} from ${temp} where ${where}`,
+        params,
       );
-      return { failures: Number(count.rows[0].n), failing_rows: rows.rows };
+      const rows = await tx.query(
+        `select * from ${temp} where ${where} order by ${col} limit ${FAILING_ROWS}`,
+        params,
+      );
+      const failingRows = Number(count.rows[0].n);
+      return {
+        failures: values ? Number(count.rows[0].v) : failingRows,
+        rows: failingRows,
+        failing_rows: rows.rows,
+      };
     };
     for (const column of columns) {
       const col = quoteIdent(column.name);
       for (const test of column.data_tests ?? []) {
         const kind = typeof test === 'string' ? test : Object.keys(test)[0];
         const base = { name: `${kind}_${input.table_name}_${column.name}`, column: column.name, test: kind };
-        let outcome: { failures: number; failing_rows: Record<string, unknown>[] } | null = null;
-        if (kind === 'not_null') outcome = await failing(`${col} is null`, column.name);
-        else if (kind === 'unique')
-          outcome = await failing(
-            `${col} in (select ${col} from ${temp} where ${col} is not null group by ${col} having count(*) > 1)`,
-            column.name,
-          );
-        else if (kind === 'accepted_values') {
+        let check: (() => ReturnType<typeof failing>) | null = null;
+        let counted = '';
+        if (kind === 'not_null') check = () => failing(`${col} is null`, column.name);
+        else if (kind === 'unique') {
+          counted = 'repeat';
+          check = () =>
+            failing(
+              `${col} in (select ${col} from ${temp} where ${col} is not null group by ${col} having count(*) > 1)`,
+              column.name,
+              [],
+              true,
+            );
+        } else if (kind === 'accepted_values') {
+          counted = 'are not accepted';
           const values = ((test as Record<string, any>).accepted_values?.values ?? []) as unknown[];
-          outcome = values.length
-            ? await failing(
-                `${col} is not null and ${col}::text not in (${values.map(literal).join(', ')})`,
-                column.name,
-              )
-            : await failing('false', column.name);
+          // Untyped parameters take the column's type, as dbt's quoted literals do.
+          check = values.length
+            ? () =>
+                failing(
+                  `${col} not in (${values.map((_, i) => `$${i + 1}`).join(', ')})`,
+                  column.name,
+                  values.map(String),
+                  true,
+                )
+            : () => failing('false', column.name);
         } else if (kind === 'relationships') {
           const config = (test as Record<string, any>).relationships ?? {};
           const to = /ref\('((?:[^'\\]|\\.)*)'\)/.exec(String(config.to ?? ''))?.[1];
@@ -400,12 +450,21 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
             });
             continue;
           }
-          const values = await tx.query<{ v: string }>(
-            `select distinct ${col}::text as v from ${temp} where ${col} is not null`,
+          const values = await guarded(
+            async () =>
+              (
+                await tx.query<{ v: string; n: string }>(
+                  `select ${col}::text as v, count(*) as n from ${temp} where ${col} is not null group by 1`,
+                )
+              ).rows,
           );
+          if ('error' in values) {
+            Object.assign(result, { status: 'error', message: values.error });
+            continue;
+          }
           relationshipChecks.push({
             result,
-            values: values.rows.map((r) => r.v),
+            values: values.value,
             to: unescapeJinja(to),
             field: config.field,
           });
@@ -420,14 +479,22 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
           });
           continue;
         }
+        const outcome = await guarded(check);
+        if ('error' in outcome) {
+          results.push({ ...base, status: 'error', failures: 0, failing_rows: [], message: outcome.error });
+          continue;
+        }
+        const { failures, rows, failing_rows } = outcome.value;
         results.push({
           ...base,
-          status: outcome.failures ? 'fail' : 'pass',
-          failures: outcome.failures,
-          failing_rows: outcome.failing_rows,
-          message: outcome.failures
-            ? `${outcome.failures} of ${rowsTested} rows fail ${kind} on ${column.name}`
-            : null,
+          status: failures ? 'fail' : 'pass',
+          failures,
+          failing_rows,
+          message: !failures
+            ? null
+            : counted
+              ? `${failures} values of ${column.name} ${counted}: ${kind} fails (${rows} of ${rowsTested} rows hold them)`
+              : `${failures} of ${rowsTested} rows fail ${kind} on ${column.name}`,
         });
       }
     }
@@ -437,16 +504,33 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
         unescapeJinja(name) === input.table_name ? temp : whole,
       );
       if (query.includes('{{')) continue;
-      const count = await tx.query<{ n: string }>(`select count(*) as n from (\n${query}\n) as failing`);
-      const failures = Number(count.rows[0].n);
-      const rows = await tx.query(`select * from (\n${query}\n) as failing limit ${FAILING_ROWS}`);
+      const name = test.path.slice('tests/'.length, -'.sql'.length);
+      const outcome = await guarded(async () => ({
+        failures: Number(
+          (await tx.query<{ n: string }>(`select count(*) as n from (\n${query}\n) as failing`)).rows[0].n,
+        ),
+        rows: (await tx.query(`select * from (\n${query}\n) as failing limit ${FAILING_ROWS}`)).rows,
+      }));
+      if ('error' in outcome) {
+        results.push({
+          name,
+          column: '',
+          test: 'singular',
+          status: 'error',
+          failures: 0,
+          failing_rows: [],
+          message: outcome.error,
+        });
+        continue;
+      }
+      const { failures, rows } = outcome.value;
       results.push({
-        name: test.path.slice('tests/'.length, -'.sql'.length),
+        name,
         column: '',
         test: 'singular',
         status: failures ? 'fail' : 'pass',
         failures,
-        failing_rows: rows.rows,
+        failing_rows: rows,
         message: failures ? `${test.path} returns ${failures} rows` : null,
       });
     }
@@ -466,17 +550,23 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
       }
       const table = { schema: targetConfig.schemas[0], name: check.to };
       try {
+        // The source and the target are different databases: values travel as text, with how many
+        // rows hold each, so that the rows without a match are counted as dbt counts them.
         const missing = await target.readOnlyQuery(
-          `select v as ${quoteIdent(check.result.column)} from unnest($1::text[]) as v
-            where not exists (select 1 from ${qualified(table)} t where t.${quoteIdent(check.field)}::text = v) order by 1`,
-          { params: [check.values], limit: 100_000 },
+          `select v, n from unnest($1::text[], $2::bigint[]) as u(v, n)
+            where not exists (select 1 from ${qualified(table)} t where t.${quoteIdent(check.field)}::text = u.v) order by 1`,
+          {
+            params: [check.values.map((r) => r.v), check.values.map((r) => r.n)],
+            limit: 100_000,
+          },
         );
+        const rows = missing.rows.reduce((sum, r) => sum + Number(r.n), 0);
         Object.assign(check.result, {
-          status: missing.row_count ? 'fail' : 'pass',
-          failures: missing.row_count,
-          failing_rows: missing.rows.slice(0, FAILING_ROWS),
-          message: missing.row_count
-            ? `${missing.row_count} values of ${check.result.column} have no match in ${table.schema}.${table.name}.${check.field}`
+          status: rows ? 'fail' : 'pass',
+          failures: rows,
+          failing_rows: missing.rows.slice(0, FAILING_ROWS).map((r) => ({ [check.result.column]: r.v })),
+          message: rows
+            ? `${rows} of ${rowsTested} rows (${missing.row_count} values of ${check.result.column}) have no match in ${table.schema}.${table.name}.${check.field}`
             : null,
         });
       } catch (error) {
