@@ -458,8 +458,8 @@ describe('reverse-ETL connections', () => {
       ...pgConfig(warehouse.name, { password: 's3cret-pw' }),
       schema: 'crm',
     },
-    { name: 'hook', type: 'webhook', url: 'https://hooks.example.com/dimas', secret: 'tok-123' },
-    { name: 'export', type: 'csv', delimiter: ';' },
+    { name: 'backup-db', ...pgConfig(warehouse.name, { password: 'tok-123' }), schema: 'backup' },
+    { name: 'export-db', ...pgConfig(warehouse.name), schema: 'export' },
   ];
 
   it('defines destinations in the workspace settings with secrets sealed and never returned', async () => {
@@ -475,7 +475,10 @@ describe('reverse-ETL connections', () => {
       name: 'crm-db',
       password_set: true,
     });
-    expect(res.body.settings.reverse_etl_connections[1]).toMatchObject({ name: 'hook', secret_set: true });
+    expect(res.body.settings.reverse_etl_connections[1]).toMatchObject({
+      name: 'backup-db',
+      password_set: true,
+    });
     const [row] = await server.deps.orm.em
       .fork()
       .getConnection()
@@ -486,7 +489,7 @@ describe('reverse-ETL connections', () => {
     const stored = row.settings.reverse_etl_connections;
     expect(stored[0].password).toMatch(/^v1/);
     expect(server.deps.secrets.decrypt(stored[0].password)).toBe('s3cret-pw');
-    expect(server.deps.secrets.decrypt(stored[1].secret)).toBe('tok-123');
+    expect(server.deps.secrets.decrypt(stored[1].password)).toBe('tok-123');
     const config = await call(server, 'GET', `/api/workspaces/${workspace}/config`, { token: viewer.token });
     expect(JSON.stringify(config.body)).not.toMatch(/s3cret-pw|tok-123|"password"|"secret"/);
     const diff = await call(server, 'GET', `/api/workspaces/${workspace}/git-diff`, { token: viewer.token });
@@ -508,7 +511,7 @@ describe('reverse-ETL connections', () => {
       body: { workspace_name: workspace, reverse_etl_connections: moved },
     });
     expect(after.body.settings.reverse_etl_connections[0].password_set).toBe(false);
-    expect(after.body.settings.reverse_etl_connections[1].secret_set).toBe(true);
+    expect(after.body.settings.reverse_etl_connections[1].password_set).toBe(true);
     await call(server, 'PUT', '/api/workspaces/admin-settings', {
       token: a.admin.token,
       body: { workspace_name: workspace, reverse_etl_connections: destinations() },
@@ -517,7 +520,7 @@ describe('reverse-ETL connections', () => {
       token: a.admin.token,
       body: {
         workspace_name: workspace,
-        reverse_etl_connections: [{ name: 'x', type: 'webhook', url: 'ftp://x' }],
+        reverse_etl_connections: [{ ...destinations()[2], name: 'x', port: 0 }],
       },
     });
     expect(invalid.status).toBe(400);
@@ -532,7 +535,11 @@ describe('reverse-ETL connections', () => {
     const list = await call(server, 'GET', '/api/schemas/workspace/connections', { token: viewer.token });
     expect(list.status, JSON.stringify(list.body)).toBe(200);
     expect(list.body.defined_in).toBe('workspace');
-    expect(list.body.connections.map((c: { name: string }) => c.name)).toEqual(['crm-db', 'hook', 'export']);
+    expect(list.body.connections.map((c: { name: string }) => c.name)).toEqual([
+      'crm-db',
+      'backup-db',
+      'export-db',
+    ]);
     expect(JSON.stringify(list.body)).not.toMatch(/s3cret-pw|tok-123/);
     expect(list.body.connections[0]).toMatchObject({
       type: 'postgres',
@@ -542,26 +549,25 @@ describe('reverse-ETL connections', () => {
 
     const assign = await call(server, 'PUT', '/api/schemas/workspace/tables/customers/connection', {
       token: editor.token,
-      body: { connection_name: 'crm-db', mode: 'upsert', destination_table: 'crm_customers' },
+      body: { connection_name: 'crm-db', destination_table: 'crm_customers' },
     });
     expect(assign.status, JSON.stringify(assign.body)).toBe(200);
     expect(assign.body).toMatchObject({
       assigned: true,
       table_name: 'customers',
       destination_table: 'crm_customers',
-      mode: 'upsert',
       connection: { name: 'crm-db', password_set: true },
     });
     expect(JSON.stringify(assign.body)).not.toContain('s3cret-pw');
     await call(server, 'PUT', '/api/schemas/workspace/tables/orders/connection', {
       token: editor.token,
-      body: { connection_name: 'export' },
+      body: { connection_name: 'export-db' },
     });
     const listed = await call(server, 'GET', '/api/schemas/workspace/connections', { token: viewer.token });
     expect(listed.body.connections[0].assigned_tables).toEqual(['customers']);
     expect(listed.body.assignments).toEqual([
-      expect.objectContaining({ table_name: 'customers', connection_name: 'crm-db', mode: 'upsert' }),
-      expect.objectContaining({ table_name: 'orders', connection_name: 'export', mode: 'replace' }),
+      expect.objectContaining({ table_name: 'customers', connection_name: 'crm-db' }),
+      expect.objectContaining({ table_name: 'orders', connection_name: 'export-db' }),
     ]);
 
     const removed = await call(server, 'PUT', '/api/schemas/workspace/tables/orders/connection', {
@@ -579,8 +585,7 @@ describe('reverse-ETL connections', () => {
       call(server, 'PUT', `/api/schemas/workspace/tables/${table}/connection`, { token, body });
     expect((await put('customers', { connection_name: 'nope' })).status).toBe(404);
     expect((await put('nope', { connection_name: 'crm-db' })).status).toBe(404);
-    expect((await put('customers', { connection_name: 'hook', mode: 'upsert' })).status).toBe(400);
-    expect((await put('customers', { connection_name: 'crm-db', mode: 'merge' })).status).toBe(400);
+    expect((await put('customers', { connection_name: 'crm-db', mode: 'upsert' })).status).toBe(400);
     expect((await put('customers', {})).status).toBe(400);
     expect((await put('customers', { connection_name: 'crm-db' }, viewer.token)).status).toBe(403);
     expect((await call(server, 'GET', '/api/schemas/workspace/connections')).status).toBe(401);

@@ -31,7 +31,7 @@ const SECRETS = {
   vcs_token: mark('VCSTOKEN'),
   llm_key: mark('sk-LLMKEY'),
   retl_password: mark('RETLPW'),
-  retl_webhook_secret: mark('HOOKSECRET'),
+  retl_copy_password: mark('RETLCOPYPW'),
 };
 
 /** The target warehouse: a scratch database on 127.0.0.1:5432 (trust auth accepts the seeded password). */
@@ -184,10 +184,9 @@ beforeAll(async () => {
           schema: 'crm',
         },
         {
-          name: 'hook',
-          type: 'webhook',
-          url: 'https://hooks.example.com/dimas',
-          secret: SECRETS.retl_webhook_secret,
+          name: 'copy-db',
+          ...pgConfig(warehouse.name, { password: SECRETS.retl_copy_password }),
+          schema: 'copy',
         },
       ],
     }),

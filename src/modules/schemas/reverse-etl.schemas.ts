@@ -1,9 +1,12 @@
 import { z } from 'zod';
 
 /*
- * Reverse-ETL destinations, held in the admin settings (`reverse_etl_connections`, workspace or
- * global level): where the rows of a target table can be sent. Secrets (a database password, a
- * webhook token) are sealed when stored and shown only as `password_set` / `secret_set`.
+ * Reverse-ETL connections, held in the admin settings (`reverse_etl_connections`, workspace or
+ * global level): PostgreSQL databases that hold copies of the target tables, which monitoring
+ * measures by name (GET /api/monitoring/metrics/datasource/{name}: the tables assigned to the connection, else
+ * every table of its schema). The password is sealed when stored and shown only as `password_set`.
+ * dimas itself sends no rows: webhook and CSV destinations, and an assignment's write mode, were
+ * accepted once and read by nothing, so they are refused now.
  */
 
 const connectionName = z
@@ -12,14 +15,13 @@ const connectionName = z
   .max(63)
   .regex(/^[a-zA-Z][a-zA-Z0-9_-]*$/, 'must start with a letter and use only letters, digits, _ and -');
 
-const common = {
+export const reverseEtlDestination = z.object({
   name: connectionName.describe('Unique among the connections of the workspace'),
   description: z.string().max(2000).optional(),
-};
-
-const postgresDestination = z.object({
-  ...common,
-  type: z.literal('postgres'),
+  type: z.literal('postgres', {
+    error:
+      'must be postgres: a reverse-ETL connection is a database whose tables monitoring measures (webhook and csv destinations are not supported: nothing sends rows to them)',
+  }),
   host: z.string().min(1).max(255),
   port: z.number().int().min(1).max(65535).default(5432),
   database: z.string().min(1).max(63),
@@ -29,42 +31,9 @@ const postgresDestination = z.object({
     .boolean()
     .optional()
     .describe('As returned on read; with no password given, true keeps the stored one and false clears it'),
-  schema: z.string().min(1).max(63).default('public').describe('Schema the tables are written into'),
+  schema: z.string().min(1).max(63).default('public').describe('Schema of the tables monitoring measures'),
   ssl: z.boolean().default(false),
 });
-
-const webhookDestination = z.object({
-  ...common,
-  type: z.literal('webhook'),
-  url: z
-    .url({ protocol: /^https?$/ })
-    .max(2000)
-    .describe('Rows are POSTed (or PUT) here as JSON batches'),
-  method: z.enum(['POST', 'PUT']).default('POST'),
-  batch_size: z.number().int().min(1).max(10_000).default(500),
-  secret: z.string().max(4096).optional().describe('Write-only; sent as a bearer token'),
-  secret_set: z.boolean().optional().describe('As returned on read; like password_set'),
-});
-
-const csvDestination = z.object({
-  ...common,
-  type: z.literal('csv'),
-  file_name: z
-    .string()
-    .min(1)
-    .max(255)
-    .regex(/^[^/\\]+$/, 'a file name, no directories')
-    .default('{table}.csv')
-    .describe('{table} is replaced by the table name'),
-  delimiter: z.enum([',', ';', '\t', '|']).default(','),
-  include_header: z.boolean().default(true),
-});
-
-export const reverseEtlDestination = z.discriminatedUnion('type', [
-  postgresDestination,
-  webhookDestination,
-  csvDestination,
-]);
 export type ReverseEtlDestination = z.infer<typeof reverseEtlDestination>;
 
 export const reverseEtlDestinations = z
@@ -78,4 +47,6 @@ export const reverseEtlDestinations = z
       seen.add(d.name.toLowerCase());
     });
   })
-  .describe('Reverse-ETL destinations: another PostgreSQL database, a webhook URL or a CSV file export');
+  .describe(
+    'Reverse-ETL connections: PostgreSQL databases that hold copies of the target tables (dimas sends no rows itself), measured by monitoring under their name',
+  );

@@ -7,9 +7,9 @@ import { SchemaConfig } from './schemas.entity.ts';
 import type { ReverseEtlDestination } from './reverse-etl.schemas.ts';
 
 /*
- * Reverse-ETL destinations are defined in the admin settings (`reverse_etl_connections`, at the
- * workspace level or inherited from the global level); which table goes where is a SchemaConfig row
- * of kind reverse_etl_connection.
+ * Reverse-ETL connections are defined in the admin settings (`reverse_etl_connections`, at the
+ * workspace level or inherited from the global level); which table of a connection holds a target
+ * table's copy is a SchemaConfig row of kind reverse_etl_connection.
  */
 
 const SETTINGS_KEY = 'reverse_etl_connections';
@@ -22,7 +22,6 @@ const MASKED = /^[*•]+$/;
 /** The secret field of a destination type, and what must match for a stored secret to be kept. */
 const SECRET_OF: Record<string, { field: string; identity: string[] } | undefined> = {
   postgres: { field: 'password', identity: ['host', 'port', 'database', 'user'] },
-  webhook: { field: 'secret', identity: ['url'] },
 };
 
 function sealOne(scope: Scope, next: Destination, previous: Destination[]): Destination {
@@ -67,7 +66,7 @@ export function maskSettingsSecrets<T extends Stored>(settings: T): T {
 }
 
 /**
- * The destinations a workspace can use, with their secrets still sealed (for a sender:
+ * The connections a workspace can use, with their passwords still sealed (to connect:
  * `scope.deps.secrets.decrypt(d.password)`); never return them unmasked.
  */
 export async function workspaceDestinations(
@@ -84,10 +83,9 @@ export async function workspaceDestinations(
   };
 }
 
-export interface TableAssignment {
+interface TableAssignment {
   connection_name: string;
   destination_table: string;
-  mode: 'append' | 'replace' | 'upsert';
 }
 
 async function assignments(scope: CallerScope, workspace: WorkspaceEntity) {
@@ -102,13 +100,17 @@ async function assignments(scope: CallerScope, workspace: WorkspaceEntity) {
   );
 }
 
-/** Every table → destination assignment of a workspace (for the reverse-ETL sender). */
+/** Every table → connection assignment of a workspace (monitoring measures the assigned tables). */
 export async function tableAssignments(scope: CallerScope, workspace: WorkspaceEntity) {
-  return (await assignments(scope, workspace)).map((row) => ({
-    table_name: row.tableName,
-    ...(row.config as unknown as TableAssignment),
-    updated_at: row.updatedAt,
-  }));
+  return (await assignments(scope, workspace)).map((row) => {
+    const config = row.config as unknown as TableAssignment;
+    return {
+      table_name: row.tableName,
+      connection_name: config.connection_name,
+      destination_table: config.destination_table,
+      updated_at: row.updatedAt,
+    };
+  });
 }
 
 export async function listConnections(scope: CallerScope) {
@@ -138,7 +140,6 @@ export async function assignConnection(
     table_name: string;
     connection_name: string | null;
     destination_table?: string;
-    mode: TableAssignment['mode'];
   },
 ) {
   const workspace = await currentWorkspace(scope);
@@ -165,7 +166,6 @@ export async function assignConnection(
       assigned: false,
       connection: null,
       destination_table: null,
-      mode: null,
       updated_at: null,
     };
   }
@@ -175,24 +175,9 @@ export async function assignConnection(
     throw notFound(
       `Reverse-ETL connection ${input.connection_name} (define it in the admin settings, key ${SETTINGS_KEY})`,
     );
-  if (input.mode === 'upsert') {
-    if (destination.type !== 'postgres')
-      throw new AppError(
-        'BAD_REQUEST',
-        `mode upsert needs a postgres connection; ${destination.name} is ${destination.type}`,
-        {
-          issues: [{ path: ['mode'], message: 'upsert is only for postgres connections' }],
-        },
-      );
-    if (!table.primary_key.length)
-      throw new AppError('BAD_REQUEST', `mode upsert needs a primary key; table ${table.name} has none`, {
-        issues: [{ path: ['mode'], message: 'the table has no primary key' }],
-      });
-  }
   const config: TableAssignment = {
     connection_name: destination.name,
     destination_table: input.destination_table ?? table.name,
-    mode: input.mode,
   };
   const updatedBy = scope.principal.username;
   if (row) Object.assign(row, { config, updatedBy });
@@ -204,7 +189,6 @@ export async function assignConnection(
     assigned: true,
     connection: maskDestination(destination as unknown as Destination) as unknown as ReverseEtlDestination,
     destination_table: config.destination_table,
-    mode: config.mode,
     updated_at: row.updatedAt,
   };
 }

@@ -142,24 +142,17 @@ export const ddlOutput = z.object({
 
 // ---- reverse-ETL connections ----
 
-const assignmentMode = z
-  .enum(['append', 'replace', 'upsert'])
-  .describe('How rows are written: append, replace everything, or upsert on the primary key (postgres only)');
-
 export const connectionsOutput = z.object({
   workspace_name: z.string(),
   defined_in: z
     .enum(['workspace', 'global'])
     .describe('Admin settings level the destinations come from (key reverse_etl_connections)'),
-  connections: z.array(
-    z.intersection(reverseEtlDestination, z.object({ assigned_tables: z.array(z.string()) })),
-  ),
+  connections: z.array(reverseEtlDestination.extend({ assigned_tables: z.array(z.string()) })),
   assignments: z.array(
     z.object({
       table_name: z.string(),
       connection_name: z.string(),
       destination_table: z.string(),
-      mode: assignmentMode,
       updated_at: timestamp,
       table_missing: z.boolean().describe('The table is no longer in schema.json'),
       connection_missing: z.boolean().describe('The connection is no longer defined in the settings'),
@@ -180,8 +173,9 @@ export const assignConnectionInput = z.object({
     .min(1)
     .max(255)
     .optional()
-    .describe('Table (or file/endpoint label) at the destination; default the table name'),
-  mode: assignmentMode.default('replace'),
+    .describe(
+      "The table's copy in the connection's database (`table` in its schema, or `schema.table`), which monitoring measures; default the table name",
+    ),
 });
 
 export const assignConnectionOutput = z.object({
@@ -190,6 +184,5 @@ export const assignConnectionOutput = z.object({
   assigned: z.boolean(),
   connection: reverseEtlDestination.nullable(),
   destination_table: z.string().nullable(),
-  mode: assignmentMode.nullable(),
   updated_at: timestamp.nullable(),
 });
