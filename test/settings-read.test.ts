@@ -105,3 +105,74 @@ describe('reverse-ETL connections are databases that monitoring measures, nothin
     expect(listed.body.assignments).toEqual([expect.not.objectContaining({ mode: expect.anything() })]);
   });
 });
+
+describe('the workspace config route reads every field it takes', () => {
+  it('schema_template alone assigns that library template to a workspace without a schema', async () => {
+    const name = await createWorkspace(server, tenant.admin.token, { name: unique('tpl') });
+    const saved = await api('POST', `/api/workspaces/${name}/config`, {
+      body: { schema_template: 'customer-360' },
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    expect(saved.body.schema_template).toBe('customer-360');
+    expect(saved.body.target_schema?.tables.length).toBeGreaterThan(0);
+    const template = await api('GET', '/api/schemas/templates/customer-360');
+    expect(saved.body.target_schema).toEqual(template.body.schema);
+    const detail = await api('GET', `/api/workspaces/${name}`);
+    expect(detail.body).toMatchObject({
+      schema_assigned: true,
+      schema_template: 'customer-360',
+      schema_customized: false,
+    });
+
+    // Sent with the schema it already has, the template name is kept as given (it was dropped).
+    const relabelled = await api('POST', `/api/workspaces/${name}/config`, {
+      body: { target_schema: saved.body.target_schema, schema_template: 'ecommerce-orders' },
+    });
+    expect(relabelled.status, JSON.stringify(relabelled.body)).toBe(200);
+    expect(relabelled.body.schema_template).toBe('ecommerce-orders');
+    expect(relabelled.body.target_schema).toEqual(template.body.schema);
+
+    // A template beside a removed schema contradicts itself.
+    const contradiction = await api('POST', `/api/workspaces/${name}/config`, {
+      body: { target_schema: null, schema_template: 'customer-360' },
+    });
+    expect(contradiction.status).toBe(400);
+    expect(contradiction.body.message).toMatch(/schema_template customer-360 with target_schema null/);
+    expect((await api('GET', `/api/workspaces/${name}/config`)).body.schema_template).toBe(
+      'ecommerce-orders',
+    );
+  });
+
+  it('settings: workspace_name is refused (the route names the workspace), and a null auto_confirm_threshold survives a round trip', async () => {
+    const name = await createWorkspace(server, tenant.admin.token, { name: unique('cfgset') });
+    const misplaced = await api('POST', `/api/workspaces/${name}/config`, {
+      body: { settings: { workspace_name: 'another', sample_size: 200 } },
+    });
+    expect(misplaced.status, JSON.stringify(misplaced.body)).toBe(400);
+    expect(JSON.stringify(misplaced.body.issues)).toContain('workspace_name');
+    expect((await api('GET', `/api/workspaces/${name}/config`)).body.settings).toEqual({});
+
+    // The organization confirms at 0.9; this workspace never does (null is a value of its own).
+    const global = await api('PUT', '/api/workspaces/admin-settings', {
+      body: { auto_confirm_threshold: 0.9 },
+    });
+    expect(global.status, JSON.stringify(global.body)).toBe(200);
+    try {
+      const own = await api('PUT', '/api/workspaces/admin-settings', {
+        body: { workspace_name: name, auto_confirm_threshold: null },
+      });
+      expect(own.body.effective.auto_confirm_threshold).toBeNull();
+      const read = await api('GET', `/api/workspaces/${name}/config`);
+      expect(read.body.settings).toEqual({ auto_confirm_threshold: null });
+      const again = await api('POST', `/api/workspaces/${name}/config`, { body: read.body });
+      expect(again.status, JSON.stringify(again.body)).toBe(200);
+      expect(again.body.settings).toEqual({ auto_confirm_threshold: null });
+      const effective = await api('GET', '/api/workspaces/admin-settings', {
+        query: { workspace_name: name },
+      });
+      expect(effective.body.effective.auto_confirm_threshold).toBeNull();
+    } finally {
+      await api('PUT', '/api/workspaces/admin-settings', { body: { auto_confirm_threshold: null } });
+    }
+  });
+});

@@ -1,11 +1,11 @@
 import { isDeepStrictEqual } from 'node:util';
 import { AppError } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
-import { libraryTemplates } from '../schemas/schema-library.ts';
+import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
 import type { StaleConnection } from './workspace-extensions.ts';
 import type { WorkflowTaskState, WorkspaceEntity } from './workspaces.entity.ts';
-import { adminSettingsUpdateInput, type ConnectionConfigInput } from './workspaces.schemas.ts';
+import { workspaceSettingsInput, type ConnectionConfigInput } from './workspaces.schemas.ts';
 import {
   connectionWarnings,
   maskedConfig,
@@ -18,6 +18,7 @@ import { replaceTargetSchema } from './workspaces-schema.service.ts';
 import { invalidateSourceCaches, invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { maskSettingsSecrets, sealSettingsSecrets } from '../schemas/reverse-etl.service.ts';
 import { concurrentEdit } from '../../db/concurrent-edit.ts';
+import { nullableByDesign } from './workspaces-settings.service.ts';
 
 /** The prompt the discovery agent runs with unless a workspace has its own. */
 const DEFAULT_SYSTEM_PROMPT = `You are a data-integration assistant. You map columns of a source database to the fields of a target schema.
@@ -75,7 +76,7 @@ export const saveConfig = concurrentEdit(async function saveConfig(
 ) {
   const workspace = await workspaceByName(scope, input.workspace_name);
   if (input.settings !== undefined) {
-    const parsed = adminSettingsUpdateInput.safeParse(input.settings);
+    const parsed = workspaceSettingsInput.safeParse(input.settings);
     if (!parsed.success)
       throw new AppError('BAD_REQUEST', 'Invalid settings', {
         issues: parsed.error.issues.map((i) => ({
@@ -83,10 +84,14 @@ export const saveConfig = concurrentEdit(async function saveConfig(
           message: i.message,
         })),
       });
-    const { workspace_name: _ignored, ...settings } = parsed.data;
+    // null falls back to the inherited value, except where null is itself a value (GET shows it so).
     workspace.settings = sealSettingsSecrets(
       scope,
-      Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined && v !== null)),
+      Object.fromEntries(
+        Object.entries(parsed.data).filter(
+          ([k, v]) => v !== undefined && (v !== null || nullableByDesign(k)),
+        ),
+      ),
       workspace.settings,
     );
   }
@@ -94,6 +99,11 @@ export const saveConfig = concurrentEdit(async function saveConfig(
     throw new AppError('BAD_REQUEST', `Unknown library template ${input.schema_template}`, {
       issues: [{ path: ['schema_template'], message: 'not a library template' }],
     });
+  if (input.target_schema === null && input.schema_template != null)
+    throw new AppError(
+      'BAD_REQUEST',
+      `schema_template ${input.schema_template} with target_schema null: a template names where a schema came from, and null removes the schema; send schema_template without target_schema to assign the library template`,
+    );
   if (input.description !== undefined) workspace.description = input.description;
   if (input.source_config !== undefined)
     workspace.sourceConfig = input.source_config
@@ -108,23 +118,34 @@ export const saveConfig = concurrentEdit(async function saveConfig(
     workspace.successCriteriaPrompt = input.success_criteria_prompt;
   if (input.workflow_state !== undefined) workspace.workflowState = input.workflow_state;
   let stale: StaleConnection[] = [];
-  if (input.target_schema !== undefined) {
-    // Compared as JSON values: the stored schema comes back from jsonb with its keys reordered.
-    const unchanged = isDeepStrictEqual(
-      JSON.parse(JSON.stringify(input.target_schema ?? null)),
+  // Compared as JSON values: the stored schema comes back from jsonb with its keys reordered.
+  const schemaChanged =
+    input.target_schema !== undefined &&
+    !isDeepStrictEqual(
+      JSON.parse(JSON.stringify(input.target_schema)),
       JSON.parse(JSON.stringify(workspace.targetSchema ?? null)),
     );
-    if (!unchanged)
-      stale = await replaceTargetSchema(scope, workspace, input.target_schema, {
-        template:
-          input.schema_template !== undefined ? input.schema_template : (workspace.schemaTemplate ?? null),
-        customized: true,
-      });
-  } else if (input.schema_template !== undefined && workspace.targetSchema)
+  const template =
+    !schemaChanged && !workspace.targetSchema && input.schema_template != null
+      ? await libraryTemplate(input.schema_template)
+      : null;
+  if (schemaChanged)
+    stale = await replaceTargetSchema(scope, workspace, input.target_schema ?? null, {
+      template:
+        input.schema_template !== undefined ? input.schema_template : (workspace.schemaTemplate ?? null),
+      customized: true,
+    });
+  else if (template)
+    // No schema yet: the named template is assigned, as template_name does at creation.
+    stale = await replaceTargetSchema(scope, workspace, template, {
+      template: input.schema_template!,
+      customized: false,
+    });
+  else if (workspace.targetSchema && input.schema_template !== undefined)
     workspace.schemaTemplate = input.schema_template;
   await scope.em.flush();
   invalidateWorkspaceCaches(workspace.organization.id, workspace.id);
-  if (input.source_config !== undefined || input.target_schema !== undefined)
+  if (input.source_config !== undefined || input.target_schema !== undefined || template)
     invalidateSourceCaches(workspace.organization.id, workspace.id);
   return { ...configView(scope, workspace), stale_connections: stale };
 });

@@ -40,7 +40,7 @@ function merge(stored: Stored, patch: Stored, fields: Record<string, unknown>): 
 
 // auto_confirm_threshold: null (never auto-confirm) is a real value.
 const NULLABLE_KEYS = new Set(['auto_confirm_threshold']);
-const nullableByDesign = (key: string) => NULLABLE_KEYS.has(key);
+export const nullableByDesign = (key: string) => NULLABLE_KEYS.has(key);
 
 async function organizationSettings(
   scope: CallerScope,

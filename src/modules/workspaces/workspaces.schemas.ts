@@ -467,6 +467,8 @@ export const adminSettingsUpdateInput = z.strictObject({
 } as { workspace_name: typeof settingsWorkspace } & {
   [K in keyof typeof adminSettingsFields]: z.ZodOptional<z.ZodNullable<(typeof adminSettingsFields)[K]>>;
 });
+/** A workspace's admin settings as the config route takes them: the workspace is the route's own. */
+export const workspaceSettingsInput = adminSettingsUpdateInput.omit({ workspace_name: true });
 export const adminSettingsOutput = z.object({
   workspace_name: z.string().nullable(),
   scope: z.enum(['workspace', 'global']),
