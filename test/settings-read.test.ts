@@ -176,3 +176,96 @@ describe('the workspace config route reads every field it takes', () => {
     }
   });
 });
+
+describe('connection configs take only the fields their engine reads', () => {
+  it('refuses raw_schema and cursor_columns on postgres, ctes on mysql, wherever a config is sent', async () => {
+    const name = unique('eng');
+    const refused = [
+      [
+        'POST',
+        '/api/workspaces/create',
+        { name, source_config: connection(['app'], { raw_schema: 'raw_x' }) },
+        'source_config.raw_schema',
+      ],
+      [
+        'POST',
+        '/api/workspaces/create',
+        { name, target_config: connection(['mart'], { cursor_columns: { people: 'id' } }) },
+        'target_config.cursor_columns',
+      ],
+      [
+        'POST',
+        '/api/workspaces/create',
+        {
+          name,
+          source_config: {
+            type: 'mysql',
+            host: '127.0.0.1',
+            database: 'shop',
+            user: 'root',
+            ctes: [{ name: 'c', sql: 'select 1' }],
+          },
+        },
+        'source_config.ctes',
+      ],
+    ] as const;
+    for (const [method, path, body, field] of refused) {
+      const res = await api(method, path, { body });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      expect(issuesOf(res.body)).toContain(field);
+    }
+    expect((await api('GET', `/api/workspaces/${name}`)).status).toBe(404);
+
+    await createWorkspace(server, tenant.admin.token, {
+      name,
+      source_config: connection(['app']),
+      target_config: connection(['mart']),
+    });
+    for (const [method, path, body, field] of [
+      [
+        'POST',
+        '/api/workspaces/source-config',
+        { source_config: connection(['app'], { cursor_columns: { people: 'id' } }) },
+        'cursor_columns',
+      ],
+      [
+        'POST',
+        `/api/workspaces/${name}/config`,
+        { target_config: connection(['mart'], { raw_schema: 'raw_x' }) },
+        'raw_schema',
+      ],
+      [
+        'POST',
+        `/api/workspaces/${name}/database/test`,
+        { config: connection(['mart'], { raw_schema: 'raw_x' }) },
+        'raw_schema',
+      ],
+    ] as const) {
+      const res = await api(method, path, { body });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      expect(issuesOf(res.body)).toContain(field);
+    }
+    const config = await api('GET', `/api/workspaces/${name}/config`);
+    expect(config.body.source_config).not.toHaveProperty('cursor_columns');
+    expect(config.body.target_config).not.toHaveProperty('raw_schema');
+
+    // The engine that reads them takes them.
+    const mysql = await api('POST', `/api/workspaces/${name}/config`, {
+      body: {
+        source_config: {
+          type: 'mysql',
+          host: '127.0.0.1',
+          database: 'shop',
+          user: 'root',
+          raw_schema: 'raw_shop_copy',
+          cursor_columns: { orders: 'updated_at' },
+        },
+      },
+    });
+    expect(mysql.status, JSON.stringify(mysql.body)).toBe(200);
+    expect(mysql.body.source_config).toMatchObject({
+      raw_schema: 'raw_shop_copy',
+      cursor_columns: { orders: 'updated_at' },
+    });
+  });
+});

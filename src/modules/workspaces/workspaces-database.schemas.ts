@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { connectionConfigSchema, connectionWarningsSchema } from '../../warehouse/config.ts';
+import { engineFields } from './workspaces.schemas.ts';
 
 /** The workspace-scoped database routes (check, test, catalogs, test-stored-password). */
 
@@ -24,6 +25,7 @@ export const databaseCheckOutput = z.object({
 export const databaseTestInput = z.object({
   workspace: workspaceParam,
   config: connectionConfigSchema
+    .superRefine(engineFields)
     .optional()
     .describe(
       'A connection to test instead of the stored target config; nothing is saved. Without a password, the stored target password is used only for the same host, port, database and user',

@@ -43,13 +43,40 @@ export const workspaceName = z
 
 export const workspaceNameParam = z.object({ workspace_name: z.string().min(1).max(100) });
 
+/**
+ * Fields that only one engine reads are refused on the other, instead of being stored and ignored:
+ * the extract–load's raw_schema and cursor_columns exist for MySQL sources only, and CTEs are run on
+ * PostgreSQL only.
+ */
+export function engineFields(
+  config: { type: 'postgres' | 'mysql'; raw_schema?: string; cursor_columns?: object; ctes?: unknown[] },
+  ctx: z.RefinementCtx,
+) {
+  const refuse = (field: string, message: string) =>
+    ctx.addIssue({ code: 'custom', path: [field], message, input: undefined });
+  if (config.type === 'postgres') {
+    for (const field of ['raw_schema', 'cursor_columns'] as const)
+      if (config[field] !== undefined)
+        refuse(
+          field,
+          `${field} applies to mysql sources only (their extract–load into the target); a postgres connection is read in place`,
+        );
+  } else if (config.ctes?.length)
+    refuse(
+      'ctes',
+      'ctes are run on postgres connections only; on mysql, define a view on the source instead',
+    );
+}
+
 /** A config as a client sends it: the masked form it read may come back (password kept). */
-const connectionConfigInput = connectionConfigSchema.extend({
-  password_set: z
-    .boolean()
-    .optional()
-    .describe('As returned on read; with no password given, true keeps the stored one and false clears it'),
-});
+const connectionConfigInput = connectionConfigSchema
+  .extend({
+    password_set: z
+      .boolean()
+      .optional()
+      .describe('As returned on read; with no password given, true keeps the stored one and false clears it'),
+  })
+  .superRefine(engineFields);
 export type ConnectionConfigInput = z.infer<typeof connectionConfigInput>;
 
 const maskedConnectionConfig = connectionConfigSchema
