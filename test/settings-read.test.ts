@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
-import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { ADMIN_URL, pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 
 /*
  * Settings-like fields that were accepted and then read by nothing (or read only sometimes), seen
@@ -10,6 +10,7 @@ import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
  * refused.
  */
 const warehouse = scratchDatabase('sread');
+const role = unique('dimas_sread_').toLowerCase();
 
 const connection = (schemas: string[], overrides: Record<string, unknown> = {}) =>
   pgConfig(warehouse.name, { schemas, ...overrides });
@@ -39,12 +40,14 @@ beforeAll(async () => {
   await warehouse.create();
   await warehouse.sql(`create schema app; create schema mart;
     create table app.people (id integer primary key, email text);`);
+  await withClient(ADMIN_URL, (c) => c.query(`create role "${role}"`));
   server = await startTestServer();
   tenant = await createTenant(server);
 });
 afterAll(async () => {
   await server?.close();
   await warehouse.drop();
+  await withClient(ADMIN_URL, (c) => c.query(`drop role if exists "${role}"`));
 });
 
 const issuesOf = (body: { issues?: { path: (string | number)[]; message: string }[] }) =>
@@ -267,5 +270,46 @@ describe('connection configs take only the fields their engine reads', () => {
       raw_schema: 'raw_shop_copy',
       cursor_columns: { orders: 'updated_at' },
     });
+  });
+});
+
+describe('settings that were read, now observed', () => {
+  let name: string;
+  beforeAll(async () => {
+    name = await createWorkspace(server, tenant.admin.token, {
+      name: unique('obs'),
+      source_config: connection(['app']),
+      target_config: connection(['mart']),
+      target_schema: crm,
+    });
+  });
+
+  it('ssl: the connection asks for TLS (this server has none), without it connects', async () => {
+    const plain = await api('POST', `/api/workspaces/${name}/database/test`, {
+      body: { config: connection(['mart'], { ssl: false }) },
+    });
+    expect(plain.status, JSON.stringify(plain.body)).toBe(200);
+    const tls = await api('POST', `/api/workspaces/${name}/database/test`, {
+      body: { config: connection(['mart'], { ssl: true }) },
+    });
+    expect(tls.status, JSON.stringify(tls.body)).toBe(422);
+    expect(tls.body.message).toMatch(/ssl|tls|certificate/i);
+  });
+
+  it('sync grant_user: the role is granted DML on the synced tables, and only when named', async () => {
+    const grants = async () =>
+      (
+        await warehouse.sql<{ privilege_type: string }>(
+          `select privilege_type from information_schema.role_table_grants
+            where grantee = $1 and table_schema = 'mart' and table_name = 'contacts' order by 1`,
+          [role],
+        )
+      ).map((r) => r.privilege_type);
+    const plain = await api('POST', '/api/schemas/workspace/sync', { body: {} });
+    expect(plain.status, JSON.stringify(plain.body)).toBe(200);
+    expect(await grants()).toEqual([]);
+    const granted = await api('POST', '/api/schemas/workspace/sync', { body: { grant_user: role } });
+    expect(granted.status, JSON.stringify(granted.body)).toBe(200);
+    expect(await grants()).toEqual(expect.arrayContaining(['DELETE', 'INSERT', 'SELECT', 'UPDATE']));
   });
 });
