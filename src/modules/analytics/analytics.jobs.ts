@@ -35,13 +35,31 @@ function jsonSafe(result: StatTestResult): StatTestResult {
 /**
  * Records the outcome only while this run is still the hypothesis' latest: a stale run (the hypothesis
  * was re-tested or deleted meanwhile) changes nothing. One conditional UPDATE, not a read and a flush.
+ * With `settings`, only while the hypothesis still has the test and alpha the run used; whether it
+ * wrote is returned.
  */
-async function record(em: EntityManager, context: JobContext, id: string, set: string, params: unknown[]) {
-  await em.execute(
+async function record(
+  em: EntityManager,
+  context: JobContext,
+  id: string,
+  set: string,
+  params: unknown[],
+  settings?: { test: string; alpha: number },
+): Promise<boolean> {
+  const rows: unknown[] = await em.execute(
     `update hypotheses set ${set}, updated_at = now()
-      where id = ? and organization_id = ? and (last_run_id is null or last_run_id = ?)`,
-    [...params, id, context.organizationId, context.runId],
+      where id = ? and organization_id = ? and (last_run_id is null or last_run_id = ?)` +
+      (settings ? ' and test = ? and alpha = ?' : '') +
+      ' returning id',
+    [
+      ...params,
+      id,
+      context.organizationId,
+      context.runId,
+      ...(settings ? [settings.test, settings.alpha] : []),
+    ],
   );
+  return rows.length > 0;
 }
 
 /**
@@ -70,14 +88,23 @@ async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, 
         statSpecOf(hypothesis),
       ),
     );
-    const significant = result.p_value < Number(hypothesis.alpha);
-    await record(
+    const alpha = Number(hypothesis.alpha);
+    const significant = result.p_value < alpha;
+    // The result and its significance hold for the test and alpha read at the start: a hypothesis whose
+    // settings changed meanwhile must not show them beside this result (the test route refuses such a
+    // change while a run is active; this covers a change that raced past that check).
+    const recorded = await record(
       em,
       context,
       hypothesis.id,
       `status = 'tested', result = ?::jsonb, p_value = ?, significant = ?, tested_at = now(), last_error = null`,
       [JSON.stringify(result), result.p_value, significant],
+      { test: hypothesis.test, alpha },
     );
+    if (!recorded)
+      await record(em, context, hypothesis.id, `status = 'failed', last_error = ?`, [
+        `The test or alpha of the hypothesis changed while this run tested ${hypothesis.test} at alpha ${alpha}: test it again`,
+      ]);
     return {
       hypothesis_id: hypothesis.id,
       test: result.test,

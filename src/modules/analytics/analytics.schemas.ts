@@ -189,7 +189,11 @@ export const generateOutput = z.object({
 });
 
 export const testInput = hypothesisIdInput.extend({
-  test: testName.optional().describe("Use (and store) this algorithm instead of the hypothesis' test"),
+  test: testName
+    .optional()
+    .describe(
+      "Use (and store) this algorithm instead of the hypothesis' test; another test or alpha while a test of the hypothesis is queued or running is a 409 RUN_IN_PROGRESS",
+    ),
   alpha: alpha.optional(),
 });
 

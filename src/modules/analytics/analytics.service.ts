@@ -134,15 +134,29 @@ export async function getHypothesis(scope: CallerScope, id: string) {
 
 /**
  * Queues the hypothesis' test and answers at once. One active run per hypothesis: asking again while
- * one is queued or running returns that run (`created: false`).
+ * one is queued or running returns that run (`created: false`), and asking for another test or alpha
+ * then is a 409 that changes nothing.
  */
 export async function testHypothesis(
   scope: CallerScope,
   input: { hypothesis_id: string; test?: HypothesisEntity['test']; alpha?: number },
 ) {
   const hypothesis = await findHypothesis(scope, input.hypothesis_id);
-  if (input.test !== undefined || input.alpha !== undefined) {
-    const test = input.test ?? hypothesis.test;
+  const test = input.test ?? hypothesis.test;
+  const alpha = input.alpha ?? Number(hypothesis.alpha);
+  if (test !== hypothesis.test || alpha !== Number(hypothesis.alpha)) {
+    // A queued or running test goes on with the settings it has (a run reads them as it starts, and
+    // this request would get that run back): storing others now would show them beside its result.
+    const latest = hypothesis.lastRunId
+      ? await scope.deps.jobs.getRun(hypothesis.lastRunId, organizationOf(scope.principal), scope.em)
+      : null;
+    if (latest && isRunActive(latest.status))
+      throw new AppError(
+        'CONFLICT',
+        `A test of this hypothesis is ${latest.status} (${hypothesis.test} at alpha ${Number(hypothesis.alpha)}); ` +
+          'wait for it to end (GET /api/analytics/status/{hypothesis_id}?wait_ms=…), then test again with the new test or alpha',
+        { reason: 'RUN_IN_PROGRESS' },
+      );
     if (test !== hypothesis.test) {
       // Another algorithm may need another metric type (two_proportion_z: boolean; correlations: a numeric segment).
       const { config, warehouse } = await workspaceWarehouse(scope, 'target');
@@ -159,7 +173,7 @@ export async function testHypothesis(
       });
     }
     hypothesis.test = test;
-    hypothesis.alpha = input.alpha ?? hypothesis.alpha;
+    hypothesis.alpha = alpha;
     await scope.em.flush();
   }
   const { run, created } = await scope.deps.jobs.enqueue(

@@ -1,0 +1,137 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { bindCall, createTenant, createWorkspace, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+
+/*
+ * Analytics edge cases over HTTP against a real PostgreSQL warehouse (a scratch database, dropped at
+ * the end): what a hypothesis shows beside a result must be what that result was computed with.
+ */
+const warehouse = scratchDatabase('anprobe');
+const targetConfig = pgConfig(warehouse.name, { schemas: ['mkt'] });
+
+let server: TestServer;
+let tenant: Tenant;
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+  '/api/analytics',
+);
+
+beforeAll(async () => {
+  await warehouse.create();
+  await warehouse.sql(`create schema mkt;
+    create table mkt.orders (id integer primary key, plan text not null, spend float8, huge float8, seats integer);
+    insert into mkt.orders
+      select i, case when i % 2 = 0 then 'basic' else 'pro' end,
+             100 + case when i % 2 = 1 then 3 else 0 end + (i * 7919) % 97 - 48,
+             1e300 * (i % 3), i % 4
+        from generate_series(1, 400) as i;`);
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  await createWorkspace(server, tenant.admin.token, { target_config: targetConfig });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await warehouse.drop();
+});
+
+async function create(body: Record<string, unknown>) {
+  const res = await api('POST', '/hypotheses', { body: { statement: 'probe', table: 'orders', ...body } });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+}
+
+describe('changing test or alpha while a test runs', () => {
+  it('is refused (409) and changes nothing; the result shows beside the settings it was computed with', async () => {
+    const id = await create({
+      metric: { expression: 'spend' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+      alpha: 0.05,
+    });
+    // An exclusive lock holds the run's warehouse query, so the run stays running meanwhile.
+    const lock = new pg.Client(pgConfig(warehouse.name));
+    await lock.connect();
+    let locked = true;
+    try {
+      await lock.query('begin; lock table mkt.orders in access exclusive mode');
+      const started = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } });
+      expect(started.status, JSON.stringify(started.body)).toBe(200);
+      await until(
+        'the run to start',
+        async () => (await api('GET', `/status/${id}`)).body,
+        (s) => s.run?.status === 'running',
+      );
+
+      for (const change of [{ alpha: 0.5 }, { test: 'mann_whitney_u' }, { test: 'welch_t', alpha: 0.2 }]) {
+        const refused = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, ...change } });
+        expect(refused.status, JSON.stringify(refused.body)).toBe(409);
+        expect(refused.body.reason).toBe('RUN_IN_PROGRESS');
+        expect(refused.body.message).toContain('welch_t at alpha 0.05');
+      }
+      // The same settings, or none, still answer the run under way.
+      const again = await api('POST', '/hypotheses/test', {
+        body: { hypothesis_id: id, test: 'welch_t', alpha: 0.05 },
+      });
+      expect(again.status, JSON.stringify(again.body)).toBe(200);
+      expect(again.body).toMatchObject({ run_id: started.body.run_id, created: false });
+      expect((await api('GET', `/hypotheses/${id}`)).body).toMatchObject({ test: 'welch_t', alpha: 0.05 });
+
+      await lock.query('commit');
+      locked = false;
+      const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+      expect(status.body).toMatchObject({ status: 'tested', run: { status: 'succeeded' } });
+      const hypothesis = (await api('GET', `/hypotheses/${id}`)).body;
+      expect(hypothesis).toMatchObject({ test: 'welch_t', alpha: 0.05, result: { test: 'welch_t' } });
+      expect(hypothesis.significant).toBe(hypothesis.p_value < hypothesis.alpha);
+    } finally {
+      if (locked) await lock.query('rollback').catch(() => {});
+      await lock.end();
+    }
+
+    // Once the run has ended, another alpha is taken and tested.
+    const retest = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, alpha: 0.5 } });
+    expect(retest.status, JSON.stringify(retest.body)).toBe(200);
+    expect(retest.body.created).toBe(true);
+    const done = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(done.body).toMatchObject({ status: 'tested', run: { id: retest.body.run_id } });
+    expect((await api('GET', `/hypotheses/${id}`)).body).toMatchObject({ alpha: 0.5 });
+  });
+
+  it('a change that raced past the check fails the run instead of showing its result beside other settings', async () => {
+    const id = await create({
+      metric: { expression: 'spend' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+      alpha: 0.05,
+    });
+    const lock = new pg.Client(pgConfig(warehouse.name));
+    await lock.connect();
+    try {
+      await lock.query('begin; lock table mkt.orders in access exclusive mode');
+      const started = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } });
+      expect(started.status, JSON.stringify(started.body)).toBe(200);
+      await until(
+        'the run to start',
+        async () => (await api('GET', `/status/${id}`)).body,
+        (s) => s.run?.status === 'running',
+      );
+      // What a request that read the run as ended a moment earlier would have stored.
+      await server.deps.orm.em.fork().execute(`update hypotheses set alpha = 0.5 where id = ?`, [id]);
+      await lock.query('commit');
+    } finally {
+      await lock.query('rollback').catch(() => {});
+      await lock.end();
+    }
+    const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(status.body.status).toBe('failed');
+    expect(status.body.error).toBe(
+      'The test or alpha of the hypothesis changed while this run tested welch_t at alpha 0.05: test it again',
+    );
+    const hypothesis = (await api('GET', `/hypotheses/${id}`)).body;
+    expect(hypothesis).toMatchObject({ alpha: 0.5, result: null, p_value: null, significant: null });
+  });
+});
