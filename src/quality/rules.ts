@@ -99,7 +99,8 @@ function tableLabel(table: TableRef) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Column tests: one statement per table, one `count(*) filter (...)` per test.
+// Column tests: one statement per table, one `count(*) filter (...)` per test (unique: a grouped
+// count joined in).
 
 export interface ColumnTests {
   column: string;
@@ -111,6 +112,8 @@ interface TestPlanItem {
   check: string;
   threshold: CheckResult['threshold'];
   severity: Severity;
+  /** unique and accepted_values count values, as dbt does; the rows holding them are told beside. */
+  counts?: 'repeat' | 'are not accepted';
 }
 
 interface ColumnTestsQuery {
@@ -120,16 +123,28 @@ interface ColumnTestsQuery {
   plan: TestPlanItem[];
 }
 
+/*
+ * What fails, for each test, is what dbt's test of the generated project (src/transform/dbt.ts)
+ * returns, so that monitoring and `dbt test` report the same count on the same data:
+ *   - not_null: the rows holding null;
+ *   - unique: the values (not null) that more than one row holds (`group by having count(*) > 1`);
+ *   - accepted_values: the values (not null) outside the list, compared in the column's own type
+ *     (dbt writes `col not in ('a', 'b')`: 1.50 is the accepted 1.5);
+ *   - relationships: the rows (not null) whose value the referenced column does not hold.
+ * range and regex are not in the project: the rows (not null) outside the bounds, not matching.
+ */
 function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTestsQuery | null {
   const params: unknown[] = [];
   const param = (value: unknown) => {
     params.push(value);
     return `$${params.length}`;
   };
+  const ctes: string[] = [];
   const select: string[] = [];
   const plan: TestPlanItem[] = [];
-  const add = (item: TestPlanItem, expression: string) => {
+  const add = (item: TestPlanItem, expression: string, rows?: string) => {
     select.push(`${expression} as t${plan.length}`);
+    if (rows) select.push(`${rows} as r${plan.length}`);
     plan.push(item);
   };
   for (const { column, config: raw } of tests) {
@@ -138,13 +153,29 @@ function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTes
     const base = { column, severity: config.severity };
     if (config.not_null)
       add({ ...base, check: 'not_null', threshold: 0 }, `count(*) filter (where ${c} is null)`);
-    // Rows that repeat a value already seen: zero exactly when the column is unique.
-    if (config.unique) add({ ...base, check: 'unique', threshold: 0 }, `count(${c}) - count(distinct ${c})`);
-    if (config.accepted_values)
-      add(
-        { ...base, check: 'accepted_values', threshold: { values: config.accepted_values } },
-        `count(*) filter (where ${c} is not null and ${c}::text <> all(${param(config.accepted_values.map(String))}::text[]))`,
+    if (config.unique) {
+      // dbt's unique query, counted in a CTE cross-joined to the table's counts (one row each).
+      const i = plan.length;
+      ctes.push(
+        `select count(*) as t${i}, coalesce(sum(n), 0) as r${i} from (select count(*) as n` +
+          ` from ${qualified(table)} where ${c} is not null group by ${c} having count(*) > 1) as repeated`,
       );
+      plan.push({ ...base, check: 'unique', threshold: 0, counts: 'repeat' });
+    }
+    if (config.accepted_values) {
+      // Untyped parameters take the column's type, as dbt's quoted literals do.
+      const outside = `${c} not in (${config.accepted_values.map((v) => param(String(v))).join(', ')})`;
+      add(
+        {
+          ...base,
+          check: 'accepted_values',
+          threshold: { values: config.accepted_values },
+          counts: 'are not accepted',
+        },
+        `count(distinct ${c}) filter (where ${outside})`,
+        `count(*) filter (where ${outside})`,
+      );
+    }
     if (config.relationships) {
       const ref = parseTableName(config.relationships.to, table.schema);
       // Uncorrelated, so the planner hashes the referenced keys once instead of probing per row.
@@ -178,13 +209,19 @@ function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTes
       );
   }
   if (plan.length === 0) return null;
-  return { sql: `select ${select.join(',\n  ')}\nfrom ${qualified(table)}`, params, table, plan };
+  const counts = `select ${['count(*) as total', ...select].join(',\n  ')}\nfrom ${qualified(table)}`;
+  const sql = ctes.length
+    ? `with ${ctes.map((cte, k) => `c${k} as (${cte})`).join(',\n')}\nselect * from (${counts}) as counts` +
+      ctes.map((_, k) => ` cross join c${k}`).join('')
+    : counts;
+  return { sql, params, table, plan };
 }
 
 function parseColumnTestsRow(query: ColumnTestsQuery, row: Record<string, unknown>): CheckResult[] {
   const table = tableLabel(query.table);
   return query.plan.map((item, i) => {
     const failing = toNumber(row[`t${i}`]) ?? 0;
+    const held = toNumber(row[`r${i}`]) ?? 0;
     return {
       check_key: checkKey('test', table, item.column, item.check),
       kind: 'test',
@@ -198,7 +235,9 @@ function parseColumnTestsRow(query: ColumnTestsQuery, row: Record<string, unknow
       message:
         failing === 0
           ? `${item.check} holds on ${table}.${item.column}`
-          : `${failing} row(s) of ${table} fail ${item.check} on ${item.column}`,
+          : item.counts
+            ? `${failing} value(s) of ${table}.${item.column} ${item.counts}: ${item.check} fails (${held} row(s) hold them)`
+            : `${failing} row(s) of ${table} fail ${item.check} on ${item.column}`,
     };
   });
 }
