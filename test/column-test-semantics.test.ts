@@ -10,7 +10,7 @@ import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 
 /*
  * A column test reports the same failure count in dimas monitoring as `dbt test` of the generated
- * project on the same data.
+ * project on the same data, and a test that cannot apply to the column's type is refused when saved.
  * dimas's side runs through the API (tests PUT, a monitoring run, its alerts); dbt's side is the
  * generated schema.yml rendered with the SQL of dbt-core's built-in generic tests and run on the
  * warehouse (a real PostgreSQL scratch database on 127.0.0.1:5432, dropped at the end).
@@ -259,5 +259,145 @@ describe('column tests count failures as dbt does', () => {
     expect(message('orders.customer_id.relationships')).toBe(
       '3 row(s) of mart.orders fail relationships on customer_id',
     );
+  });
+});
+
+describe('a test that does not apply to the column type', () => {
+  it('is refused when saved, naming the column, its type and why', async () => {
+    const before = await call(server, 'GET', testPath('customers', 'email'), { token: tenant.admin.token });
+    for (const [table, column, config, message] of [
+      [
+        'customers',
+        'email',
+        { range: { min: 0, max: 100 } },
+        `range does not apply to column customers.email of type text: 0 is a number, and text compares character by character ('10' < '9')`,
+      ],
+      [
+        'customers',
+        'active',
+        { accepted_values: [1, 0] },
+        'accepted_values does not apply to column customers.active of type boolean: 1 is not true or false',
+      ],
+      [
+        'customers',
+        'customer_id',
+        { regex: '^[0-9]+$' },
+        'regex does not apply to column customers.customer_id of type integer: a regular expression matches text',
+      ],
+      [
+        'orders',
+        'customer_id',
+        { relationships: { to: 'customers', field: 'email' } },
+        'relationships does not apply to column orders.customer_id of type integer: customers.email is text, and integer values cannot be compared with text ones',
+      ],
+      [
+        'customers',
+        'signup',
+        { range: { min: 0 } },
+        'range does not apply to column customers.signup of type date: min 0 is not an ISO date or timestamp',
+      ],
+      [
+        'customers',
+        'customer_id',
+        { accepted_values: [1, 2.5] },
+        'accepted_values does not apply to column customers.customer_id of type integer: 2.5 is not a whole number',
+      ],
+      [
+        'customers',
+        'customer_id',
+        { accepted_values: [3_000_000_000] },
+        'accepted_values does not apply to column customers.customer_id of type integer: 3000000000 is out of the range of integer',
+      ],
+      [
+        'customers',
+        'ref',
+        { accepted_values: ['x'] },
+        'accepted_values does not apply to column customers.ref of type uuid: "x" is not a UUID',
+      ],
+      [
+        'customers',
+        'tier',
+        { accepted_values: ['gold', true] },
+        `accepted_values does not apply to column customers.tier of type text: true is a boolean: give it as the text "true" (dbt would compare 'True' or 'False')`,
+      ],
+      [
+        'customers',
+        'attrs',
+        { accepted_values: ['a'] },
+        'accepted_values does not apply to column customers.attrs of type json: JSON documents are not compared with a list',
+      ],
+      [
+        'customers',
+        'active',
+        { range: { min: 'a' } },
+        'range does not apply to column customers.active of type boolean: a boolean column has no order to bound',
+      ],
+    ] as const) {
+      const res = await put(table, column, config);
+      expect(res.status, `${JSON.stringify(config)} → ${JSON.stringify(res.body)}`).toBe(400);
+      expect(res.body.message).toBe(message);
+      expect(res.body.issues[0].path[0]).toBe('config');
+    }
+    // Several problems at once are all told.
+    const both = await put('customers', 'score', { regex: 'x', accepted_values: ['a'] });
+    expect(both.status).toBe(400);
+    expect(both.body.issues.map((i: { message: string }) => i.message)).toEqual([
+      'accepted_values does not apply to column customers.score of type numeric: "a" is not a number',
+      'regex does not apply to column customers.score of type numeric: a regular expression matches text',
+    ]);
+    // Nothing was stored.
+    const after = await call(server, 'GET', testPath('customers', 'email'), { token: tenant.admin.token });
+    expect(after.body).toEqual(before.body);
+  });
+
+  it('accepts the same kinds of test given in the column type', async () => {
+    for (const [table, column, config] of [
+      ['customers', 'signup', { range: { min: '2020-01-01', max: '2030-12-31T00:00:00Z' } }],
+      ['customers', 'score', { range: { min: 0, max: '100.5' }, accepted_values: ['1.5', 2] }],
+      ['customers', 'active', { accepted_values: [true, 'false'] }],
+      ['customers', 'ref', { accepted_values: ['A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'] }],
+      ['customers', 'tier', { accepted_values: ['gold', 'silver', 1], range: { min: 'a', max: 'z' } }],
+      ['customers', 'attrs', { not_null: true, unique: true }],
+    ] as const) {
+      const res = await put(table, column, config);
+      expect(res.status, `${JSON.stringify(config)} → ${JSON.stringify(res.body)}`).toBe(200);
+      expect(res.body.problems).toEqual([]);
+    }
+  });
+
+  it('keeps running one stored before such tests were refused, and says why it does not apply', async () => {
+    // A schema.json saved by hand holds what PUT …/test refuses now.
+    const doc = (await call(server, 'GET', '/api/schemas/workspace', { token: tenant.admin.token })).body
+      .schema;
+    const customers = doc.tables.find((t: { name: string }) => t.name === 'customers');
+    const columnOf = (name: string) => customers.columns.find((c: { name: string }) => c.name === name);
+    columnOf('customer_id').tests = { not_null: true, unique: true, regex: '^[0-6]$' };
+    columnOf('score').tests = { accepted_values: ['high'] };
+    const saved = await call(server, 'POST', '/api/schemas/workspace', {
+      token: tenant.admin.token,
+      body: { schema: doc },
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+
+    const got = await call(server, 'GET', testPath('customers', 'customer_id'), {
+      token: tenant.admin.token,
+    });
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({
+      configured: true,
+      config: { regex: '^[0-6]$' },
+      problems: [
+        'regex does not apply to column customers.customer_id of type integer: a regular expression matches text',
+      ],
+    });
+    // As before: the regex runs on the integers' text (7 ×2 fails); a list the column's type cannot
+    // hold makes its test fail to run, an alert of its own, and the table's other tests still run.
+    const { alerts } = await dimasFailures();
+    const byKey = new Map(alerts.map((a) => [a.check_key, a]));
+    expect(byKey.get('test:mart.customers:customer_id:regex')).toMatchObject({ measured: 2 });
+    expect(byKey.get('test:mart.customers:score:runs')?.message).toMatch(
+      /The tests of mart.customers.score cannot run: .*numeric/,
+    );
+    expect(byKey.get('test:mart.customers:email:unique')).toMatchObject({ measured: 2 });
   });
 });

@@ -189,11 +189,11 @@ describe('column test configs', () => {
       ['customers', 'email', { regex: '(unclosed' }, /regex/],
       ['orders', 'customer_id', { relationships: { to: 'nope', field: 'id' } }, /not a table/],
       ['orders', 'customer_id', { relationships: { to: 'customers', field: 'nope' } }, /no column nope/],
-      ['customers', 'lifetime_value', { range: { min: 'abc' } }, /must be a number/],
+      ['customers', 'lifetime_value', { range: { min: 'abc' } }, /abc\\" is not a number/],
       ['customers', 'lifetime_value', { range: { min: 5, max: 1 } }, /min is greater/],
       ['customers', 'is_active', { range: { min: 0 } }, /does not apply/],
       ['customers', 'created_at', { range: { min: 'yesterday' } }, /ISO date/],
-      ['customers', 'customer_id', { accepted_values: ['x'] }, /must be numbers/],
+      ['customers', 'customer_id', { accepted_values: ['x'] }, /x\\" is not a number/],
     ] as const) {
       const res = await put(table, column, config);
       expect(res.status, `${JSON.stringify(config)} → ${JSON.stringify(res.body)}`).toBe(400);

@@ -69,6 +69,11 @@ export const columnTestOutput = z.object({
   ...head,
   column_name: z.string(),
   config: columnTestConfigSchema.nullable(),
+  problems: z
+    .array(z.string())
+    .describe(
+      "Why a stored test does not apply to the column's type (saved before such tests were refused): it still runs, and its run reports the failure",
+    ),
 });
 
 export const columnMonitoringOutput = z.object({

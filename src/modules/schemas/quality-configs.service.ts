@@ -60,7 +60,7 @@ function targetTable(workspace: WorkspaceEntity, tableName: string): ResolvedTab
   if (!table) throw notFound(`Table ${tableName} of the target schema`);
   return {
     name: table.name,
-    columns: table.columns.map((c) => ({ name: c.name, family: c.type.toLowerCase() })),
+    columns: table.columns.map((c) => ({ name: c.name, family: portableFamily(c.type) })),
   };
 }
 
@@ -123,7 +123,149 @@ function checkRange(
 
 // ---- column tests (target schema.json) ----
 
-function testView(workspace: WorkspaceEntity, tableName: string, columnName: string, tests: unknown) {
+interface Problem {
+  path: (string | number)[];
+  message: string;
+}
+
+const ISO_DATE = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$/i;
+const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;
+const INTEGER = /^[+-]?\d+$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const INTEGER_LIMITS: Record<string, [bigint, bigint]> = {
+  integer: [-(2n ** 31n), 2n ** 31n - 1n],
+  bigint: [-(2n ** 63n), 2n ** 63n - 1n],
+};
+
+/** Why a value (an accepted value, a range bound) cannot be one of the family's, or null. */
+function unlikeFamily(value: string | number | boolean, family: string): string | null {
+  const shown = JSON.stringify(value);
+  const text = String(value).trim();
+  if (NUMERIC.has(family)) {
+    if (typeof value === 'boolean' || !DECIMAL.test(text) || !Number.isFinite(Number(text)))
+      return `${shown} is not a number`;
+    const limits = INTEGER_LIMITS[family];
+    if (!limits) return null;
+    if (!INTEGER.test(text)) return `${shown} is not a whole number`;
+    const n = BigInt(text);
+    return n < limits[0] || n > limits[1] ? `${shown} is out of the range of ${family}` : null;
+  }
+  if (TEMPORAL.has(family))
+    return typeof value === 'string' && ISO_DATE.test(text) && !Number.isNaN(Date.parse(text))
+      ? null
+      : `${shown} is not an ISO date or timestamp`;
+  if (family === 'boolean')
+    return typeof value === 'boolean' || /^(true|false)$/i.test(text)
+      ? null
+      : `${shown} is not true or false`;
+  if (family === 'uuid')
+    return typeof value === 'string' && UUID.test(text) ? null : `${shown} is not a UUID`;
+  if (family === 'text')
+    // dbt writes a boolean of the list as 'True', dimas as 'true': they would not agree.
+    return typeof value === 'boolean'
+      ? `${shown} is a boolean: give it as the text "${shown}" (dbt would compare 'True' or 'False')`
+      : null;
+  return `a ${family} column is not compared with a list of values`;
+}
+
+/** Values compare only within these groups (PostgreSQL has no integer = text, text = uuid…). */
+const comparable = (family: string) =>
+  NUMERIC.has(family) ? 'number' : TEMPORAL.has(family) ? 'time' : family;
+
+/**
+ * Why each test of a config cannot run on the column, or runs but means nothing there (a number
+ * range compared as text), judged by the column's portable type family in the target schema.
+ */
+function columnTestProblems(schema: TargetSchema, table: string, col: ColumnInfo, config: ColumnTest) {
+  const problems: Problem[] = [];
+  const where = `column ${table}.${col.name} of type ${col.family}`;
+  const notApplicable = (path: (string | number)[], test: string, why: string) =>
+    problems.push({ path, message: `${test} does not apply to ${where}: ${why}` });
+
+  if (config.accepted_values) {
+    if (col.family === 'json')
+      notApplicable(['accepted_values'], 'accepted_values', 'JSON documents are not compared with a list');
+    else {
+      // The first value that does not fit is enough to tell why.
+      const i = config.accepted_values.findIndex((value) => unlikeFamily(value, col.family));
+      if (i >= 0)
+        notApplicable(
+          ['accepted_values', i],
+          'accepted_values',
+          unlikeFamily(config.accepted_values[i], col.family)!,
+        );
+    }
+  }
+  if (config.relationships) {
+    const { to, field } = config.relationships;
+    // The project renders it as ref(to): it must name a table of the target schema.
+    const referenced = schema.tables.find((t) => t.name === to);
+    const target = referenced?.columns.find((c) => c.name === field);
+    if (!referenced)
+      problems.push({
+        path: ['relationships', 'to'],
+        message: `relationships.to: ${to} is not a table of the target schema`,
+      });
+    else if (!target)
+      problems.push({
+        path: ['relationships', 'field'],
+        message: `relationships.field: ${to} has no column ${field}`,
+      });
+    else {
+      const family = portableFamily(target.type);
+      if (comparable(family) !== comparable(col.family))
+        notApplicable(
+          ['relationships', 'field'],
+          'relationships',
+          `${to}.${field} is ${family}, and ${col.family} values cannot be compared with ${family} ones`,
+        );
+    }
+  }
+  if (config.range) {
+    const { min, max } = config.range;
+    if (min === undefined && max === undefined)
+      problems.push({ path: ['range'], message: 'A range needs min, max or both' });
+    else if (NUMERIC.has(col.family) || TEMPORAL.has(col.family)) {
+      for (const [key, bound] of [
+        ['min', min],
+        ['max', max],
+      ] as const) {
+        const why = bound === undefined ? null : unlikeFamily(bound, col.family);
+        if (why) notApplicable(['range', key], 'range', `${key} ${why}`);
+      }
+      const order = (b: string | number) => (NUMERIC.has(col.family) ? Number(b) : Date.parse(String(b)));
+      if (min !== undefined && max !== undefined && order(min) > order(max))
+        problems.push({ path: ['range'], message: 'range: min is greater than max' });
+    } else if (col.family === 'text') {
+      const numeric = [min, max].find(
+        (b) => b !== undefined && (typeof b === 'number' || DECIMAL.test(b.trim())),
+      );
+      if (numeric !== undefined)
+        notApplicable(
+          ['range'],
+          'range',
+          `${JSON.stringify(numeric)} is a number, and text compares character by character ('10' < '9')`,
+        );
+    } else notApplicable(['range'], 'range', `a ${col.family} column has no order to bound`);
+  }
+  if (config.regex !== undefined) {
+    if (col.family !== 'text') notApplicable(['regex'], 'regex', 'a regular expression matches text');
+    try {
+      new RegExp(config.regex);
+    } catch (error) {
+      problems.push({ path: ['regex'], message: `regex does not compile: ${(error as Error).message}` });
+    }
+  }
+  return problems;
+}
+
+function testView(
+  workspace: WorkspaceEntity,
+  tableName: string,
+  columnName: string,
+  tests: unknown,
+  problems: string[] = [],
+) {
   const parsed = tests === undefined ? null : columnTestConfigSchema.safeParse(tests);
   return {
     workspace_name: workspace.name,
@@ -132,6 +274,7 @@ function testView(workspace: WorkspaceEntity, tableName: string, columnName: str
     column_name: columnName,
     configured: !!parsed?.success,
     config: parsed?.success ? parsed.data : null,
+    problems,
   };
 }
 
@@ -145,7 +288,18 @@ function schemaColumn(workspace: WorkspaceEntity, tableName: string, columnName:
 
 export async function getColumnTest(scope: CallerScope, tableName: string, columnName: string) {
   const workspace = await currentWorkspace(scope);
-  return testView(workspace, tableName, columnName, schemaColumn(workspace, tableName, columnName).tests);
+  const stored = schemaColumn(workspace, tableName, columnName);
+  const parsed = stored.tests === undefined ? null : columnTestConfigSchema.safeParse(stored.tests);
+  // Tests saved before they were checked against the type still run (and fail there): say why.
+  const problems = parsed?.success
+    ? columnTestProblems(
+        requireSchema(workspace),
+        tableName,
+        { name: stored.name, family: portableFamily(stored.type) },
+        parsed.data,
+      ).map((p) => p.message)
+    : [];
+  return testView(workspace, tableName, columnName, stored.tests, problems);
 }
 
 async function writeColumnTests(
@@ -175,32 +329,11 @@ export const putColumnTest = concurrentEdit(async function putColumnTest(
   const table = targetTable(workspace, tableName);
   const col = column(table, 'target', columnName);
   const config = columnTestConfigSchema.parse(input);
-  if (config.relationships) {
-    const { to, field } = config.relationships;
-    // The project renders it as ref(to): it must name a table of the target schema.
-    const referenced = requireSchema(workspace).tables.find((t) => t.name === to);
-    if (!referenced)
-      throw badConfig(['relationships', 'to'], `relationships.to: ${to} is not a table of the target schema`);
-    if (!referenced.columns.some((c) => c.name === field))
-      throw badConfig(['relationships', 'field'], `relationships.field: ${to} has no column ${field}`);
-  }
-  checkRange(config.range, col, ['range']);
-  if (config.regex !== undefined) {
-    try {
-      new RegExp(config.regex);
-    } catch (error) {
-      throw badConfig(['regex'], `regex does not compile: ${(error as Error).message}`);
-    }
-  }
-  if (
-    config.accepted_values &&
-    NUMERIC.has(col.family) &&
-    config.accepted_values.some((v) => !Number.isFinite(Number(v)))
-  )
-    throw badConfig(
-      ['accepted_values'],
-      `accepted_values must be numbers for column ${col.name} (${col.family})`,
-    );
+  const problems = columnTestProblems(requireSchema(workspace), table.name, col, config);
+  if (problems.length)
+    throw new AppError('BAD_REQUEST', problems.map((p) => p.message).join('; '), {
+      issues: problems.map((p) => ({ path: ['config', ...p.path], message: p.message })),
+    });
   await writeColumnTests(scope, workspace, tableName, columnName, config);
   return testView(workspace, tableName, columnName, config);
 });
