@@ -135,3 +135,16 @@ describe('changing test or alpha while a test runs', () => {
     expect(hypothesis).toMatchObject({ alpha: 0.5, result: null, p_value: null, significant: null });
   });
 });
+
+describe('hypothesis generation', () => {
+  it('leaves out a metric whose variance no double holds instead of failing the whole generation', async () => {
+    const res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'spend by plan', tables: ['orders'], count: 5, save: false },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const metrics = res.body.hypotheses.map((h: { metric: { expression: string } }) => h.metric.expression);
+    expect(metrics).toContain('spend');
+    expect(metrics).not.toContain('huge');
+    for (const h of res.body.hypotheses) expect(Number.isFinite(h.screen_score)).toBe(true);
+  });
+});

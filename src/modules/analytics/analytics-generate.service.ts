@@ -121,8 +121,11 @@ async function screenTable(
   );
   const segmentSql = segments.map((s, j) => `${quoteIdent(s.name)} AS s${j}`);
   const aliases = segments.map((_, j) => `s${j}`);
+  // In numeric: a float8 variance overflows (an error, which failed the whole generation) once values
+  // pass ~1e154; a metric whose moments no double holds is left out below. The sample is bounded.
   const aggregates = metrics.map(
-    (_, i) => `count(s.m${i})::float8 AS c${i}, avg(s.m${i}) AS a${i}, var_pop(s.m${i}) AS v${i}`,
+    (_, i) =>
+      `count(s.m${i})::float8 AS c${i}, avg(s.m${i}::numeric)::text AS a${i}, var_pop(s.m${i}::numeric)::text AS v${i}`,
   );
   const result = await warehouse.readOnlyQuery(
     `WITH s AS (SELECT ${[...metricSql, ...segmentSql].join(', ')} FROM ${qualified(table)} LIMIT ${PROFILE_SAMPLE_ROWS}) ` +
@@ -151,7 +154,7 @@ async function screenTable(
       const mean = groups.reduce((sum, g) => sum + g.n * g.mean, 0) / n;
       const between = groups.reduce((sum, g) => sum + g.n * (g.mean - mean) ** 2, 0);
       const total = groups.reduce((sum, g) => sum + g.n * (g.variance + (g.mean - mean) ** 2), 0);
-      if (!(total > 0)) return;
+      if (!(total > 0 && Number.isFinite(total) && Number.isFinite(between))) return;
       const eta2 = between / total;
       const named = [
         ...new Set([...nameWords(metric.name), ...nameWords(segment.name), ...nameWords(table.name)]),
