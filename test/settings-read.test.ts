@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { ADMIN_URL, pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
+import { enqueueMonitoringRun } from '../src/modules/monitoring/monitoring.jobs.ts';
 
 /*
  * Settings-like fields that were accepted and then read by nothing (or read only sometimes), seen
@@ -311,5 +312,28 @@ describe('settings that were read, now observed', () => {
     const granted = await api('POST', '/api/schemas/workspace/sync', { body: { grant_user: role } });
     expect(granted.status, JSON.stringify(granted.body)).toBe(200);
     expect(await grants()).toEqual(expect.arrayContaining(['DELETE', 'INSERT', 'SELECT', 'UPDATE']));
+  });
+
+  it('schema_type source: a table monitoring config of a source table is checked on the source', async () => {
+    const saved = await api('PUT', '/api/api/schema/config/tables/app.people/monitoring', {
+      body: { schema_type: 'source', config: { volume: { min_rows: 1, severity: 'critical' } } },
+    });
+    expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+    const workspaceId = (await api('GET', `/api/workspaces/${name}`)).body.id;
+    const queued = await enqueueMonitoringRun(server.deps, {
+      organizationId: tenant.organization.id,
+      workspaceId,
+      reason: 'on_demand',
+    });
+    const run = await until(
+      `monitoring run ${queued.run_id}`,
+      () => server.deps.jobs.getRun(queued.run_id, tenant.organization.id),
+      (r) => !!r && ['succeeded', 'failed', 'cancelled'].includes(r.status),
+    );
+    expect(run!.status, JSON.stringify(run)).toBe('succeeded');
+    const alerts = await api('GET', '/api/api/alerts/active', { query: { workspace: name } });
+    expect(alerts.body.alerts).toEqual([
+      expect.objectContaining({ table_name: 'app.people', kind: 'monitor', severity: 'critical' }),
+    ]);
   });
 });
