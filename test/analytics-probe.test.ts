@@ -148,3 +148,33 @@ describe('hypothesis generation', () => {
     for (const h of res.body.hypotheses) expect(Number.isFinite(h.screen_score)).toBe(true);
   });
 });
+
+describe('metric kind', () => {
+  it('boolean is refused at creation for a metric that cannot be read as true or false', async () => {
+    const refused = await api('POST', '/hypotheses', {
+      body: {
+        statement: 'probe',
+        table: 'orders',
+        metric: { expression: 'spend', kind: 'boolean' },
+        segment: { column: 'plan', groups: ['pro', 'basic'] },
+        test: 'two_proportion_z',
+      },
+    });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(400);
+    expect(refused.body.message).toBe(
+      'metric kind boolean reads the metric as true or false, which a double precision cannot be: give kind numeric or a boolean expression (e.g. "spend > 0")',
+    );
+    // An integer reads as true when it is not 0: taken, and tested as a proportion.
+    const id = await create({
+      metric: { expression: 'seats', kind: 'boolean' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'two_proportion_z',
+    });
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } })).status).toBe(200);
+    const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(status.body, JSON.stringify(status.body)).toMatchObject({
+      status: 'tested',
+      result: { test: 'two_proportion_z', sample_sizes: { total: 400 } },
+    });
+  });
+});

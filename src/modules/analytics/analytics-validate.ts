@@ -113,6 +113,21 @@ export async function validateHypothesis(
     { limit: 1 },
   );
   const metricType = probe.columns[0]?.type ?? 'unknown';
+  if (input.metric.kind === 'boolean' && metricType !== 'boolean')
+    // The tests read such a metric as `(expression)::boolean`: a type without that cast (a float, a
+    // date) was stored and failed every run.
+    await warehouse
+      .readOnlyQuery(`SELECT (${input.metric.expression}\n)::boolean AS m FROM ${qualified(table)} LIMIT 0`, {
+        limit: 1,
+      })
+      .catch((error: unknown) => {
+        if (error instanceof AppError && error.code === 'BAD_REQUEST')
+          throw new AppError(
+            'BAD_REQUEST',
+            `metric kind boolean reads the metric as true or false, which a ${metricType} cannot be: give kind numeric or a boolean expression (e.g. "${input.metric.expression} > 0")`,
+          );
+        throw error;
+      });
   const metricKind: 'numeric' | 'boolean' =
     metricType === 'boolean' ? 'boolean' : (input.metric.kind ?? 'numeric');
 
