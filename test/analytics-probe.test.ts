@@ -178,3 +178,43 @@ describe('metric kind', () => {
     });
   });
 });
+
+describe('segment groups', () => {
+  it.each([
+    [
+      'welch_t',
+      ['pro', 'basic', 'team'],
+      'welch_t compares exactly 2 segment groups; 3 are given (chi_square compares more)',
+    ],
+    ['chi_square', ['pro', 'pro'], 'segment groups repeat: "pro" is given twice'],
+    [
+      'pearson',
+      ['1', '2'],
+      'pearson correlates the metric with the segment over all rows and takes no segment groups: leave groups out, or restrict the rows with filter',
+    ],
+  ])('%s with groups %j: 400 at creation, nothing stored', async (test, groups, message) => {
+    const column = test === 'pearson' ? 'seats' : 'plan';
+    const res = await api('POST', '/hypotheses', {
+      body: {
+        statement: 'probe',
+        table: 'orders',
+        metric: { expression: 'spend' },
+        segment: { column, groups },
+        test,
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect(res.body.message).toBe(message);
+  });
+
+  it('switching a two-group hypothesis to a correlation is refused and keeps its test', async () => {
+    const id = await create({
+      metric: { expression: 'spend' },
+      segment: { column: 'seats', groups: ['1', '2'] },
+      test: 'welch_t',
+    });
+    const res = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, test: 'spearman' } });
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect((await api('GET', `/hypotheses/${id}`)).body).toMatchObject({ test: 'welch_t', status: 'draft' });
+  });
+});

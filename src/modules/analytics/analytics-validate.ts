@@ -86,11 +86,33 @@ export interface ValidatedHypothesis {
   columns: string[];
 }
 
+const TWO_GROUP_TESTS: readonly string[] = ['welch_t', 'mann_whitney_u', 'two_proportion_z'];
+
+/** What the engine would refuse at every run, or silently not read, refused before anything is stored. */
+function checkGroups(groups: string[] | undefined, test: HypothesisShape['test']) {
+  if (!groups?.length) return;
+  const repeated = groups.find((g, i) => groups.indexOf(g) !== i);
+  if (repeated !== undefined)
+    throw new AppError('BAD_REQUEST', `segment groups repeat: ${JSON.stringify(repeated)} is given twice`);
+  if (TWO_GROUP_TESTS.includes(test) && groups.length !== 2)
+    throw new AppError(
+      'BAD_REQUEST',
+      `${test} compares exactly 2 segment groups; ${groups.length} are given (chi_square compares more)`,
+    );
+  // A correlation reads the segment column as its second variable over every row.
+  if (test === 'pearson' || test === 'spearman')
+    throw new AppError(
+      'BAD_REQUEST',
+      `${test} correlates the metric with the segment over all rows and takes no segment groups: leave groups out, or restrict the rows with filter`,
+    );
+}
+
 export async function validateHypothesis(
   warehouse: Warehouse,
   table: IntrospectedTable,
   input: ValidationInput,
 ): Promise<ValidatedHypothesis> {
+  checkGroups(input.segment.groups, input.test);
   const read = new Set(await columnsOf(input.metric.expression, table, 'metric'));
   if (input.filter) for (const c of await columnsOf(input.filter, table, 'filter')) read.add(c);
   let segmentType: string | null = null;
