@@ -43,7 +43,7 @@ export default async function apiOverhead(): Promise<void> {
   const dimas = await startServer(env, { logger });
   const em = dimas.deps.orm.em.fork() as EntityManager;
   const domain = `bench-${Date.now().toString(36)}.local`;
-  const org = await createOrganizationRecord(em, { name: 'Benchmark', domain });
+  const org = await createOrganizationRecord(em, { name: `Benchmark ${domain}`, domain });
   const password = generateToken(15);
   await createUser(
     { em, deps: dimas.deps },

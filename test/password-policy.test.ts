@@ -121,7 +121,7 @@ describe('the password policy, wherever a password is set', () => {
     const domain = `${unique('acme')}.example`;
     const organization = await call(server, 'POST', '/api/auth/admin/organizations', {
       token: superAdmin,
-      body: { name: 'Acme', domain, admin: { username: 'owner', password: `${domain.split('.')[0]}-2024` } },
+      body: { name: domain, domain, admin: { username: 'owner', password: `${domain.split('.')[0]}-2024` } },
     });
     expectRefused(organization, DOMAIN, `${domain.split('.')[0]}-2024`);
   });

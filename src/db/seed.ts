@@ -7,6 +7,7 @@ import { Organization, User } from '../modules/users/users.entity.ts';
 import { Workspace } from '../modules/workspaces/workspaces.entity.ts';
 import { createOrganizationRecord } from '../modules/auth/auth.service.ts';
 import { createUser } from '../modules/users/users.service.ts';
+import { nameTaken, ORGANIZATION_NAMES } from '../modules/users/names.ts';
 
 export const DEMO_DOMAIN = 'demo.local';
 export const DEMO_WORKSPACE = 'demo';
@@ -40,7 +41,11 @@ async function ensureDemo(deps: AppDeps, em: EntityManager, report: SeedReport) 
   if (await em.count(Organization, { domain: DEMO_DOMAIN })) return;
   const password = generatePassword({ username: 'admin', domain: DEMO_DOMAIN }, 10);
   await em.transactional(async (tx) => {
-    const org = await createOrganizationRecord(tx as EntityManager, { name: 'Demo', domain: DEMO_DOMAIN });
+    // Organization names are unique regardless of case, and another organization may be called Demo.
+    const name = (await nameTaken(tx as EntityManager, ORGANIZATION_NAMES, 'Demo'))
+      ? `Demo (${DEMO_DOMAIN})`
+      : 'Demo';
+    const org = await createOrganizationRecord(tx as EntityManager, { name, domain: DEMO_DOMAIN });
     await createUser(
       { em: tx as EntityManager, deps },
       {

@@ -4,6 +4,7 @@ import {
   createOrganizationInput,
   newUserFields,
   organizationOutput,
+  roleNames,
   userOutput,
 } from '../auth/auth.schemas.ts';
 import { mappingOutput } from '../mappings/mappings.schemas.ts';
@@ -72,7 +73,7 @@ export const setUserPasswordInput = z.object({
 });
 export const updateUserRolesInput = z.object({
   user_id: z.string(),
-  roles: z.array(z.string().min(1).max(64)).max(50).describe('Role names; replaces the current assignment'),
+  roles: roleNames.describe('Role names; replaces the current assignment'),
 });
 
 export const systemInfoOutput = z.object({

@@ -13,8 +13,8 @@ import {
   resolveRoles,
   setPassword,
   updateUserOf,
-  violates,
 } from '../users/users.service.ts';
+import { assertNameFree, flushNamed, ROLE_NAMES } from '../users/names.ts';
 import { Role, type RoleEntity } from '../users/users.entity.ts';
 
 interface RoleHolders {
@@ -199,49 +199,12 @@ export async function listRoles(scope: CallerScope) {
   return { roles: roles.map((r) => roleView(r, holders.get(r.id))) };
 }
 
-/**
- * Role names are one per organization whatever their case (built-in ones included), so `Admin` cannot
- * pass for `admin` in a user list; a unique index on lower(name) backs the check against concurrent
- * requests (migration case_insensitive_names).
- */
-const ROLE_NAME_CONSTRAINTS = new Set([
-  'roles_organization_id_name_unique',
-  'roles_organization_id_lower_name_unique',
-]);
-
-const roleNameTaken = (name: string) =>
-  new AppError(
-    'CONFLICT',
-    `A role named ${name} already exists (role names are compared regardless of case)`,
-    {
-      reason: 'ROLE_NAME_TAKEN',
-    },
-  );
-
-async function assertRoleNameFree(scope: CallerScope, organization: string, name: string, except?: number) {
-  const [{ taken }] = await scope.em.execute(
-    'select exists (select 1 from roles where organization_id = ? and lower(name) = lower(?) and id <> ?) as taken',
-    [organization, name, except ?? 0],
-  );
-  if (taken) throw roleNameTaken(name);
-}
-
-async function flushRole(scope: CallerScope, name: string) {
-  try {
-    await scope.em.flush();
-  } catch (error) {
-    // Another request took the name between the check and this write.
-    if (violates(error, ROLE_NAME_CONSTRAINTS)) throw roleNameTaken(name);
-    throw error;
-  }
-}
-
 export async function createRole(
   scope: CallerScope,
   input: { name: string; description?: string; permissions: string[] },
 ) {
   const organization = organizationOf(scope.principal);
-  await assertRoleNameFree(scope, organization, input.name);
+  await assertNameFree(scope.em, ROLE_NAMES, input.name, { organizationId: organization });
   const role = scope.em.create(Role, {
     organization,
     name: input.name,
@@ -249,7 +212,7 @@ export async function createRole(
     permissions: validatePermissions(input.permissions),
     isBuiltin: false,
   });
-  await flushRole(scope, input.name);
+  await flushNamed(scope.em, ROLE_NAMES, input.name);
   return roleView(role, undefined);
 }
 
@@ -264,11 +227,14 @@ export async function updateRole(
   const role = await findRole(scope, input.role_id);
   assertEditable(role);
   if (input.name && input.name !== role.name) {
-    await assertRoleNameFree(scope, role.organization.id, input.name, role.id);
+    await assertNameFree(scope.em, ROLE_NAMES, input.name, {
+      organizationId: role.organization.id,
+      except: role.id,
+    });
     role.name = input.name;
   }
   if (input.description !== undefined) role.description = input.description;
-  await flushRole(scope, role.name);
+  await flushNamed(scope.em, ROLE_NAMES, role.name);
   return roleAnswer(scope.em, role);
 }
 

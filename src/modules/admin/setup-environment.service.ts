@@ -6,8 +6,8 @@ import { profileTable, sourceTableOf, type ColumnProfile } from '../../llm/profi
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
-import { Organization, User } from '../users/users.entity.ts';
-import { createOrganizationRecord, organizationView } from '../auth/auth.service.ts';
+import { User } from '../users/users.entity.ts';
+import { assertOrganizationFree, createOrganizationRecord, organizationView } from '../auth/auth.service.ts';
 import { createUser } from '../users/users.service.ts';
 import { planMapping, tableKey } from '../discovery/discovery-plan.ts';
 import { explainPlan } from '../discovery/discovery-evidence.ts';
@@ -87,8 +87,7 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
         { path: ['template'], message: `one of ${[...(await libraryTemplates()).keys()].join(', ')}` },
       ],
     });
-  if (await scope.em.count(Organization, { domain: input.organization.domain }))
-    throw new AppError('CONFLICT', `An organization with domain ${input.organization.domain} already exists`);
+  await assertOrganizationFree(scope.em, input.organization);
 
   const startedAt = new Date();
   const snapshot = input.discover ? await readSource(scope.deps, input.source) : null;
@@ -96,7 +95,7 @@ export async function setupEnvironment(scope: CallerScope, input: SetupEnvironme
   return scope.em.transactional(async (txEm) => {
     const em = txEm as EntityManager;
     const tx: Scope = { em, deps: scope.deps };
-    // Checked again here: the unique domain constraint settles a concurrent request (409 as well).
+    // Checked again here: the unique domain and name indexes settle a concurrent request (409 as well).
     const org = await createOrganizationRecord(em, input.organization);
     const admin = await createUser(tx, {
       organizationId: org.id,

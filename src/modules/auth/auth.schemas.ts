@@ -8,6 +8,11 @@ const username = z
   .max(64)
   .regex(/^[a-zA-Z0-9][a-zA-Z0-9._@-]*$/, 'letters, digits and . _ @ - only');
 const password = z.string().min(1).max(1024);
+/**
+ * Role names given to assign roles: trimmed like the names roles are created with (a name of spaces is a
+ * 400), then matched regardless of case (users/names.ts).
+ */
+export const roleNames = z.array(z.string().trim().min(1).max(64)).max(50);
 const domain = z
   .string()
   .trim()
@@ -130,7 +135,7 @@ export const newUserFields = {
     .max(1024)
     .optional()
     .describe('Initial password; when omitted a temporary one is generated and returned once'),
-  roles: z.array(z.string().min(1).max(64)).max(50).default(['viewer']).describe('Role names'),
+  roles: roleNames.default(['viewer']).describe('Role names'),
   must_change_password: z.boolean().default(true),
 };
 export const superAdminCreateUserInput = z.object({
@@ -144,7 +149,7 @@ export const superAdminUpdateUserInput = z.object({
   email: z.string().email().max(255).nullable().optional(),
   is_active: z.boolean().optional(),
   must_change_password: z.boolean().optional(),
-  roles: z.array(z.string().min(1).max(64)).max(50).optional(),
+  roles: roleNames.optional(),
 });
 
 export const orgIdInput = z.object({ org_id: z.string() });

@@ -22,6 +22,7 @@ import {
   updateUserOf,
   userView,
 } from '../users/users.service.ts';
+import { assertNameFree, flushNamed, ORGANIZATION_NAMES, violates } from '../users/names.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 import { LoginFailure } from './auth.entity.ts';
 import { Organization, User, type OrganizationEntity, type UserEntity } from '../users/users.entity.ts';
@@ -268,12 +269,46 @@ export async function listOrganizations(scope: Scope, page: { limit: number; off
   };
 }
 
+/**
+ * Refuses (409) a domain or a name another organization holds; `except` is the organization being
+ * changed. Names are compared as everywhere (users/names.ts): two organizations whose names differ only
+ * by case would be two entries of the login page's list that nobody can tell apart.
+ */
+export async function assertOrganizationFree(
+  em: EntityManager,
+  input: { name?: string; domain?: string },
+  except?: string,
+): Promise<void> {
+  if (
+    input.domain !== undefined &&
+    (await em.count(Organization, { domain: input.domain, ...(except ? { id: { $ne: except } } : {}) }))
+  )
+    throw domainTaken(input.domain);
+  if (input.name !== undefined) await assertNameFree(em, ORGANIZATION_NAMES, input.name, { except });
+}
+
+const domainTaken = (domain: string) =>
+  new AppError('CONFLICT', `An organization with domain ${domain} already exists`, {
+    reason: 'DOMAIN_TAKEN',
+  });
+
+const DOMAIN_CONSTRAINT = new Set(['organizations_domain_unique']);
+
+/** Writes an organization's name and domain: a request that took either since the check answers 409 too. */
+async function flushOrganization(em: EntityManager, org: OrganizationEntity): Promise<void> {
+  try {
+    await flushNamed(em, ORGANIZATION_NAMES, org.name);
+  } catch (error) {
+    if (violates(error, DOMAIN_CONSTRAINT)) throw domainTaken(org.domain);
+    throw error;
+  }
+}
+
 /** An organization with its built-in roles: the one way an organization comes to exist. */
 export async function createOrganizationRecord(em: EntityManager, input: { name: string; domain: string }) {
-  if (await em.count(Organization, { domain: input.domain }))
-    throw new AppError('CONFLICT', `An organization with domain ${input.domain} already exists`);
+  await assertOrganizationFree(em, input);
   const org = em.create(Organization, { name: input.name, domain: input.domain });
-  await em.flush();
+  await flushOrganization(em, org);
   createBuiltinRoles(em, org.id);
   await em.flush();
   return org;
@@ -310,13 +345,13 @@ export async function updateOrganization(
   input: { org_id: string; name?: string; domain?: string },
 ) {
   const org = await findOrganization(scope.em, input.org_id);
-  if (input.domain && input.domain !== org.domain) {
-    if (await scope.em.count(Organization, { domain: input.domain }))
-      throw new AppError('CONFLICT', `An organization with domain ${input.domain} already exists`);
-    org.domain = input.domain;
-  }
-  if (input.name) org.name = input.name;
-  await scope.em.flush();
+  const changed = {
+    ...(input.domain && input.domain !== org.domain ? { domain: input.domain } : {}),
+    ...(input.name && input.name !== org.name ? { name: input.name } : {}),
+  };
+  await assertOrganizationFree(scope.em, changed, org.id);
+  Object.assign(org, changed);
+  await flushOrganization(scope.em, org);
   return organizationView(org);
 }
 

@@ -28,7 +28,14 @@ export const ServiceAccount = defineEntity({
     roles: () => p.manyToMany(Role).pivotTable('service_account_roles'),
     ...timestamps(),
   },
-  uniques: [{ properties: ['organization', 'name'] }],
+  // Names are compared regardless of case (users/names.ts).
+  uniques: [
+    {
+      name: 'service_accounts_organization_id_lower_name_unique',
+      expression:
+        'create unique index "service_accounts_organization_id_lower_name_unique" on "service_accounts" ("organization_id", lower("name"))',
+    },
+  ],
 });
 
 export type ServiceAccountEntity = InferEntity<typeof ServiceAccount>;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { timestamp } from '../../trpc/common-schemas.ts';
+import { roleNames } from '../auth/auth.schemas.ts';
 
 const name = z
   .string()
@@ -7,7 +8,7 @@ const name = z
   .min(1)
   .max(100)
   .regex(/^[a-zA-Z0-9][a-zA-Z0-9 ._-]*$/, 'letters, digits, space and . _ - only');
-const roles = z.array(z.string().min(1).max(64)).max(50).describe('Role names');
+const roles = roleNames.describe('Role names');
 const expiresInDays = z
   .number()
   .int()

@@ -1,8 +1,9 @@
-import { AppError, notFound } from '../../app-error.ts';
+import { notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { generateApiKey } from '../../auth/api-key.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { resolveRoles } from '../users/users.service.ts';
+import { assertNameFree, flushNamed, SERVICE_ACCOUNT_NAMES } from '../users/names.ts';
 import { ServiceAccount, type ServiceAccountEntity } from './service-accounts.entity.ts';
 
 const DAY_MS = 86_400_000;
@@ -32,11 +33,6 @@ async function findAccount(scope: CallerScope, accountId: string): Promise<Servi
   return account;
 }
 
-async function assertNameFree(scope: CallerScope, name: string) {
-  if (await scope.em.count(ServiceAccount, { organization: organizationOf(scope.principal), name }))
-    throw new AppError('CONFLICT', `A service account named ${name} already exists`);
-}
-
 export async function listServiceAccounts(scope: CallerScope) {
   const accounts = await scope.em.find(
     ServiceAccount,
@@ -55,7 +51,7 @@ export async function createServiceAccount(
   input: { name: string; description?: string; roles: string[]; expires_in_days?: number },
 ) {
   const organization = organizationOf(scope.principal);
-  await assertNameFree(scope, input.name);
+  await assertNameFree(scope.em, SERVICE_ACCOUNT_NAMES, input.name, { organizationId: organization });
   const roles = await resolveRoles(scope.em, organization, input.roles);
   const key = generateApiKey();
   const account = scope.em.create(ServiceAccount, {
@@ -69,7 +65,7 @@ export async function createServiceAccount(
     createdBy: scope.principal.kind === 'user' ? scope.principal.id : null,
   });
   account.roles.set(roles);
-  await scope.em.flush();
+  await flushNamed(scope.em, SERVICE_ACCOUNT_NAMES, input.name);
   return { service_account: accountView(account), api_key: key.key };
 }
 
@@ -79,14 +75,17 @@ export async function updateServiceAccount(
 ) {
   const account = await findAccount(scope, input.account_id);
   if (input.name && input.name !== account.name) {
-    await assertNameFree(scope, input.name);
+    await assertNameFree(scope.em, SERVICE_ACCOUNT_NAMES, input.name, {
+      organizationId: account.organization.id,
+      except: account.id,
+    });
     account.name = input.name;
   }
   if (input.description !== undefined) account.description = input.description;
   if (input.is_active !== undefined) account.isActive = input.is_active;
   if (input.roles)
     account.roles.set(await resolveRoles(scope.em, organizationOf(scope.principal), input.roles));
-  await scope.em.flush();
+  await flushNamed(scope.em, SERVICE_ACCOUNT_NAMES, account.name);
   // A disabled account or changed roles must take effect on the very next request.
   scope.deps.authenticator.forget();
   return accountView(account);

@@ -12,6 +12,13 @@ export const Organization = defineEntity({
     domain: p.string().unique(),
     ...timestamps(),
   },
+  // Names are compared regardless of case (names.ts); migration case_insensitive_organization_and_account_names.
+  uniques: [
+    {
+      name: 'organizations_lower_name_unique',
+      expression: 'create unique index "organizations_lower_name_unique" on "organizations" (lower("name"))',
+    },
+  ],
 });
 
 /** A person who signs in. Super admins belong to no organization. */
@@ -32,7 +39,19 @@ export const User = defineEntity({
     roles: () => p.manyToMany(Role).pivotTable('user_roles'),
     ...timestamps(),
   },
-  uniques: [{ properties: ['organization', 'username'] }],
+  // Usernames are compared regardless of case (names.ts); migration case_insensitive_names.
+  uniques: [
+    {
+      name: 'users_organization_id_lower_username_unique',
+      expression:
+        'create unique index "users_organization_id_lower_username_unique" on "users" ("organization_id", lower("username")) where "organization_id" is not null',
+    },
+    {
+      name: 'users_super_admin_lower_username_unique',
+      expression:
+        'create unique index "users_super_admin_lower_username_unique" on "users" (lower("username")) where "organization_id" is null',
+    },
+  ],
 });
 
 /** A named set of permissions inside one organization; built-in roles cannot be deleted. */
@@ -48,7 +67,13 @@ export const Role = defineEntity({
     isBuiltin: p.boolean().default(false),
     ...timestamps(),
   },
-  uniques: [{ properties: ['organization', 'name'] }],
+  uniques: [
+    {
+      name: 'roles_organization_id_lower_name_unique',
+      expression:
+        'create unique index "roles_organization_id_lower_name_unique" on "roles" ("organization_id", lower("name"))',
+    },
+  ],
 });
 
 export type RoleEntity = InferEntity<typeof Role>;

@@ -1,4 +1,3 @@
-import { UniqueConstraintViolationException } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { Scope } from '../../deps.ts';
@@ -6,6 +5,7 @@ import { BUILTIN_ROLES } from '../../auth/permissions.ts';
 import { assertPasswordPolicy, generatePassword, hashPassword } from '../../auth/password.ts';
 import { deleteUserSessions } from '../../auth/session.ts';
 import { Organization, Role, User, type RoleEntity, type UserEntity } from './users.entity.ts';
+import { assertNameFree, flushNamed, sameName, USERNAMES } from './names.ts';
 
 // The one way users and roles come to exist and change, for sign-in (auth) and administration (admin).
 
@@ -51,13 +51,7 @@ export async function createUser(scope: Scope, input: NewUser) {
       ],
     });
   const organization = input.organizationId ? await findOrganization(em, input.organizationId) : null;
-  const [{ taken }] = await em.execute(
-    input.organizationId
-      ? 'select exists (select 1 from users where organization_id = ? and lower(username) = lower(?)) as taken'
-      : 'select exists (select 1 from users where organization_id is null and lower(username) = lower(?)) as taken',
-    input.organizationId ? [input.organizationId, input.username] : [input.username],
-  );
-  if (taken) throw usernameTaken(input.username);
+  await assertNameFree(em, USERNAMES, input.username, { organizationId: input.organizationId ?? null });
   const account = { username: input.username, domain: organization?.domain };
   const temporary = input.password === undefined ? generatePassword(account) : undefined;
   const password = input.password ?? temporary!;
@@ -73,41 +67,8 @@ export async function createUser(scope: Scope, input: NewUser) {
     preferences: {},
   });
   user.roles.set(roles);
-  try {
-    await em.flush();
-  } catch (error) {
-    // Another request created the same name (in any case) between the check above and this insert.
-    if (violates(error, USERNAME_CONSTRAINTS)) throw usernameTaken(input.username);
-    throw error;
-  }
+  await flushNamed(em, USERNAMES, input.username);
   return { user: userView(user), ...(temporary ? { temporary_password: temporary } : {}) };
-}
-
-/**
- * Usernames are one per organization (and one among super admins) whatever their case: login matches
- * them regardless of case and the failed-login counter counts them lowercased, so two spellings would be
- * one person's lockout and another's login. Unique indexes on lower(username) back the check (migration
- * case_insensitive_names); the exact-case constraints of the foundation still exist and fire first on an
- * exact duplicate.
- */
-const USERNAME_CONSTRAINTS = new Set([
-  'users_organization_id_username_unique',
-  'users_super_admin_username_unique',
-  'users_organization_id_lower_username_unique',
-  'users_super_admin_lower_username_unique',
-]);
-
-const usernameTaken = (username: string) =>
-  new AppError('CONFLICT', `The username ${username} is taken (usernames are compared regardless of case)`, {
-    reason: 'USERNAME_TAKEN',
-  });
-
-/** A unique violation of one of the named constraints (the driver error carries PostgreSQL's name). */
-export function violates(error: unknown, constraints: ReadonlySet<string>): boolean {
-  return (
-    error instanceof UniqueConstraintViolationException &&
-    constraints.has(String((error as { constraint?: unknown }).constraint))
-  );
 }
 
 /** A user of the given organization (null = any: the super admin's reach). Others answer 404. */
@@ -249,7 +210,10 @@ export function createBuiltinRoles(em: EntityManager, organizationId: string): v
     });
 }
 
-/** Role names → roles of the organization; every unknown name is reported at once. */
+/**
+ * Role names → roles of the organization, matched as names are compared everywhere (regardless of
+ * case: `Admin` is the role admin); every unknown name is reported at once.
+ */
 export async function resolveRoles(
   em: EntityManager,
   organizationId: string,
@@ -257,11 +221,17 @@ export async function resolveRoles(
 ): Promise<RoleEntity[]> {
   const unique = [...new Set(names)];
   if (unique.length === 0) return [];
-  const roles = await em.find(Role, { organization: organizationId, name: { $in: unique } });
-  const missing = unique.filter((n) => !roles.some((r) => r.name === n));
+  const rows: { asked: string; id: number | null }[] = await em.execute(
+    `select n.asked, r.id from jsonb_array_elements_text(?::jsonb) with ordinality as n(asked, at)
+      left join roles r on r.organization_id = ? and ${sameName('r.name', 'n.asked')} order by n.at`,
+    [JSON.stringify(unique), organizationId],
+  );
+  const missing = rows.filter((r) => r.id === null).map((r) => r.asked);
   if (missing.length)
     throw new AppError('BAD_REQUEST', `Unknown roles: ${missing.join(', ')}`, {
       issues: missing.map((name) => ({ path: ['roles'], message: `unknown role ${name}` })),
     });
-  return roles;
+  // Two spellings of one role are one role.
+  const ids = [...new Set(rows.map((r) => r.id!))];
+  return em.find(Role, { id: { $in: ids }, organization: organizationId });
 }
