@@ -1,14 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { call, createTenant, superAdminToken, unique, type Tenant } from './helpers/api.ts';
+import { call, createTenant, superAdminToken, unique, until, type Tenant } from './helpers/api.ts';
 import { TEST_PASSWORD } from './helpers/constants.ts';
-import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { openDatabase } from '../src/db/orm.ts';
 
 /**
- * One identity of names: organization, role and service-account names compared regardless of case, as
- * usernames; role names looked up the same way; names trimmed.
+ * One identity of names (organization, role and service-account names compared regardless of case, as
+ * usernames; role names looked up the same way; names trimmed), and the installation keeps an active
+ * super admin whatever the change, as an organization keeps an administrator (org-admins.test.ts).
  */
 
 let server: TestServer;
@@ -292,6 +293,184 @@ describe('service-account names are unique regardless of case', () => {
         reason: 'SERVICE_ACCOUNT_NAME_TAKEN',
       });
     }
+  });
+});
+
+/** Other spellings PostgreSQL reads as the same uuid. */
+const spellings = (id: string) => [id.toUpperCase(), id.replace(/-/g, ''), `{${id}}`];
+
+describe('the rules about oneself hold however the caller spells its own id', () => {
+  it('refuses an org admin deleting, deactivating or demoting itself by another spelling of its id', async () => {
+    const own = await createTenant(server);
+    await own.addUser(['admin']);
+    const asOwn = as(own.admin.token);
+    for (const id of spellings(own.admin.id)) {
+      expect((await asOwn('DELETE', `/api/admin/users/${id}`)).body.message).toBe(
+        'You cannot delete yourself',
+      );
+      expect((await asOwn('PUT', `/api/admin/users/${id}`, { is_active: false })).body.message).toBe(
+        'You cannot deactivate yourself',
+      );
+      expectBadRequest(await asOwn('PUT', `/api/admin/users/${id}/roles`, { roles: ['viewer'] }), id);
+    }
+    const me = (await asOwn('GET', '/api/admin/users?limit=500')).body.users.find(
+      (u: { id: string }) => u.id === own.admin.id,
+    );
+    expect(me).toMatchObject({ is_active: true, roles: ['admin'] });
+  });
+});
+
+// ---- the installation keeps an active super admin: on a database of its own ----
+
+describe('the installation keeps an active super admin', () => {
+  const database = scratchDatabase('super_admins');
+  let isolated: TestServer;
+  let root: { id: string; token: string };
+
+  beforeAll(async () => {
+    // Super admins are taken away here, which the run's shared database (every file's super admin)
+    // cannot afford: a database of its own, seeded with the test super admin.
+    await database.create();
+    isolated = await startTestServer({}, { databaseUrl: database.url });
+    const token = await superAdminToken(isolated);
+    const session = await call(isolated, 'GET', '/api/auth/session', { token });
+    root = { id: session.body.user.id, token };
+  });
+  afterAll(async () => {
+    await isolated?.close();
+    await database.drop().catch(() => undefined);
+  });
+
+  const asRoot = (token: string) => (method: string, path: string, body?: unknown) =>
+    call(isolated, method, path, { token, body });
+
+  async function newSuperAdmin() {
+    const username = unique('root');
+    const res = await asRoot(root.token)('POST', '/api/auth/admin/users', {
+      is_super_admin: true,
+      username,
+      password: 'another-root-passphrase',
+      must_change_password: false,
+    });
+    if (res.status !== 200) throw new Error(`creating a super admin answered ${res.status}`);
+    const login = await call(isolated, 'POST', '/api/auth/admin/login', {
+      body: { username, password: 'another-root-passphrase' },
+    });
+    return { id: res.body.user.id as string, token: login.body.token as string };
+  }
+
+  const activeSuperAdmins = async () =>
+    (
+      await database.sql(
+        'select count(*)::int as n from users where organization_id is null and is_super_admin and is_active',
+      )
+    )[0].n;
+
+  function expectLastSuperAdmin(res: {
+    status: number;
+    body: { code: string; reason?: string; message: string };
+  }) {
+    expect(res.status, JSON.stringify(res.body)).toBe(409);
+    expect(res.body).toMatchObject({ code: 'CONFLICT', reason: 'LAST_SUPER_ADMIN' });
+    expect(res.body.message).toMatch(/without an active super admin.*Create another super admin first/);
+  }
+
+  it('refuses the last super admin deleting or deactivating itself, however it spells its id', async () => {
+    expect(await activeSuperAdmins()).toBe(1);
+    for (const id of [root.id, ...spellings(root.id)]) {
+      const deleted = await asRoot(root.token)('DELETE', `/api/auth/admin/users/${id}`);
+      expectBadRequest(deleted, `delete ${id}`);
+      expect(deleted.body.message).toBe('You cannot delete yourself');
+      expectBadRequest(
+        await asRoot(root.token)('PUT', `/api/auth/admin/users/${id}`, { is_active: false }),
+        `deactivate ${id}`,
+      );
+      // No organization roles to take away either.
+      expectBadRequest(
+        await asRoot(root.token)('PUT', `/api/auth/admin/users/${id}`, { roles: ['viewer'] }),
+        id,
+      );
+    }
+    expect(await activeSuperAdmins()).toBe(1);
+    expect((await call(isolated, 'GET', '/api/auth/session', { token: root.token })).status).toBe(200);
+  });
+
+  /**
+   * Two super admins each take the other away at once. A transaction of the test holds the super
+   * admins' rows until both requests wait behind it (both signed in by then), so they meet the rule
+   * one after the other every time rather than by chance of timing.
+   */
+  async function removeEachOther(action: 'delete' | 'deactivate') {
+    const other = await newSuperAdmin();
+    const request = (caller: { token: string }, target: { id: string }) =>
+      action === 'delete'
+        ? asRoot(caller.token)('DELETE', `/api/auth/admin/users/${target.id}`)
+        : asRoot(caller.token)('PUT', `/api/auth/admin/users/${target.id}`, { is_active: false });
+    const [a, b] = await withClient(database.url, async (client) => {
+      await client.query('begin');
+      await client.query('select id from users where organization_id is null and is_super_admin for update');
+      const requests = Promise.all([request(root, other), request(other, root)]);
+      await until(
+        'both requests waiting',
+        async () =>
+          (
+            await database.sql(
+              `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+            )
+          )[0].n,
+        (n) => n >= 2,
+        10_000,
+        50,
+      ).catch(() => undefined);
+      await client.query('commit');
+      return requests;
+    });
+    const [winner, loser] = a.status === 200 ? [a, b] : [b, a];
+    expect(winner.status, JSON.stringify([a.body, b.body])).toBe(200);
+    expectLastSuperAdmin(loser);
+    expect(await activeSuperAdmins()).toBe(1);
+    // The survivor is whoever the loser tried to take away: still signed in, still a super admin.
+    const survivor = winner === a ? root : other;
+    expect(
+      (await call(isolated, 'GET', '/api/auth/admin/organizations', { token: survivor.token })).status,
+    ).toBe(200);
+    root = survivor;
+  }
+
+  it('lets only one of two super admins deleting each other at once pass (409 LAST_SUPER_ADMIN)', async () => {
+    for (let round = 0; round < 2; round++) await removeEachOther('delete');
+  });
+
+  it('lets only one of two super admins deactivating each other at once pass', async () => {
+    for (let round = 0; round < 2; round++) await removeEachOther('deactivate');
+  });
+
+  it('without a lock held by the test, still never leaves none (409, or 401 once the other is gone)', async () => {
+    for (let round = 0; round < 4; round++) {
+      const other = await newSuperAdmin();
+      const [a, b] = await Promise.all([
+        asRoot(root.token)('DELETE', `/api/auth/admin/users/${other.id}`),
+        asRoot(other.token)('DELETE', `/api/auth/admin/users/${root.id}`),
+      ]);
+      const [winner, loser] = a.status === 200 ? [a, b] : [b, a];
+      expect(winner.status, JSON.stringify([a.body, b.body])).toBe(200);
+      if (loser.status === 409) expectLastSuperAdmin(loser);
+      else expect(loser.status).toBe(401);
+      expect(await activeSuperAdmins()).toBe(1);
+      if (winner !== a) root = other;
+    }
+  });
+
+  it('still lets a super admin remove another while one remains, and reactivate one', async () => {
+    const other = await newSuperAdmin();
+    expect(
+      (await asRoot(root.token)('PUT', `/api/auth/admin/users/${other.id}`, { is_active: false })).status,
+    ).toBe(200);
+    expect(
+      (await asRoot(root.token)('PUT', `/api/auth/admin/users/${other.id}`, { is_active: true })).status,
+    ).toBe(200);
+    expect((await asRoot(root.token)('DELETE', `/api/auth/admin/users/${other.id}`)).status).toBe(200);
+    expect(await activeSuperAdmins()).toBe(1);
   });
 });
 

@@ -11,13 +11,14 @@ export type TestServer = RunningServer;
 
 /**
  * A real server on a random port over the run's database: the PostgreSQL server of
- * TEST_DATABASE_URL, or a private embedded copy of the migrated template.
+ * TEST_DATABASE_URL, or a private embedded copy of the migrated template. With `databaseUrl`, over
+ * that database instead, migrated and seeded (its own super admin) at start.
  */
 export async function startTestServer(
   overrides: Record<string, string> = {},
-  options: { logger?: Logger } = {},
+  options: { logger?: Logger; databaseUrl?: string } = {},
 ): Promise<TestServer> {
-  const databaseUrl = inject('databaseUrl');
+  const databaseUrl = options.databaseUrl ?? inject('databaseUrl');
   const dataDir = mkdtempSync(join(inject('scratchDir'), 'server-'));
   const env: Env = loadEnv({
     PORT: '0',
@@ -37,7 +38,7 @@ export async function startTestServer(
     : await openDatabase({ loadDataDir: new Blob([readFileSync(inject('embeddedTemplate'))]) });
   return startServer(env, {
     db,
-    seed: false,
+    seed: options.databaseUrl !== undefined,
     logger: options.logger ?? createLogger({ level: env.LOG_LEVEL }),
   });
 }

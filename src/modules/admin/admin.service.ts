@@ -9,6 +9,7 @@ import {
   createUser,
   deleteUserOf,
   grantsAdministration,
+  isCaller,
   keepingAnAdministrator,
   resolveRoles,
   setPassword,
@@ -149,7 +150,7 @@ export async function updateOrganizationUser(
   scope: CallerScope,
   input: { user_id: string; email?: string | null; is_active?: boolean; must_change_password?: boolean },
 ) {
-  if (input.is_active === false && input.user_id === scope.principal.id)
+  if (input.is_active === false && isCaller(scope, input.user_id))
     throw new AppError('BAD_REQUEST', 'You cannot deactivate yourself');
   return updateUserOf(scope, organizationOf(scope.principal), input);
 }
@@ -159,7 +160,7 @@ export async function setUserRoles(scope: CallerScope, input: { user_id: string;
   // Checked on what the roles grant, not their names: a custom role with org.admin counts, and
   // `admin` is only one of the roles that can grant it.
   if (
-    input.user_id === scope.principal.id &&
+    isCaller(scope, input.user_id) &&
     !(await resolveRoles(scope.em, organization, input.roles)).some(grantsAdministration)
   )
     throw new AppError(
@@ -170,7 +171,7 @@ export async function setUserRoles(scope: CallerScope, input: { user_id: string;
 }
 
 export async function deleteOrganizationUser(scope: CallerScope, userId: string) {
-  if (userId === scope.principal.id) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
+  if (isCaller(scope, userId)) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
   await deleteUserOf(scope, organizationOf(scope.principal), userId);
   return { success: true as const };
 }

@@ -19,6 +19,7 @@ import {
   createUser,
   deleteUserOf,
   findOrganization,
+  isCaller,
   updateUserOf,
   userView,
 } from '../users/users.service.ts';
@@ -411,13 +412,13 @@ export async function superAdminUpdateUser(
     roles?: string[];
   },
 ) {
-  if (input.user_id === scope.principal.id && input.is_active === false)
+  if (isCaller(scope, input.user_id) && input.is_active === false)
     throw new AppError('BAD_REQUEST', 'You cannot deactivate yourself');
   return updateUserOf(scope, null, input);
 }
 
 export async function superAdminDeleteUser(scope: CallerScope, userId: string) {
-  if (userId === scope.principal.id) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
+  if (isCaller(scope, userId)) throw new AppError('BAD_REQUEST', 'You cannot delete yourself');
   await deleteUserOf(scope, null, userId);
   return { success: true as const };
 }

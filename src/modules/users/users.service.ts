@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
-import type { Scope } from '../../deps.ts';
+import type { CallerScope, Scope } from '../../deps.ts';
 import { BUILTIN_ROLES } from '../../auth/permissions.ts';
 import { assertPasswordPolicy, generatePassword, hashPassword } from '../../auth/password.ts';
 import { deleteUserSessions } from '../../auth/session.ts';
@@ -106,9 +106,11 @@ export async function updateUserOf(
     if (input.is_active === false) await deleteUserSessions(tx.em, user.id);
     return user;
   };
+  // Other changes cannot take org.admin or super-admin status from anyone: no lock for them.
   const mayDemote = input.roles !== undefined || input.is_active === false;
-  const organization = mayDemote ? await organizationOfUser(scope, organizationId, input.user_id) : null;
-  const user = organization ? await keepingAnAdministrator(scope, organization, apply) : await apply(scope);
+  const user = mayDemote
+    ? await keeping(scope, await holdersAffected(scope, organizationId, input.user_id), apply)
+    : await apply(scope);
   scope.deps.authenticator.forget();
   return userView(user);
 }
@@ -118,74 +120,127 @@ export async function deleteUserOf(scope: Scope, organizationId: string | null, 
     const user = await findUser(tx.em, organizationId, userId);
     await tx.em.remove(user).flush();
   };
-  const organization = await organizationOfUser(scope, organizationId, userId);
-  if (organization) await keepingAnAdministrator(scope, organization, apply);
-  else await apply(scope);
+  await keeping(scope, await holdersAffected(scope, organizationId, userId), apply);
   scope.deps.authenticator.forget();
 }
 
 /**
- * The organization whose administrators a change of this user can affect: the caller's, or for the
- * super admin (organizationId null) the user's own; null for a super admin user. 404 as findUser.
+ * Whether a user id given in a request names the caller. PostgreSQL reads a uuid in any case, with or
+ * without hyphens or braces, so comparing the text as given let a caller name itself in capitals and pass
+ * the rules about its own account; the ids are compared as PostgreSQL reads them.
  */
-async function organizationOfUser(
+export function isCaller(scope: CallerScope, userId: string): boolean {
+  return uuidDigits(userId) === uuidDigits(scope.principal.id);
+}
+
+const uuidDigits = (id: string) => id.replace(/[{}-]/g, '').toLowerCase();
+
+/**
+ * Who must remain after a change of this user: the administrators of its organization (the caller's, or
+ * for the super admin, organizationId null, the user's own), or for a super admin (no organization) the
+ * installation's super admins. 404 as findUser.
+ */
+async function holdersAffected(
   scope: Scope,
   organizationId: string | null,
   userId: string,
-): Promise<string | null> {
-  if (organizationId) return organizationId;
+): Promise<Holders> {
+  if (organizationId) return organizationAdministrators(organizationId);
   const [row] = await scope.em.execute('select organization_id from users where id = ?', [userId]);
   if (!row) throw notFound('User');
-  return row.organization_id ?? null;
+  return row.organization_id ? organizationAdministrators(row.organization_id) : SUPER_ADMINS;
 }
 
-// ---- the organization keeps an administrator ----
+// ---- an organization keeps an administrator, the installation a super admin ----
+
+/**
+ * People who must remain: counted under a lock, so that two changes at once run one after the other and
+ * the second sees what the first left. A change that takes them from some to none is refused.
+ */
+interface Holders {
+  lock: string;
+  count: string;
+  params: unknown[];
+  refusal(): AppError;
+}
 
 /** Active people of the organization whose roles grant org.admin (service accounts are not people). */
-const ADMINISTRATORS = `select count(*)::int as n from users u
-  where u.organization_id = ? and u.is_active and exists (
-    select 1 from user_roles ur join roles r on r.id = ur.role_id
-    where ur.user_id = u.id and 'org.admin' = any (r.permissions))`;
+const organizationAdministrators = (organizationId: string): Holders => ({
+  lock: 'select id from organizations where id = ? for update',
+  count: `select count(*)::int as n from users u
+    where u.organization_id = ? and u.is_active and exists (
+      select 1 from user_roles ur join roles r on r.id = ur.role_id
+      where ur.user_id = u.id and 'org.admin' = any (r.permissions))`,
+  params: [organizationId],
+  refusal: () =>
+    new AppError(
+      'CONFLICT',
+      'This change would leave the organization without an administrator: at least one active user must ' +
+        'hold a role that grants org.admin. Give such a role to another user first.',
+      { reason: 'LAST_ADMIN' },
+    ),
+});
 
-async function countAdministrators(em: EntityManager, organizationId: string): Promise<number> {
-  const [row] = await em.execute(ADMINISTRATORS, [organizationId]);
-  return Number(row.n);
-}
+/**
+ * Active super admins: the users the super-admin login admits (createUser makes every user without an
+ * organization one, and only those), so deleting an organization never removes one. The lock takes
+ * their rows (in id order, so two requests cannot deadlock): a change that would deactivate or delete
+ * one waits for another in flight, and then counts without the row the other took away.
+ */
+const ACTIVE_SUPER_ADMIN = 'organization_id is null and is_super_admin and is_active';
+const SUPER_ADMINS: Holders = {
+  lock: `select id from users where ${ACTIVE_SUPER_ADMIN} order by id for update`,
+  count: `select count(*)::int as n from users where ${ACTIVE_SUPER_ADMIN}`,
+  params: [],
+  refusal: () =>
+    new AppError(
+      'CONFLICT',
+      'This change would leave the installation without an active super admin: nobody could then create ' +
+        'or administer organizations. Create another super admin first (POST /api/auth/admin/users with ' +
+        'is_super_admin: true).',
+      { reason: 'LAST_SUPER_ADMIN' },
+    ),
+};
 
 /** Whether a role makes its holders administrators of their organization. */
 export const grantsAdministration = (role: RoleEntity) => role.permissions.includes('org.admin');
 
 /**
- * Runs a write that can change who administers an organization (role assignment, a role's permissions,
- * role deletion, deactivating or deleting a user; by the organization's admins, its service accounts or
- * the super admin) and refuses it, changing nothing, when it would leave the organization without an
- * active person holding org.admin: nobody could then administer it but the super admin. The rule is
- * checked on the state the write produces, so no way of losing the last administrator needs a guard of
- * its own. The organization's row is locked first: two administrators demoting each other at once run
- * one after the other, and the second sees that the first left only itself. An organization that had no
- * administrator (made without one by the super admin) is not held to it. `change` works through the
- * scope it is given (the transaction's).
+ * Runs a change that can take away who must remain and refuses it, changing nothing, when none would:
+ * the rule is checked on the state the change produces, so no way of losing the last one needs a guard
+ * of its own. Where there were none before (an organization made without an administrator), nothing is
+ * held. `change` works through the scope it is given (the transaction's).
  */
-export async function keepingAnAdministrator<S extends Scope, T>(
+async function keeping<S extends Scope, T>(
   scope: S,
-  organizationId: string,
+  holders: Holders,
   change: (tx: S) => Promise<T>,
 ): Promise<T> {
   return scope.em.transactional(async (em) => {
     const tx = { ...scope, em: em as EntityManager } as S;
-    await tx.em.execute('select id from organizations where id = ? for update', [organizationId]);
-    const before = await countAdministrators(tx.em, organizationId);
+    const count = async () => Number((await tx.em.execute(holders.count, holders.params))[0].n);
+    await tx.em.execute(holders.lock, holders.params);
+    const before = await count();
     const result = await change(tx);
     await tx.em.flush();
-    if (before > 0 && (await countAdministrators(tx.em, organizationId)) === 0)
-      throw new AppError(
-        'CONFLICT',
-        'This change would leave the organization without an administrator: at least one active user must ' +
-          'hold a role that grants org.admin. Give such a role to another user first.',
-        { reason: 'LAST_ADMIN' },
-      );
+    if (before > 0 && (await count()) === 0) throw holders.refusal();
     return result;
   });
+}
+
+/**
+ * Runs a write that can change who administers an organization (role assignment, a role's permissions,
+ * role deletion, deactivating or deleting a user; by the organization's admins, its service accounts or
+ * the super admin) and refuses it with 409 LAST_ADMIN when it would leave the organization without an
+ * active person holding org.admin: nobody could then administer it but the super admin. The
+ * organization's row is the lock. Organization deletion is not held to it.
+ */
+export function keepingAnAdministrator<S extends Scope, T>(
+  scope: S,
+  organizationId: string,
+  change: (tx: S) => Promise<T>,
+): Promise<T> {
+  return keeping(scope, organizationAdministrators(organizationId), change);
 }
 
 export async function setPassword(scope: Scope, userId: string, password: string, mustChange: boolean) {
