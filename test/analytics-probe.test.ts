@@ -218,3 +218,43 @@ describe('segment groups', () => {
     expect((await api('GET', `/hypotheses/${id}`)).body).toMatchObject({ test: 'welch_t', status: 'draft' });
   });
 });
+
+describe('minimum_detectable_effect', () => {
+  async function testedResult(body: Record<string, unknown>) {
+    const id = await create(body);
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } })).status).toBe(200);
+    const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(status.body.status, JSON.stringify(status.body)).toBe('tested');
+    return status.body.result;
+  }
+
+  it('gives each result its power to detect that effect (SciPy references)', async () => {
+    // 200 and 200 rows, d = 0.2, alpha 0.05: norm.sf(z − δ) + norm.sf(z + δ), δ = 0.2·√100.
+    const welch = await testedResult({
+      metric: { expression: 'spend' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+      minimum_detectable_effect: 0.2,
+    });
+    expect(welch.sample_sizes.groups.map((g: { n: number }) => g.n)).toEqual([200, 200]);
+    expect(welch.power).toMatchObject({ effect_size: 0.2, alpha: 0.05 });
+    expect(welch.power.value).toBeCloseTo(0.5160052739761747, 10);
+
+    // 2 plans × 4 seat counts, N = 400, V = 0.2: ncx2.sf(chi2.isf(0.05, 3), 3, 400·1·0.2²).
+    const chi = await testedResult({
+      metric: { expression: 'seats' },
+      segment: { column: 'plan' },
+      test: 'chi_square',
+      minimum_detectable_effect: 0.2,
+    });
+    expect(chi.power.value).toBeCloseTo(0.9340886186284172, 10);
+
+    // Without one, no power.
+    const plain = await testedResult({
+      metric: { expression: 'spend' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      test: 'welch_t',
+    });
+    expect(plain.power).toBeUndefined();
+  });
+});

@@ -21,6 +21,11 @@ export interface StoredMetric {
   kind: 'numeric' | 'boolean';
 }
 
+/** A test's outcome as a hypothesis keeps it: with its power at the minimum detectable effect, when one is set. */
+export type StoredTestResult = StatTestResult & {
+  power?: { effect_size: number; alpha: number; value: number | null };
+};
+
 export interface StoredSegment {
   column?: string;
   condition?: string;
@@ -53,7 +58,7 @@ export const Hypothesis = defineEntity({
     origin: p.enum(['manual', 'generated']).default('manual'),
     status: p.enum(HYPOTHESIS_STATUSES).default('draft'),
     lastRunId: p.uuid().nullable(),
-    result: p.json<StatTestResult>().nullable(),
+    result: p.json<StoredTestResult>().nullable(),
     pValue: p.double().nullable(),
     significant: p.boolean().nullable(),
     testedAt: p.datetime().nullable(),

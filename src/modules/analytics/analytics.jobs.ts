@@ -6,7 +6,8 @@ import type { StatTestResult } from '../../stats/result.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { requiredConnectionConfig } from '../workspaces/workspaces.service.ts';
 import type { JobContext } from '../../jobs/queue.ts';
-import { Hypothesis } from './analytics.entity.ts';
+import { Hypothesis, type StoredTestResult } from './analytics.entity.ts';
+import { powerAt } from './analytics-power.ts';
 import { statSpecOf, warehouseStatsQuery } from './analytics-spec.ts';
 
 export const HYPOTHESIS_TEST_KIND = 'hypothesis-test';
@@ -90,6 +91,14 @@ async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, 
     );
     const alpha = Number(hypothesis.alpha);
     const significant = result.p_value < alpha;
+    const mde = hypothesis.minimumDetectableEffect;
+    const stored: StoredTestResult =
+      mde == null
+        ? result
+        : {
+            ...result,
+            power: { effect_size: Number(mde), alpha, value: powerAt(result, Number(mde), alpha) },
+          };
     // The result and its significance hold for the test and alpha read at the start: a hypothesis whose
     // settings changed meanwhile must not show them beside this result (the test route refuses such a
     // change while a run is active; this covers a change that raced past that check).
@@ -98,7 +107,7 @@ async function runHypothesisTest(deps: AppDeps, payload: HypothesisTestPayload, 
       context,
       hypothesis.id,
       `status = 'tested', result = ?::jsonb, p_value = ?, significant = ?, tested_at = now(), last_error = null`,
-      [JSON.stringify(result), result.p_value, significant],
+      [JSON.stringify(stored), result.p_value, significant],
       { test: hypothesis.test, alpha },
     );
     if (!recorded)

@@ -68,7 +68,9 @@ export const createHypothesisInput = z.object({
     .max(1e12)
     .nullable()
     .optional()
-    .describe('The smallest effect worth detecting, in the unit of the effect size of the test'),
+    .describe(
+      "The smallest effect worth detecting, in the unit of the effect size of the test (Cohen's d, r, a difference of proportions, Cramér's V, r or rho); each test result then reports its power to detect it (result.power)",
+    ),
   mining_columns: z
     .array(columnName)
     .max(12)
@@ -97,6 +99,16 @@ const statResult = z.object({
     .optional()
     .describe(
       'null bounds: not a finite number (results stored before alpha was bounded, e.g. at alpha 1e-17)',
+    ),
+  power: z
+    .object({
+      effect_size: z.number().describe("The hypothesis' minimum_detectable_effect"),
+      alpha: z.number(),
+      value: z.number().nullable(),
+    })
+    .optional()
+    .describe(
+      'Set when the hypothesis has a minimum_detectable_effect: the probability that this test, with these sample sizes and alpha (two-sided), finds an effect of that size significant; a non-significant result with high power rules such an effect out, with low power it says little',
     ),
   details: jsonObject,
 });
