@@ -45,6 +45,9 @@ function chiSquareUpperQuantile(tail: number, df: number): number {
 function noncentralChiSquareUpper(x: number, df: number, lambda: number): number {
   if (!(lambda > 0)) return chiSquareUpper(x, df);
   const mu = lambda / 2;
+  // Past this the sum would take millions of terms (an effect given far beyond its scale, V ≫ 1); the
+  // distribution is then normal to well within what a power needs: mean df + λ, variance 2(df + 2λ).
+  if (mu > 1e5) return normalUpper((x - df - lambda) / Math.sqrt(2 * (df + 2 * lambda)));
   const mode = Math.floor(mu);
   const span = Math.ceil(10 * Math.sqrt(mu) + 20);
   let weights = 0;
