@@ -297,6 +297,9 @@ describe('setup-environment', () => {
       ['bad workspace name', { ...good, workspace: { name: '1 bad name' } }],
       ['unsupported source type', { ...good, source: { ...source(), type: 'oracle' } }],
       ['source without host', { ...good, source: { ...source(), host: undefined } }],
+      // Only the MySQL extract–load reads these: a postgres source would store them unread.
+      ['raw_schema on a postgres source', { ...good, source: { ...source(), raw_schema: 'raw_x' } }],
+      ['cursor_columns on a postgres source', { ...good, source: { ...source(), cursor_columns: {} } }],
       ['no template', { ...good, template: undefined }],
       ['discover not a boolean', { ...good, discover: 'yes' }],
     ];

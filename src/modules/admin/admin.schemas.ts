@@ -11,6 +11,7 @@ import { mappingOutput } from '../mappings/mappings.schemas.ts';
 import { templateSummary } from '../schemas/schemas.schemas.ts';
 import {
   RESERVED_WORKSPACE_NAMES,
+  engineFields,
   workspaceDetailOutput,
   workspaceName,
 } from '../workspaces/workspaces.schemas.ts';
@@ -337,7 +338,9 @@ export const setupEnvironmentInput = z.object({
     ),
     description: z.string().max(2000).optional(),
   }),
-  source: connectionConfigSchema.describe('The source database of the workspace (password stored encrypted)'),
+  source: connectionConfigSchema
+    .superRefine(engineFields)
+    .describe('The source database of the workspace (password stored encrypted)'),
   template: z.string().min(1).max(100).describe('Library schema template for the target schema'),
   discover: z
     .boolean()
