@@ -125,3 +125,19 @@ describe('test-model counts failures as dbt does', () => {
     expect(res.body).toMatchObject({ passed: 2, failed: 4, errors: 1 });
   });
 });
+
+describe('generate-project', () => {
+  it('concurrent first generations all succeed and leave one project', async () => {
+    expect((await api('DELETE', '/api/pipelines/project')).status).toBe(200);
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, () => api('POST', '/api/pipelines/generate-project', { body: {} })),
+    );
+    expect(
+      answers.map((a) => a.status),
+      JSON.stringify(answers.map((a) => a.body)),
+    ).toEqual([200, 200, 200, 200]);
+    const status = await api('GET', '/api/pipelines/status');
+    expect(status.body).toMatchObject({ generated: true, in_sync: true });
+    expect(status.body.fingerprint).toBe(answers[0].body.fingerprint);
+  });
+});

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { parse as parseYaml } from 'yaml';
 import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope, Scope } from '../../deps.ts';
@@ -130,27 +130,27 @@ export async function generateProject(scope: CallerScope, input: { table_names?:
     );
   const files = await generateDbtProject(options);
   const fingerprint = projectFingerprint(options);
-  let project = await findProject(scope, workspace);
   const generatedAt = new Date();
-  if (!project)
-    project = scope.em.create(TransformationProject, {
-      organization: workspace.organization.id,
-      workspace: workspace.id,
-      files,
+  // One statement, so that concurrent first generations do not both insert (the loser answered 409
+  // "A record with the same unique values already exists"): the last one written is the project.
+  await scope.em.execute(
+    `insert into transformation_projects
+       (id, organization_id, workspace_id, files, fingerprint, models, generated_by, generated_at, created_at, updated_at)
+     values (?, ?, ?, ?::jsonb, ?, ?::jsonb, ?, ?, now(), now())
+     on conflict (workspace_id) do update set files = excluded.files, fingerprint = excluded.fingerprint,
+       models = excluded.models, generated_by = excluded.generated_by, generated_at = excluded.generated_at,
+       updated_at = now()`,
+    [
+      randomUUID(),
+      workspace.organization.id,
+      workspace.id,
+      JSON.stringify(files),
       fingerprint,
-      models: inputs,
-      generatedBy: scope.principal.username ?? null,
+      JSON.stringify(inputs),
+      scope.principal.username ?? null,
       generatedAt,
-    });
-  else
-    Object.assign(project, {
-      files,
-      fingerprint,
-      models: inputs,
-      generatedBy: scope.principal.username ?? null,
-      generatedAt,
-    });
-  await scope.em.flush();
+    ],
+  );
   return {
     workspace_name: workspace.name,
     generated_at: generatedAt,
