@@ -141,3 +141,21 @@ describe('generate-project', () => {
     expect(status.body.fingerprint).toBe(answers[0].body.fingerprint);
   });
 });
+
+describe('generate-project with table_names', () => {
+  it('says why none of the tables asked for can be generated; an empty list is a 400', async () => {
+    const none = await api('POST', '/api/pipelines/generate-project', {
+      body: { table_names: ['peeple', 'orders'] },
+    });
+    expect(none.status, JSON.stringify(none.body)).toBe(409);
+    expect(none.body).toMatchObject({
+      reason: 'NOTHING_COMMITTED',
+      message: `None of the tables asked for can be generated in workspace ${workspace}: peeple (no committed transformation), orders (no committed transformation)`,
+    });
+    const empty = await api('POST', '/api/pipelines/generate-project', { body: { table_names: [] } });
+    expect(empty.status, JSON.stringify(empty.body)).toBe(400);
+    expect(JSON.stringify(empty.body.issues)).toContain('give at least one table');
+    // The project generated before is still there.
+    expect((await api('GET', '/api/pipelines/status')).body.generated).toBe(true);
+  });
+});

@@ -9,6 +9,7 @@ const modelSummary = z.object({ table_name: z.string(), committed_version: z.num
 export const generateInput = z.object({
   table_names: z
     .array(tableName)
+    .min(1, 'give at least one table, or leave table_names out for every committed one')
     .max(500)
     .optional()
     .describe('Models to include; default every table with a committed transformation'),

@@ -125,7 +125,10 @@ export async function generateProject(scope: CallerScope, input: { table_names?:
   if (options.models.length === 0)
     throw new AppError(
       'CONFLICT',
-      `No committed transformation to generate a project from in workspace ${workspace.name}: commit a mapping's transformation first`,
+      input.table_names
+        ? `None of the tables asked for can be generated in workspace ${workspace.name}: ` +
+            skipped.map((s) => `${s.table_name} (${s.reason})`).join(', ')
+        : `No committed transformation to generate a project from in workspace ${workspace.name}: commit a mapping's transformation first`,
       { reason: 'NOTHING_COMMITTED' },
     );
   const files = await generateDbtProject(options);
