@@ -68,6 +68,9 @@ beforeAll(async () => {
     const lite = await PGlite.create();
     db = counting(
       async (sql, params) => {
+        // PGlite answers within this turn of the event loop: a minute of statements without a turn
+        // starved vitest's own messages to this worker ('Timeout calling "onTaskUpdate"').
+        await new Promise((resolve) => setImmediate(resolve));
         const r = await lite.query(sql, params);
         return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
       },
