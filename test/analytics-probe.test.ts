@@ -258,3 +258,17 @@ describe('minimum_detectable_effect', () => {
     expect(plain.power).toBeUndefined();
   });
 });
+
+describe('hypothesis generation over one table named twice', () => {
+  it('proposes and saves each hypothesis once', async () => {
+    const res = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'spend by plan', tables: ['orders', 'mkt.orders'], count: 10, save: true },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const statements = res.body.hypotheses.map((h: { statement: string }) => h.statement);
+    expect(statements.length).toBeGreaterThan(0);
+    expect(new Set(statements).size).toBe(statements.length);
+    const ids = res.body.hypotheses.map((h: { hypothesis_id: string }) => h.hypothesis_id);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+});

@@ -359,7 +359,11 @@ export async function generateHypotheses(
   let tables: IntrospectedTable[];
   if (input.tables?.length) {
     tables = [];
-    for (const name of input.tables) tables.push(await resolveTargetTable(warehouse, config, name));
+    for (const name of input.tables) {
+      const table = await resolveTargetTable(warehouse, config, name);
+      // "customers" and "analytics.customers" are one table: screened twice, it was proposed twice.
+      if (!tables.some((t) => t.schema === table.schema && t.name === table.name)) tables.push(table);
+    }
   } else {
     const all = (await warehouse.introspect({ tables: [] })).tables;
     // The target schema names the tables that matter; the warehouse may hold others (audiences, staging).
