@@ -62,7 +62,7 @@ export class OutboundHttp {
     try {
       parsed = new URL(url);
     } catch {
-      throw new AppError('BAD_REQUEST', `${what} ${url} is not a URL`);
+      throw new AppError('BAD_REQUEST', `${what} ${maskUrl(url)} is not a URL`);
     }
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')
       throw new AppError('BAD_REQUEST', `${what} must be an http or https URL, not ${parsed.protocol}`);
@@ -118,9 +118,118 @@ export function hasUrlCredentials(url: string | URL): boolean {
   }
 }
 
-/** `text` with the credentials of every http(s) URL in it masked (a URL saved before they were refused). */
-export function maskUrlCredentials(text: string): string {
-  return text.replace(/\b(https?:\/\/)[^\s/@]*@/gi, '$1••••••@');
+/** How a secret is shown; a form sent back with it means "keep the stored value". */
+const MASK = '••••••';
+const MASKED = /^[*•]+$/;
+
+/** A URL cut at its query and fragment, each kept as written. */
+function urlParts(url: string) {
+  const hash = url.indexOf('#');
+  const beforeFragment = hash < 0 ? url : url.slice(0, hash);
+  const q = beforeFragment.indexOf('?');
+  const query = q < 0 ? null : beforeFragment.slice(q + 1);
+  return {
+    head: q < 0 ? beforeFragment : beforeFragment.slice(0, q),
+    /** `name=value` pairs as written; a part without `=` is a value without a name. */
+    params:
+      query === null
+        ? null
+        : query.split('&').map((part) => {
+            const eq = part.indexOf('=');
+            return eq < 0
+              ? { name: null, value: part }
+              : { name: part.slice(0, eq), value: part.slice(eq + 1) };
+          }),
+    fragment: hash < 0 ? '' : url.slice(hash),
+  };
+}
+
+function joinUrl(head: string, params: { name: string | null; value: string }[], fragment: string) {
+  return `${head}?${params.map((p) => (p.name === null ? p.value : `${p.name}=${p.value}`)).join('&')}${fragment}`;
+}
+
+/**
+ * `url` as it may be shown: its credentials (`user:password@`, a URL saved before they were refused)
+ * and the value of every query parameter masked, names kept. A query value is where many receivers
+ * take their key (`?token=…`, `?sig=…`), and nothing tells a key from a harmless value, so every one
+ * counts as a secret. The fragment, never sent, stays.
+ */
+export function maskUrl(url: string): string {
+  const { head, params, fragment } = urlParts(url);
+  const shown = head.replace(/^(https?:\/\/)[^/]*@/i, `$1${MASK}@`);
+  if (params === null) return shown + fragment;
+  return joinUrl(
+    shown,
+    params.map((p) => ({ name: p.name, value: p.value && MASK })),
+    fragment,
+  );
+}
+
+/**
+ * `text` with every http(s) URL in it shown as `maskUrl` shows it: errors quote URLs (a Location, a
+ * receiver repeating the address it was called on). Punctuation ending a sentence stays outside.
+ */
+export function maskUrlSecrets(text: string): string {
+  return text.replace(/\bhttps?:\/\/[^\s"'<>`]*/gi, (match) => {
+    const url = match.replace(/[.,:;!?)\]]+$/, '');
+    return maskUrl(url) + match.slice(url.length);
+  });
+}
+
+/**
+ * The value of every query parameter of `url`, decoded: the secrets a text quoting them without the
+ * URL around them (a receiver's "unknown token abc…") must not show either.
+ */
+export function urlQueryValues(url: string): string[] {
+  try {
+    return [...new URL(url).searchParams.values()].filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+const isMasked = (value: string) => {
+  try {
+    return MASKED.test(decodeURIComponent(value));
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * `next`, a URL sent back by a form that showed `saved` masked (`maskUrl`), with each masked query
+ * value replaced by the stored value of the parameter of the same name (its same occurrence), the
+ * rest kept as written. `restored` names the parameters whose stored value it took, `missing` those
+ * sent masked that `saved` has no value for. Whether the stored values may go where `next` points
+ * is the caller's rule (`sameOrigin`).
+ */
+export function restoreMaskedQuery(
+  next: string,
+  saved: string | null,
+): { url: string; restored: string[]; missing: string[] } {
+  const target = urlParts(next);
+  const restored: string[] = [];
+  const missing: string[] = [];
+  if (target.params === null || !target.params.some((p) => isMasked(p.value)))
+    return { url: next, restored, missing };
+  const stored = new Map<string | null, string[]>();
+  for (const { name, value } of (saved === null ? null : urlParts(saved).params) ?? [])
+    stored.set(name, [...(stored.get(name) ?? []), value]);
+  const seen = new Map<string | null, number>();
+  const params = target.params.map(({ name, value }) => {
+    const occurrence = seen.get(name) ?? 0;
+    seen.set(name, occurrence + 1);
+    if (!isMasked(value)) return { name, value };
+    const kept = stored.get(name)?.[occurrence];
+    // A stored value that is itself masked is no value (saved as shown by an earlier version).
+    if (kept === undefined || isMasked(kept)) {
+      missing.push(name ?? '(without a name)');
+      return { name, value };
+    }
+    restored.push(name ?? '(without a name)');
+    return { name, value: kept };
+  });
+  return { url: joinUrl(target.head, params, target.fragment), restored, missing };
 }
 
 const guards = new Map<string, OutboundHttp>();

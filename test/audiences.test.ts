@@ -369,8 +369,10 @@ describe('audience end to end', () => {
       const size = (await api('GET', `/${audienceId}/size`)).body.row_count;
       const keys = received.map((r) => r.key);
       expect(new Set(keys).size).toBe(keys.length);
+      // The key names the export, the data it sends (its delivery) and the batch, not the run.
+      const delivery = finished.last_run.progress.delivery_id;
       expect(keys).toEqual(
-        Array.from({ length: Math.ceil(size / 10) }, (_, i) => `${res.body.run.run_id}:${i}`),
+        Array.from({ length: Math.ceil(size / 10) }, (_, i) => `${res.body.export.id}:${delivery}:${i}`),
       );
       const ids = received.flatMap((r) => r.ids);
       expect(ids).toEqual(preview.rows.map((r: any) => r.id));
@@ -423,7 +425,14 @@ describe('audience end to end', () => {
       expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
       expect(refused).toBe(1);
       // Batches 0 and 1 went out in the first attempt only; the retry started at batch 2.
-      expect(received.filter((r) => r.attempt === 1).map((r) => r.key)[0]).toBe(`${res.body.run.run_id}:2`);
+      expect(received.filter((r) => r.attempt === 1).map((r) => r.key)[0]).toBe(
+        `${res.body.export.id}:${finished.last_run.progress.delivery_id}:2`,
+      );
+      expect(finished.last_run.progress).toMatchObject({
+        resumed_from_batch: 2,
+        resumed_from_run_id: res.body.run.run_id,
+        restarted_because: null,
+      });
       const keys = received.map((r) => r.key);
       expect(new Set(keys).size).toBe(keys.length);
       expect(received.flatMap((r) => r.ids)).toEqual(preview.rows.map((r: any) => r.id));

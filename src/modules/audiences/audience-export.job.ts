@@ -1,30 +1,46 @@
+import { createHash } from 'node:crypto';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
 import { AppError } from '../../app-error.ts';
-import { JobCancelledError, PermanentJobError, failOnceWhenDeterministic } from '../../jobs/job-types.ts';
+import {
+  JobCancelledError,
+  PermanentJobError,
+  failOnceWhenDeterministic,
+  isRunActive,
+} from '../../jobs/job-types.ts';
 import type { JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
 import {
   hasUrlCredentials,
-  maskUrlCredentials,
+  maskUrlSecrets,
   outboundFailure,
   outboundHttp,
+  urlQueryValues,
   type OutboundHttp,
 } from '../../outbound-http.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { portableFamily } from '../../warehouse/types.ts';
 import type { Warehouse } from '../../warehouse/warehouse.ts';
-import { AudienceExport, type AudienceExportEntity } from './audiences.entity.ts';
+import {
+  Audience,
+  AudienceExport,
+  isStale,
+  type AudienceEntity,
+  type AudienceExportEntity,
+} from './audiences.entity.ts';
 import { csvLine, exportSelect, qualifiedName } from './audiences-sql.ts';
-import { audienceTarget } from './audience-materialize.job.ts';
+import { audienceTarget, enqueueMaterialization } from './audience-materialize.job.ts';
 
 export const EXPORT_KIND = 'audience-export';
 
 interface ExportPayload extends Record<string, unknown> {
   export_id: string;
+  /** Set by the scheduler (when the run was due): such a run sends the audience as it is then. */
+  scheduled_at?: string;
 }
 
 const STREAM_BATCH = 5000;
@@ -179,15 +195,16 @@ export function headerProblem(name: string, value: string): string | null {
 }
 
 /**
- * The error with every secret of the destination (header values, URL credentials) masked: run errors
- * are shown in the export's last run and logged, and fetch and the receiver may repeat what they got.
- * A new error without its cause, so a log that prints causes cannot bring the secret back.
+ * The error with every secret of the destination (header values, the URL's query values and
+ * credentials) masked: run errors are shown in the export's last run and logged, and fetch and the
+ * receiver may repeat what they got. A new error without its cause, so a log that prints causes
+ * cannot bring the secret back.
  */
 function redacted(error: unknown, secrets: string[]): Error {
   let message = error instanceof Error ? error.message : String(error);
   for (const secret of secrets.filter((v) => v.length >= 3).sort((a, b) => b.length - a.length))
     message = message.split(secret).join('••••••');
-  message = maskUrlCredentials(message);
+  message = maskUrlSecrets(message);
   return error instanceof PermanentJobError ? new PermanentJobError(message) : new Error(message);
 }
 
@@ -248,28 +265,143 @@ async function postBatch(
 }
 
 /**
- * Batches in a stable order, each with the idempotency key `<run>:<batch>`. The number of batches the
- * webhook acknowledged is saved after each one, so a retried attempt of the run resumes after them:
- * within a run no batch is sent again once acknowledged, and one whose answer was lost is resent with
- * the same key for the receiver to recognise.
+ * What a webhook delivery sends, as the middle of its idempotency keys: the materialized table (the
+ * audience's data: every materialization writes a new one) and a digest of how it is cut and where it
+ * goes (field mapping, batch size, the URL without its query, whose values may be secrets). Runs with
+ * the same id send the same batches under the same keys; any change gives new keys.
+ */
+function deliveryId(table: string, exp: AudienceExportEntity): string {
+  const c = exp.destinationConfig as Record<string, unknown>;
+  const data =
+    /_(v\d+_[0-9a-f]+)$/.exec(table)?.[1] ?? createHash('sha256').update(table).digest('hex').slice(0, 12);
+  const url = new URL(String(c.url));
+  const shape = createHash('sha256')
+    .update(
+      JSON.stringify([
+        exp.fieldMapping.map((m) => [m.source, m.destination]),
+        c.batch_size ?? 500,
+        url.origin + url.pathname,
+      ]),
+    )
+    .digest('hex')
+    .slice(0, 8);
+  return `${data}.${shape}`;
+}
+
+/** The latest record of a webhook delivery of this export: what it sent, how far the receiver acknowledged. */
+interface Checkpoint {
+  runId: string;
+  /** An earlier attempt of the current run. */
+  sameRun: boolean;
+  status: string;
+  deliveryId: string;
+  sourceTable: string | null;
+  batches: number;
+}
+
+function checkpointOf(runId: string, status: string, progress: unknown, sameRun: boolean): Checkpoint | null {
+  const p = (typeof progress === 'string' ? JSON.parse(progress) : progress) as Record<
+    string,
+    unknown
+  > | null;
+  if (typeof p?.delivery_id !== 'string') return null;
+  return {
+    runId,
+    sameRun,
+    status,
+    deliveryId: p.delivery_id,
+    sourceTable: typeof p.source_table === 'string' ? p.source_table : null,
+    batches: Number(p.batches_sent ?? 0),
+  };
+}
+
+/**
+ * The export's latest delivery: an earlier attempt of this run, else the latest earlier run that got
+ * as far as delivering (a run that failed before, e.g. on a refused materialization, says nothing
+ * about the receiver). Runs are kept (`job_runs`), so a rerun days later still finds it.
+ */
+async function lastDelivery(
+  deps: AppDeps,
+  em: EntityManager,
+  exp: AudienceExportEntity,
+  context: JobContext,
+): Promise<Checkpoint | null> {
+  if (context.attempt > 1) {
+    const own = await deps.jobs.getRun(context.runId, context.organizationId);
+    const mine = own && checkpointOf(own.id, own.status, own.progress, true);
+    if (mine) return mine;
+  }
+  const [row] = (await em.execute(
+    `select id, status, progress from job_runs
+      where organization_id = ? and kind = ? and singleton_key = ? and id <> ?
+        and progress->>'delivery_id' is not null
+      order by created_at desc limit 1`,
+    [context.organizationId, EXPORT_KIND, exp.id, context.runId],
+  )) as { id: string; status: string; progress: unknown }[];
+  return row ? checkpointOf(String(row.id), row.status, row.progress, false) : null;
+}
+
+/**
+ * Where a webhook run starts: after the batches the receiver acknowledged to the latest delivery of
+ * the same data (this run's earlier attempt or an earlier run that failed, was cancelled or paused),
+ * else at the start, saying why when a previous delivery could not be continued.
+ */
+function resumePoint(
+  last: Checkpoint | null,
+  id: string,
+  table: string,
+): { from: number; runId: string | null; because: string | null } {
+  if (!last) return { from: 0, runId: null, because: null };
+  const who = last.sameRun ? 'an earlier attempt of this run' : `run ${last.runId}`;
+  const sent = `${last.batches} batch${last.batches === 1 ? '' : 'es'}`;
+  if (last.deliveryId === id) {
+    if (last.status === 'succeeded' && !last.sameRun)
+      return {
+        from: 0,
+        runId: null,
+        because: `${who} delivered this materialization completely: it is sent again under the same idempotency keys`,
+      };
+    return last.batches > 0
+      ? { from: last.batches, runId: last.runId, because: null }
+      : { from: 0, runId: null, because: null };
+  }
+  return {
+    from: 0,
+    runId: null,
+    because:
+      last.sourceTable && last.sourceTable !== table
+        ? `the audience was materialized again after ${who} sent ${sent} of ${last.sourceTable}: this run sends ${table} from the start, under new idempotency keys`
+        : `the export's URL, field mapping or batch size changed after ${who} sent ${sent}: this run sends from the start, under new idempotency keys`,
+  };
+}
+
+/**
+ * Batches in a stable order, each with the idempotency key `<export>:<delivery>:<batch>`: the key
+ * names the data, not the run, so a batch sent again (a lost answer, a retried attempt, a rerun) comes
+ * with the key the receiver saw. The number of batches the webhook acknowledged is saved after each
+ * one, and a run starts after those of the latest delivery of the same data (`resumePoint`): no
+ * acknowledged batch is sent again by a retried attempt, nor by a rerun of a failed or paused run.
  */
 async function sendWebhook(
   deps: AppDeps,
   exp: AudienceExportEntity,
   source: Source,
   context: JobContext,
-  resumeFrom: number,
+  delivery: { id: string; from: number },
   progress: Progress,
 ) {
   const c = exp.destinationConfig as Record<string, any>;
   const headers: Record<string, string> = {};
   for (const [name, sealed] of Object.entries((c.headers ?? {}) as Record<string, string>))
     headers[name] = deps.secrets.decrypt(sealed);
+  // The URL with its query values, sealed like the headers (`url` holds them masked); an export saved
+  // before they were sealed has them in `url`.
+  const url = c.sealed_url ? deps.secrets.decrypt(c.sealed_url as string) : String(c.url);
   // Saved before these were refused: every attempt would fail the same way. A URL with credentials
-  // stops here, before any request, so the header values are the only secrets an error can repeat.
-  if (hasUrlCredentials(c.url as string))
+  // stops here, before any request, so its user and password never reach an error.
+  if (hasUrlCredentials(url))
     throw new PermanentJobError('The webhook URL contains credentials: give them as a header instead');
-  const secrets = Object.values(headers);
+  const secrets = [...Object.values(headers), ...urlQueryValues(url)];
   for (const [name, value] of Object.entries(headers)) {
     const problem = headerProblem(name, value);
     if (problem) throw new PermanentJobError(problem);
@@ -277,16 +409,16 @@ async function sendWebhook(
   let batchIndex = 0;
   let rows = 0;
   for await (const batch of source.warehouse.stream(source.sql, { batchSize: c.batch_size ?? 500 })) {
-    if (batchIndex < resumeFrom) {
+    if (batchIndex < delivery.from) {
       batchIndex++;
       rows += batch.length;
       continue;
     }
-    const key = `${context.runId}:${batchIndex}`;
+    const key = `${exp.id}:${delivery.id}:${batchIndex}`;
     try {
       await postBatch(
         outboundHttp(deps.env),
-        c.url,
+        url,
         {
           ...headers,
           'content-type': 'application/json',
@@ -326,6 +458,102 @@ async function record(
   await fresh.flush();
 }
 
+/**
+ * Why a scheduled run materializes the audience before it sends, or null: a scheduled sync sends the
+ * audience as it is when the run is due (as Hightouch and Census run the model at every sync), so one
+ * materialized after that (by another export due at the same time, or an earlier attempt of this run)
+ * is used as it is.
+ */
+function refreshReason(audience: AudienceEntity, scheduledAt: Date): string | null {
+  if (!audience.materializedTable) return 'the audience was never materialized';
+  if (isStale(audience))
+    return `its definition changed since it was materialized (version ${audience.materializedVersion} → ${audience.definitionVersion})`;
+  if (!audience.materializedAt || audience.materializedAt < scheduledAt)
+    return 'a scheduled run sends the audience as it is when the run is due';
+  return null;
+}
+
+/**
+ * Materializes the audience (or waits for the materialization under way) and returns it as it is
+ * then. A materialization that fails fails the run once, before anything is sent: a scheduled run
+ * sends current members or none.
+ */
+async function materializeFirst(
+  deps: AppDeps,
+  em: EntityManager,
+  audience: AudienceEntity,
+  reason: string,
+  context: JobContext,
+): Promise<{ audience: AudienceEntity; runId: string }> {
+  const { run } = await enqueueMaterialization(deps, em, {
+    audienceId: audience.id,
+    organizationId: context.organizationId,
+    workspaceId: audience.workspace.id,
+  });
+  await context.progress({
+    phase: 'materializing',
+    materialize_run_id: run.id,
+    materialized_because: reason,
+  });
+  let current = run;
+  while (isRunActive(current.status)) {
+    await sleep(500, undefined, { signal: context.signal });
+    current = (await deps.jobs.getRun(run.id, context.organizationId)) ?? { ...current, status: 'cancelled' };
+  }
+  if (current.status !== 'succeeded')
+    throw new PermanentJobError(
+      `The audience could not be materialized before this scheduled run (${reason}): materialization run ${run.id} ${current.status}${current.error ? `: ${current.error}` : ''}. Nothing was sent`,
+    );
+  const fresh = await (em.fork() as EntityManager).findOne(
+    Audience,
+    { id: audience.id, organization: context.organizationId },
+    { populate: ['workspace'] },
+  );
+  if (!fresh) throw new PermanentJobError('The audience was deleted');
+  return { audience: fresh, runId: run.id };
+}
+
+/** Whether `error` (or its cause) is the warehouse saying `table` does not exist. */
+function missingTable(error: unknown, table: string): boolean {
+  for (
+    let e = error as
+      { details?: { reason?: unknown }; code?: unknown; message?: unknown; cause?: unknown } | undefined;
+    e;
+    e = e.cause as typeof e
+  ) {
+    const code = e.details?.reason ?? e.code;
+    if (code === '42P01' && String(e.message).includes(table)) return true;
+  }
+  return false;
+}
+
+/**
+ * The error for a source table that is gone, instead of the warehouse's `relation … does not exist`:
+ * replaced by a newer materialization while this attempt started (the next attempt reads that one), or
+ * dropped outside dimas (no attempt can read it).
+ */
+async function missingSourceError(em: EntityManager, audience: AudienceEntity, table: string) {
+  const current = await (em.fork() as EntityManager).findOne(Audience, {
+    id: audience.id,
+    organization: audience.organization.id,
+  });
+  const schema = audience.materializedSchema;
+  if (current?.materializedTable && current.materializedTable !== table)
+    return new Error(
+      `The audience was materialized again while this run started (${schema}.${table} was replaced by ${schema}.${current.materializedTable}): the next attempt sends the new materialization`,
+    );
+  return new PermanentJobError(
+    `The audience's materialized table ${schema}.${table} no longer exists in the warehouse: materialize the audience again`,
+  );
+}
+
+/** Whether the run sends an audience whose definition changed since it was materialized, and the dates. */
+const staleness = (audience: AudienceEntity) => ({
+  audience_stale: isStale(audience),
+  audience_materialized_at: audience.materializedAt?.toISOString() ?? null,
+  audience_definition_changed_at: audience.definitionChangedAt?.toISOString() ?? null,
+});
+
 async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context: JobContext) {
   const em = deps.orm.em.fork() as EntityManager;
   const exp = await em.findOne(
@@ -347,18 +575,25 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     lastRunStatus: 'running',
     lastRunAt: startedAt,
   });
+  let audience = exp.audience;
+  let table: string | null = null;
   try {
     if (!(await isFeatureEnabledFor(em, context.organizationId, 'audience_exports')))
       throw new Error('Audience exports are disabled for this organization (feature audience_exports)');
-    const audience = exp.audience;
-    // A retried attempt reads the same versioned table as the first, even if a newer one was swapped in.
-    const previous =
-      context.attempt > 1
-        ? (await deps.jobs.getRun(context.runId, context.organizationId))?.progress
-        : undefined;
-    const table = (previous?.source_table as string | undefined) ?? audience.materializedTable;
+    const base: Record<string, unknown> = {};
+    const reason = payload.scheduled_at ? refreshReason(audience, new Date(payload.scheduled_at)) : null;
+    if (reason) {
+      const refreshed = await materializeFirst(deps, em, audience, reason, context);
+      audience = refreshed.audience;
+      Object.assign(base, { materialize_run_id: refreshed.runId, materialized_because: reason });
+    }
+    // Every attempt reads the audience's current materialization: the one an earlier attempt read
+    // is dropped once a newer one is swapped in (the delivery's resume point says what that changes).
+    table = audience.materializedTable ?? null;
     if (!table || !audience.materializedSchema)
-      throw new Error(`Audience ${audience.name} has not been materialized yet`);
+      throw new PermanentJobError(
+        `Audience ${audience.name} has not been materialized yet: materialize it before exporting it`,
+      );
     const warehouse = await warehouses(deps).open(
       audienceTarget(deps, em, audience),
       `${audience.workspace.id}:target`,
@@ -374,40 +609,55 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       columns: exp.fieldMapping.map((m) => ({ name: m.destination, type: types.get(m.source) ?? 'text' })),
     };
     const total = audience.rowCount;
+    Object.assign(base, {
+      total_rows: total,
+      rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
+      source_table: table,
+      ...staleness(audience),
+    });
+    let delivery: { id: string; from: number } | undefined;
+    if (exp.destinationType === 'webhook') {
+      const id = deliveryId(table, exp);
+      const point = resumePoint(await lastDelivery(deps, em, exp, context), id, table);
+      delivery = { id, from: point.from };
+      Object.assign(base, {
+        delivery_id: id,
+        resumed_from_batch: point.from,
+        resumed_from_run_id: point.runId,
+        restarted_because: point.because,
+      });
+    }
     let lastWrite = 0;
     const progress = async (rows: number, extra: Record<string, unknown> = {}, force = false) => {
       if (!force && Date.now() - lastWrite < PROGRESS_EVERY_MS) return;
       lastWrite = Date.now();
       await context.progress({
         rows_exported: rows,
-        total_rows: total,
-        rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
         percent: total ? Math.min(100, Math.round((rows / total) * 100)) : null,
-        source_table: table,
+        ...base,
         ...extra,
       });
     };
+    // The delivery and where it starts are recorded before the first batch: a run that fails before
+    // sending one still hands the acknowledged batches on to the next.
+    await progress(0, delivery ? { batches_sent: delivery.from } : {}, true);
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
     if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context, progress);
     else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
-    else
-      outcome = await sendWebhook(deps, exp, source, context, Number(previous?.batches_sent ?? 0), progress);
-    await progress(
-      outcome.rows,
-      outcome.batches !== undefined ? { batches_sent: outcome.batches } : {},
-      true,
-    );
+    else outcome = await sendWebhook(deps, exp, source, context, delivery!, progress);
+    const final = {
+      rows_exported: outcome.rows,
+      ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
+    };
+    await progress(outcome.rows, final, true);
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'succeeded',
       lastError: null,
       rowsExported: outcome.rows,
       ...(outcome.filePath ? { filePath: outcome.filePath, fileSize: outcome.fileSize } : {}),
     });
-    return {
-      rows_exported: outcome.rows,
-      ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
-    };
-  } catch (error) {
+    return { ...final, ...base };
+  } catch (caught) {
     // Paused or cancelled while it ran: the failure is only the abort, and 'failed' would overwrite
     // the 'cancelled' the pause recorded. An attempt aborted otherwise (taken over, queue stopping)
     // fails as before, for the queue to decide.
@@ -419,6 +669,8 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       });
       throw new JobCancelledError(context.runId);
     }
+    const error =
+      table && missingTable(caught, table) ? await missingSourceError(em, audience, table) : caught;
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'failed',
       lastError: error instanceof Error ? error.message : String(error),

@@ -30,6 +30,34 @@ export function audienceTarget(deps: AppDeps, em: EntityManager, audience: Audie
 }
 
 /**
+ * Starts a materialization of the audience, or returns the one under way (one per audience). The
+ * audience reads `queued` until the run starts and sets its own status.
+ */
+export async function enqueueMaterialization(
+  deps: AppDeps,
+  em: EntityManager,
+  target: { audienceId: string; organizationId: string; workspaceId: string },
+) {
+  const { run, created } = await deps.jobs.enqueue(
+    MATERIALIZE_KIND,
+    { audience_id: target.audienceId },
+    {
+      organizationId: target.organizationId,
+      workspaceId: target.workspaceId,
+      singletonKey: target.audienceId,
+    },
+  );
+  if (created)
+    // Only while the run has not started: it sets its own status (and run id) when it does.
+    await em.execute(
+      `update audiences set materialization_status = 'queued', last_run_id = ?, updated_at = now()
+          where id = ? and last_run_id is distinct from ?`,
+      [run.id, target.audienceId, run.id],
+    );
+  return { run, created };
+}
+
+/**
  * Writes the members into a new versioned table and swaps the stable view onto it in the same
  * warehouse transaction, so readers see the old members or the new ones, never a half-written table;
  * the previous version is dropped in that transaction too.

@@ -4,7 +4,13 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { isFeatureEnabled, isFeatureEnabledFor } from '../../features.ts';
-import { hasUrlCredentials, maskUrlCredentials, outboundHttp, sameOrigin } from '../../outbound-http.ts';
+import {
+  hasUrlCredentials,
+  maskUrl,
+  outboundHttp,
+  restoreMaskedQuery,
+  sameOrigin,
+} from '../../outbound-http.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { EXPORT_KIND, headerProblem } from './audience-export.job.ts';
 import { isRunActive } from '../../jobs/queue.ts';
@@ -12,6 +18,7 @@ import { UUID, currentWorkspace, type WorkspaceEntity } from '../workspaces/work
 import { exportSelect } from './audiences-sql.ts';
 import {
   AudienceExport,
+  isStale,
   type AudienceEntity,
   type AudienceExportEntity,
   type ExportSchedule,
@@ -72,16 +79,26 @@ async function runsOf(
 }
 
 function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
-  const { password, headers, ...rest } = exp.destinationConfig as Record<string, unknown>;
+  const {
+    password,
+    headers,
+    sealed_url: _sealed,
+    ...rest
+  } = exp.destinationConfig as Record<string, unknown>;
   if (exp.destinationType === 'postgres') return { ...rest, password_set: !!password };
   if (exp.destinationType === 'webhook')
     return {
       ...rest,
-      // Saved before credentials in the URL were refused: they are a secret like the headers.
-      url: maskUrlCredentials(String(rest.url)),
+      // Stored masked; an export saved before its query values were sealed has them in `url`.
+      url: maskUrl(String(rest.url)),
       headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])),
     };
   return rest;
+}
+
+/** The webhook URL a destination sends to, query values included (sealed at rest). */
+function fullUrl(secrets: CallerScope['deps']['secrets'], config: Record<string, unknown>): string {
+  return config.sealed_url ? secrets.decrypt(String(config.sealed_url)) : String(config.url);
 }
 
 /**
@@ -97,6 +114,8 @@ export async function exportViews(
   exports: AudienceExportEntity[],
 ) {
   const runIds = (list: AudienceExportEntity[]) => list.map((e) => e.lastRunId).filter(Boolean) as string[];
+  // A view shows whether its audience is stale (loaded already where the routes found the audience).
+  await em.populate(exports, ['audience']);
   const runs = await runsOf(em, organizationId, runIds(exports));
   const ended = (e: AudienceExportEntity) => {
     const run = runs.get(e.lastRunId ?? '');
@@ -116,9 +135,10 @@ export async function exportViews(
 }
 
 function exportView(exp: AudienceExportEntity, run?: RunRow) {
+  const audience = exp.audience;
   return {
     id: exp.id,
-    audience_id: exp.audience.id,
+    audience_id: audience.id,
     name: exp.name,
     destination_type: exp.destinationType,
     destination: maskedDestination(exp),
@@ -128,6 +148,10 @@ function exportView(exp: AudienceExportEntity, run?: RunRow) {
     next_run_at: exp.nextRunAt ?? null,
     last_run: runView(run),
     rows_exported: exp.rowsExported ?? null,
+    // What a run would send now: a stale audience's members are those of its previous definition.
+    audience_stale: isStale(audience),
+    audience_materialized_at: audience.materializedAt ?? null,
+    audience_definition_changed_at: audience.definitionChangedAt ?? null,
     file:
       exp.destinationType === 'csv' && exp.filePath
         ? { size: exp.fileSize ?? null, download_url: downloadUrl(exp.id) }
@@ -241,6 +265,17 @@ async function storedDestination(
     await outboundHttp(scope.deps.env).checkDestination(input.url, 'The webhook URL');
     const oldHeaders = (previous?.type === 'webhook' ? previous.headers : {}) as Record<string, string>;
     const sameHost = previous?.type === 'webhook' && sameOrigin(String(previous.url), input.url);
+    // Query values sent back masked keep the stored ones, on the same origin only (as headers do).
+    const { url, restored, missing } = restoreMaskedQuery(
+      input.url,
+      previous?.type === 'webhook' ? fullUrl(scope.deps.secrets, previous) : null,
+    );
+    if (missing.length) {
+      const message = `The webhook URL has no stored value for query parameter ${missing[0]}: give it again`;
+      throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['destination', 'url'], message }] });
+    }
+    if (restored.length && !sameHost)
+      throw movedSecret(`value of query parameter ${restored[0]}`, ['destination', 'url']);
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(input.headers ?? {})) {
       if (MASKED.test(value) && oldHeaders[name]) {
@@ -248,7 +283,15 @@ async function storedDestination(
         headers[name] = oldHeaders[name];
       } else headers[name] = scope.deps.secrets.encrypt(value);
     }
-    return { ...input, headers };
+    // Every query value may be a key (`?token=…`): the URL is kept sealed like the headers, and `url`
+    // holds it masked, which is all an API caller is shown.
+    const shown = maskUrl(url);
+    return {
+      ...input,
+      url: shown,
+      ...(shown !== url ? { sealed_url: scope.deps.secrets.encrypt(url) } : {}),
+      headers,
+    };
   }
   return { ...input };
 }
@@ -444,7 +487,9 @@ export async function runDueExports(deps: AppDeps, now = new Date()): Promise<{ 
     if (!(await isFeatureEnabledFor(em, exp.organization.id, 'audience_exports'))) continue;
     const { run } = await deps.jobs.enqueue(
       EXPORT_KIND,
-      { export_id: exp.id },
+      // When the schedule started it (the clock, not `now`, which a caller may set ahead): the run
+      // materializes the audience first unless it was materialized since.
+      { export_id: exp.id, scheduled_at: new Date().toISOString() },
       { organizationId: exp.organization.id, workspaceId: exp.workspace.id, singletonKey: exp.id },
     );
     exp.lastRunId = run.id;

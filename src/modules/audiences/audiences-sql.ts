@@ -101,6 +101,9 @@ export async function memberSelect(
 /**
  * What an export reads: the mapped columns under their destination names, in a stable order (the
  * identifier columns), so a preview and a run list the same rows first and webhook batches line up.
+ * Rows sharing identifier values (two contacts with one e-mail) are ordered by the mapped columns'
+ * text after that: every read of one materialized table cuts the same batches, which a rerun that
+ * resumes after the batches a webhook acknowledged relies on. Rows equal in all of them send the same.
  */
 export function exportSelect(
   relation: { schema: string; name: string },
@@ -109,8 +112,13 @@ export function exportSelect(
   limit?: number,
 ): string {
   const columns = mapping.map((m) => `${quoteIdent(m.source)} as ${quoteIdent(m.destination)}`).join(', ');
-  const order = orderBy.length ? ` order by ${orderBy.map(quoteIdent).join(', ')}` : '';
-  return `select ${columns} from ${qualifiedName(relation.schema, relation.name)}${order}${limit ? ` limit ${Math.floor(limit)}` : ''}`;
+  const ties = [...new Set(mapping.map((m) => m.source))]
+    .filter((c) => !orderBy.includes(c))
+    // As text: a json column has no ordering of its own.
+    .map((c) => `${qualifiedName('audience_rows', c)}::text`);
+  const keys = [...orderBy.map((c) => qualifiedName('audience_rows', c)), ...ties];
+  const order = orderBy.length ? ` order by ${keys.join(', ')}` : '';
+  return `select ${columns} from ${qualifiedName(relation.schema, relation.name)} as audience_rows${order}${limit ? ` limit ${Math.floor(limit)}` : ''}`;
 }
 
 /**

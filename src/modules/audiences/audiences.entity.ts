@@ -46,6 +46,11 @@ export const Audience = defineEntity({
     attributeColumns: p.json<string[]>(),
     /** Bumped by every definition change; a materialization of an older version is stale. */
     definitionVersion: p.integer().default(1),
+    /** When `definitionVersion` last changed; null for an audience changed before this was recorded. */
+    definitionChangedAt: p
+      .datetime()
+      .nullable()
+      .onCreate(() => new Date()),
     materializationStatus: p.enum(MATERIALIZATION_STATUSES).default('never'),
     materializedVersion: p.integer().nullable(),
     /** The versioned table holding the members, e.g. `a_<id>_v3`, in schema `materializedSchema`. */
@@ -71,6 +76,13 @@ export const Audience = defineEntity({
 });
 
 export type AudienceEntity = InferEntity<typeof Audience>;
+
+/** Whether the definition changed since the last successful materialization (its members may differ). */
+export function isStale(
+  audience: Pick<AudienceEntity, 'materializedVersion' | 'definitionVersion'>,
+): boolean {
+  return audience.materializedVersion != null && audience.materializedVersion !== audience.definitionVersion;
+}
 
 export const AudienceExport = defineEntity({
   name: 'AudienceExport',

@@ -252,7 +252,7 @@ const runView = z.object({
   run_id: z.string(),
   status: z.string(),
   progress: jsonObject.describe(
-    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), percent; webhooks: batches_sent",
+    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), percent, source_table (the materialization sent), audience_stale with audience_materialized_at and audience_definition_changed_at (the audience's definition changed since that materialization); scheduled runs that materialized first: materialize_run_id, materialized_because; webhooks: batches_sent (acknowledged), delivery_id (the data and its cut: the middle of the idempotency keys <export>:<delivery>:<batch>), resumed_from_batch and resumed_from_run_id (batches an earlier attempt or run of the same delivery had delivered, not sent again), restarted_because (why an earlier delivery was not continued)",
   ),
   error: z.string().nullable(),
   started_at: timestamp.nullable(),
@@ -271,6 +271,15 @@ const exportOutput = z.object({
   next_run_at: timestamp.nullable(),
   last_run: runView.nullable(),
   rows_exported: z.number().int().nullable(),
+  audience_stale: z
+    .boolean()
+    .describe(
+      "The audience's definition changed since it was materialized: a manual run sends the members of the previous definition (a scheduled run materializes first)",
+    ),
+  audience_materialized_at: timestamp.nullable(),
+  audience_definition_changed_at: timestamp
+    .nullable()
+    .describe('When the definition last changed; null if before this was recorded'),
   file: z
     .object({ size: z.number().int().nullable(), download_url: z.string() })
     .nullable()

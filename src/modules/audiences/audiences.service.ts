@@ -6,7 +6,7 @@ import { organizationOf } from '../../auth/tenancy.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { assertReadOnlySql } from '../../warehouse/sql-guard.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
-import { MATERIALIZE_KIND } from './audience-materialize.job.ts';
+import { enqueueMaterialization } from './audience-materialize.job.ts';
 import { exportFilePath } from './audience-export.job.ts';
 import {
   UUID,
@@ -19,7 +19,7 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { compileRules } from './audiences-rules.ts';
 import { qualifiedName, schemaTable } from './audiences-sql.ts';
-import { Audience, AudienceExport, type AudienceEntity } from './audiences.entity.ts';
+import { Audience, AudienceExport, isStale, type AudienceEntity } from './audiences.entity.ts';
 
 // ---- shared look-ups ----
 
@@ -62,10 +62,6 @@ export async function findAudience(scope: CallerScope, id: string, workspace?: W
   });
   if (!audience) throw notFound('Audience');
   return { audience, workspace: ws };
-}
-
-function isStale(audience: AudienceEntity): boolean {
-  return audience.materializedVersion != null && audience.materializedVersion !== audience.definitionVersion;
 }
 
 function audienceView(audience: AudienceEntity) {
@@ -323,6 +319,7 @@ export async function updateAudience(
       Object.assign(audience, next);
       // The materialized members no longer match: stale until the next materialization.
       audience.definitionVersion += 1;
+      audience.definitionChangedAt = new Date();
     }
   }
   await scope.em.flush();
@@ -381,18 +378,11 @@ export async function deleteAudience(scope: CallerScope, id: string) {
 export async function materialize(scope: CallerScope, id: string) {
   const { audience, workspace } = await findAudience(scope, id);
   audienceWarehouseConfig(scope, workspace, audience);
-  const { run, created } = await scope.deps.jobs.enqueue(
-    MATERIALIZE_KIND,
-    { audience_id: audience.id },
-    { organizationId: organizationOf(scope.principal), workspaceId: workspace.id, singletonKey: audience.id },
-  );
-  if (created)
-    // Only while the run has not started: it sets its own status (and run id) when it does.
-    await scope.em.execute(
-      `update audiences set materialization_status = 'queued', last_run_id = ?, updated_at = now()
-          where id = ? and last_run_id is distinct from ?`,
-      [run.id, audience.id, run.id],
-    );
+  const { run, created } = await enqueueMaterialization(scope.deps, scope.em, {
+    audienceId: audience.id,
+    organizationId: organizationOf(scope.principal),
+    workspaceId: workspace.id,
+  });
   return { audience_id: audience.id, run_id: run.id, status: run.status, created };
 }
 
