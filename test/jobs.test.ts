@@ -171,6 +171,47 @@ describe('job queue', () => {
     expect((await jobs.enqueue(kind, {}, { ...org(), singletonKey: 'k' })).created).toBe(true);
   });
 
+  it('a run past its point of no return (succeed) is not cancelled; one cancelled first cannot pass it', async () => {
+    const kind = unique('commit-');
+    const committed = gate();
+    const release = gate();
+    const cancelled = gate();
+    const outcomes: string[] = [];
+    await jobs.register<{ cancelFirst: boolean }>(kind, async (payload, context) => {
+      if (payload.cancelFirst) await cancelled.opened;
+      try {
+        await context.succeed();
+      } catch (error) {
+        outcomes.push((error as Error).name);
+        throw error;
+      }
+      committed.open();
+      if (!payload.cancelFirst) await release.opened;
+      // Still able to report after it: the run is its own until the handler returns.
+      await context.progress({ step: 'visible' });
+      outcomes.push('finished');
+      return { files: 1 };
+    });
+    const late = (await jobs.enqueue(kind, { cancelFirst: false }, org())).run;
+    await committed.opened;
+    // The cancel comes after the point of no return: it changes nothing.
+    expect((await jobs.cancel(late.id, tenant.organization.id))?.status).toBe('succeeded');
+    release.open();
+    const done = await waitFor(jobs, late.id, () => outcomes.includes('finished'));
+    await expect
+      .poll(async () => (await jobs.getRun(late.id, tenant.organization.id))?.result)
+      .toEqual({ files: 1 });
+    expect(done.status).toBe('succeeded');
+    expect((await jobs.getRun(late.id, tenant.organization.id))?.progress).toEqual({ step: 'visible' });
+
+    const early = (await jobs.enqueue(kind, { cancelFirst: true }, org())).run;
+    await waitFor(jobs, early.id, (r) => r.status === 'running');
+    expect((await jobs.cancel(early.id, tenant.organization.id))?.status).toBe('cancelled');
+    cancelled.open();
+    await expect.poll(() => outcomes).toContain('JobCancelledError');
+    expect((await jobs.getRun(early.id, tenant.organization.id))?.status).toBe('cancelled');
+  });
+
   it('keeps a run across a queue restart: the next process finishes it', async () => {
     const kind = unique('restart-');
     const connection = jobQueueConnection(server.db);

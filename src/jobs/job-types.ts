@@ -19,6 +19,14 @@ export interface JobContext {
   signal: AbortSignal;
   /** Records progress (e.g. `{ rows_written }`); throws JobCancelledError once the run was cancelled. */
   progress(progress: Record<string, unknown>): Promise<void>;
+  /**
+   * The point of no return, for a handler whose last step makes its work visible (a file moved into
+   * place): the run is recorded succeeded now, so a cancel arriving later finds it finished and
+   * changes nothing, instead of a cancelled run beside a delivered file. Throws JobCancelledError
+   * when the run was cancelled first. A failure after it fails the run for good; the handler's
+   * result is still recorded when it returns.
+   */
+  succeed(): Promise<void>;
 }
 
 export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (

@@ -211,7 +211,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     // Cancelled (or deleted with its organization) while it waited: nothing to do.
     const row = claimed ? await findRun(fork(), { id: runId }) : null;
     if (!row) return null;
-    const own = { id: runId, status: 'running' as const, retryCount: attempt };
+    // The attempt's rows: running, or succeeded once its handler passed the point of no return.
+    const own: { id: string; status: 'running' | 'succeeded'; retryCount: number } = {
+      id: runId,
+      status: 'running',
+      retryCount: attempt,
+    };
     const flight: InFlight = { controller: new AbortController(), final: attempt >= job.retryLimit };
     inFlight.set(runId, flight);
     const heartbeat = setInterval(
@@ -238,18 +243,32 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
           throw new JobCancelledError(runId);
         }
       },
+      async succeed() {
+        if (own.status === 'succeeded') return;
+        if ((await updateRun(own, { status: 'succeeded', error: null, finishedAt: now() })) === 0) {
+          flight.controller.abort();
+          throw new JobCancelledError(runId);
+        }
+        own.status = 'succeeded';
+      },
     };
     logger.info({ runId, kind, attempt: context.attempt }, 'job run started');
     try {
       const result = await registration.handler(row.payload ?? {}, context);
-      await updateRun(own, { status: 'succeeded', result: result ?? null, error: null, finishedAt: now() });
+      await updateRun(own, {
+        status: 'succeeded',
+        result: result ?? null,
+        error: null,
+        ...(own.status === 'running' ? { finishedAt: now() } : {}),
+      });
       logger.info({ runId, kind }, 'job run succeeded');
       return null;
     } catch (error) {
       if (error instanceof JobCancelledError) return null;
       const message = errorMessage(error);
       // A failure that would repeat (bad SQL, a duplicate key) ends the run now: no retry.
-      const permanent = error instanceof PermanentJobError;
+      // Past the point of no return the run cannot go back to the queue.
+      const permanent = error instanceof PermanentJobError || own.status === 'succeeded';
       const final = flight.final || permanent;
       // With retries left the run waits for the next attempt (still active: the singleton holds).
       await updateRun(own, {

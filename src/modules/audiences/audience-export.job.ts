@@ -113,6 +113,8 @@ async function writeCsv(
     // (pause, cancellation): a stream destroyed with a write pending must never be left to emit an
     // 'error' that nothing listens to, which would end the whole process. It also applies backpressure.
     await pipeline(chunks(), file.createWriteStream(), { signal: context.signal });
+    // A pause from here on finds the run finished: the file and the run's status agree.
+    await context.succeed();
     await rename(partial, path);
   } catch (error) {
     await file.close().catch(() => undefined);
