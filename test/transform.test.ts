@@ -471,7 +471,8 @@ describe('dbt project', () => {
       data_tests: [{ accepted_values: { values: ['GOLD', 'BASIC'] } }],
     });
     expect(column('external_id').data_tests).toEqual([
-      { relationships: { to: "ref('identities')", field: 'id' } },
+      // Quoted: dbt's test writes the field as given, and the model names its columns quoted.
+      { relationships: { to: "ref('identities')", field: '"id"' } },
     ]);
     expect(column('country').data_tests).toBeUndefined();
     expect(parseYaml(file('models/sources.yml'))).toEqual({

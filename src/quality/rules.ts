@@ -107,13 +107,22 @@ export interface ColumnTests {
   config: ColumnTestConfig;
 }
 
+/** A key of several columns: unique as a combination (src/quality/table-tests.ts). */
+export interface KeyTest {
+  columns: string[];
+  severity: Severity;
+}
+
 interface TestPlanItem {
-  column: string;
+  /** null for the key's combination, a test of the table. */
+  column: string | null;
   check: string;
   threshold: CheckResult['threshold'];
   severity: Severity;
   /** unique and accepted_values count values, as dbt does; the rows holding them are told beside. */
   counts?: 'repeat' | 'are not accepted';
+  /** What the message names: the column, or the key's columns. */
+  label: string;
 }
 
 interface ColumnTestsQuery {
@@ -132,8 +141,14 @@ interface ColumnTestsQuery {
  *     (dbt writes `col not in ('a', 'b')`: 1.50 is the accepted 1.5);
  *   - relationships: the rows (not null) whose value the referenced column does not hold.
  * range and regex are not in the project: the rows (not null) outside the bounds, not matching.
+ * A composite key (the project's singular test tests/<table>_primary_key.sql) counts the repeated
+ * combinations, nulls included, as its `group by … having count(*) > 1` returns them.
  */
-function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTestsQuery | null {
+function buildColumnTestsQuery(
+  table: TableRef,
+  tests: ColumnTests[],
+  key: KeyTest | null,
+): ColumnTestsQuery | null {
   const params: unknown[] = [];
   const param = (value: unknown) => {
     params.push(value);
@@ -150,7 +165,7 @@ function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTes
   for (const { column, config: raw } of tests) {
     const config = columnTestConfigSchema.parse(raw);
     const c = quoteIdent(column);
-    const base = { column, severity: config.severity };
+    const base = { column, label: column, severity: config.severity };
     if (config.not_null)
       add({ ...base, check: 'not_null', threshold: 0 }, `count(*) filter (where ${c} is null)`);
     if (config.unique) {
@@ -208,6 +223,22 @@ function buildColumnTestsQuery(table: TableRef, tests: ColumnTests[]): ColumnTes
         `count(*) filter (where ${c} is not null and ${c}::text !~ ${param(config.regex)})`,
       );
   }
+  if (key) {
+    const i = plan.length;
+    const columns = key.columns.map(quoteIdent).join(', ');
+    ctes.push(
+      `select count(*) as t${i}, coalesce(sum(n), 0) as r${i} from (select count(*) as n` +
+        ` from ${qualified(table)} group by ${columns} having count(*) > 1) as repeated`,
+    );
+    plan.push({
+      column: null,
+      label: `(${key.columns.join(', ')})`,
+      check: 'primary_key',
+      threshold: 0,
+      severity: key.severity,
+      counts: 'repeat',
+    });
+  }
   if (plan.length === 0) return null;
   const counts = `select ${['count(*) as total', ...select].join(',\n  ')}\nfrom ${qualified(table)}`;
   const sql = ctes.length
@@ -234,10 +265,10 @@ function parseColumnTestsRow(query: ColumnTestsQuery, row: Record<string, unknow
       severity: item.severity,
       message:
         failing === 0
-          ? `${item.check} holds on ${table}.${item.column}`
+          ? `${item.check} holds on ${table}.${item.label}`
           : item.counts
-            ? `${failing} value(s) of ${table}.${item.column} ${item.counts}: ${item.check} fails (${held} row(s) hold them)`
-            : `${failing} row(s) of ${table} fail ${item.check} on ${item.column}`,
+            ? `${failing} value(s) of ${table}.${item.label} ${item.counts}: ${item.check} fails (${held} row(s) hold them)`
+            : `${failing} row(s) of ${table} fail ${item.check} on ${item.label}`,
     };
   });
 }
@@ -246,8 +277,9 @@ export async function runColumnTests(
   runner: SqlRunner,
   table: TableRef,
   tests: ColumnTests[],
+  key: KeyTest | null = null,
 ): Promise<CheckResult[]> {
-  const query = buildColumnTestsQuery(table, tests);
+  const query = buildColumnTestsQuery(table, tests, key);
   if (!query) return [];
   const { rows } = await runner.query(query.sql, query.params);
   return parseColumnTestsRow(query, rows[0]);

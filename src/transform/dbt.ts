@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { stringify } from 'yaml';
+import { parse as parseYaml, stringify } from 'yaml';
 import { AppError } from '../app-error.ts';
 import {
   planMapping,
@@ -12,26 +12,26 @@ import { selectSqlFromPlan } from './sql.ts';
 import { POSTGRES_TYPES } from '../warehouse/types.ts';
 import { quoteIdent } from '../warehouse/postgres.ts';
 import { PROFILE_TABLE, goldenRecordSelect, type GoldenRecordOptions } from '../quality/golden-records.ts';
+import type { ColumnTestConfig } from '../quality/rules.ts';
+import { tableTests } from '../quality/table-tests.ts';
 
 /*
  * The transformation project (DESIGN §5): a dbt-compatible tree generated from the committed
  * mappings and the target schema. Pure functions: the caller stores or zips the files.
  *
- * Column tests come from the column test configs (`tests` on a schema.json column, or passed in):
- * `{ not_null?: true, unique?: true, accepted_values?: [..] | { values: [..] },
- *    relationships?: { to: '<target table>', field: '<column>' } }`. Primary-key columns always get
- * not_null and NOT NULL columns get not_null, because the database enforces them too. A one-column
- * key gets `unique`; a composite key is unique only as a combination (one order has several lines),
- * so it gets a singular test of its own, `tests/<table>_primary_key.sql`, which needs no package.
+ * A table's tests are the list of src/quality/table-tests.ts, the one the monitoring runner runs:
+ * each column's `tests` (from schema.json, or passed in) plus not_null on key and NOT NULL columns
+ * and unique on a one-column key; a composite key is unique only as a combination, a singular test
+ * of its own, `tests/<table>_primary_key.sql`, which needs no package. range and regex have no
+ * dbt test and stay monitoring's.
+ *
+ * Names and values are written so that dbt reads them as they are (see dbtText and the sources):
+ * columns are `quote: true` (the model names each one quoted); relationships' `field`, which dbt's
+ * test writes as given, is written quoted; accepted values double their single quotes, which dbt's
+ * test puts between quotes as given; source and table names that are no plain dbt names get one,
+ * their real schema and identifier written beside (pre-quoted when they hold a double quote, which
+ * dbt does not escape).
  */
-
-interface ColumnTestConfig {
-  not_null?: boolean;
-  unique?: boolean;
-  accepted_values?: unknown[] | { values: unknown[]; quote?: boolean };
-  relationships?: { to: string; field: string };
-  [key: string]: unknown;
-}
 
 export interface DbtModelInput {
   mapping: Mapping;
@@ -55,8 +55,6 @@ export interface ProjectFile {
   content: string;
 }
 
-type DataTest = string | Record<string, unknown>;
-
 function dbtName(name: string): string {
   const cleaned = name.toLowerCase().replace(/[^a-z0-9_]/g, '_');
   return /^[a-z_]/.test(cleaned) ? cleaned : `_${cleaned}`;
@@ -64,27 +62,174 @@ function dbtName(name: string): string {
 
 const jinjaString = (value: string) => `'${value.replaceAll('\\', '\\\\').replaceAll("'", "\\'")}'`;
 
-function dataTests(
-  config: ColumnTestConfig | undefined,
-  implied: { unique: boolean; notNull: boolean },
-): DataTest[] {
-  const tests: DataTest[] = [];
-  if (implied.unique || config?.unique) tests.push('unique');
-  if (implied.notNull || config?.not_null) tests.push('not_null');
-  const accepted = config?.accepted_values;
-  if (accepted) {
-    const values = Array.isArray(accepted) ? accepted : accepted.values;
-    const quote = Array.isArray(accepted) ? undefined : accepted.quote;
-    tests.push({ accepted_values: { values, ...(quote === undefined ? {} : { quote }) } });
+/**
+ * A YAML string dbt reads as this very text. dbt renders test arguments and most schema.yml and
+ * sources.yml values as Jinja (a value holding `{{`, `{%`, `{#` and their closings), and calls
+ * ref(), source(), var(), env_var() and doc() written bare: such a value is given as a Jinja string
+ * expression instead, which renders to itself.
+ */
+function dbtText(value: string): string {
+  return /\{[{%#]|[#%}]\}/.test(value) || /^\s*(env_var|ref|var|source|doc)\s*\(/.test(value)
+    ? `{{ ${jinjaString(value)} }}`
+    : value;
+}
+
+/** The text dbtText wrote, or a Jinja string expression's value. */
+function readDbtText(value: string): string {
+  const m = /^\{\{ '((?:[^'\\]|\\.)*)' \}\}$/s.exec(value);
+  return m ? m[1].replace(/\\(.)/gs, '$1') : value;
+}
+
+/** Model SQL as Jinja reads it: a `{` opening a Jinja tag in the SQL (a name, a literal) is printed. */
+const escapeJinja = (sql: string) => sql.replace(/\{(?=[{%#])/g, "{{ '{' }}");
+
+const DBT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** A dbt name for a source or table: itself when plain, else a readable one made unique by a hash. */
+function sourceName(name: string): string {
+  if (DBT_NAME.test(name)) return name;
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, 8);
+  return `${dbtName(name).slice(0, 40)}_${hash}`;
+}
+
+/** The sources the models read, named for dbt; `source()` calls and sources.yml come from here. */
+class Sources {
+  private readonly schemas = new Map<string, Set<string>>();
+
+  use(schema: string, table: string): string {
+    if (!this.schemas.has(schema)) this.schemas.set(schema, new Set());
+    this.schemas.get(schema)!.add(table);
+    return `{{ source(${jinjaString(sourceName(schema))}, ${jinjaString(sourceName(table))}) }}`;
   }
-  if (config?.relationships)
+
+  yml() {
+    // dbt quotes a name between double quotes without doubling one inside: such a name is written
+    // quoted, with quoting off.
+    const quoted = (name: string) => (name.includes('"') ? quoteIdent(name) : name);
+    return {
+      version: 2,
+      sources: [...this.schemas.keys()].sort().map((schema) => ({
+        name: sourceName(schema),
+        schema: dbtText(quoted(schema)),
+        ...(schema.includes('"') ? { quoting: { schema: false } } : {}),
+        tables: [...this.schemas.get(schema)!].sort().map((table) => ({
+          name: sourceName(table),
+          ...(sourceName(table) === table ? {} : { identifier: dbtText(quoted(table)) }),
+          ...(table.includes('"') ? { quoting: { identifier: false } } : {}),
+        })),
+      })),
+    };
+  }
+}
+
+/** SQL written by `write`, its `{{ source() }}` calls inserted after the rest is Jinja-escaped. */
+function modelSql(write: (source: (schema: string, table: string) => string) => string, sources: Sources) {
+  const calls: string[] = [];
+  // NUL cannot occur in SQL text, so the placeholders cannot clash with the SQL around them.
+  const sql = write((schema, table) => `\0${calls.push(sources.use(schema, table)) - 1}\0`);
+  return escapeJinja(sql).replace(/\0(\d+)\0/g, (_, i: string) => calls[Number(i)]);
+}
+
+export type DataTest = string | Record<string, unknown>;
+
+function dataTests(config: ColumnTestConfig): DataTest[] {
+  const tests: DataTest[] = [];
+  if (config.unique) tests.push('unique');
+  if (config.not_null) tests.push('not_null');
+  if (config.accepted_values)
+    tests.push({
+      accepted_values: {
+        values: config.accepted_values.map((v) =>
+          typeof v === 'string' ? dbtText(v.replaceAll("'", "''")) : v,
+        ),
+      },
+    });
+  if (config.relationships)
     tests.push({
       relationships: {
         to: `ref(${jinjaString(config.relationships.to)})`,
-        field: config.relationships.field,
+        field: dbtText(quoteIdent(config.relationships.field)),
       },
     });
   return tests;
+}
+
+/** A data test of schema.yml as dimas reads it back: the values and names it was written from. */
+export interface ReadDataTest {
+  kind: string;
+  /** accepted_values: the values compared. */
+  values?: unknown[];
+  /** relationships: the referenced model and column. */
+  to?: string;
+  field?: string;
+}
+
+export function readDataTest(test: DataTest): ReadDataTest {
+  const kind = typeof test === 'string' ? test : Object.keys(test)[0];
+  const args = (typeof test === 'string' ? {} : (test[kind] ?? {})) as Record<string, unknown>;
+  const text = (v: unknown) => (typeof v === 'string' ? readDbtText(v) : v);
+  if (kind === 'accepted_values') {
+    const quote = args.quote !== false;
+    const values = (Array.isArray(args.values) ? args.values : []).map(text);
+    return {
+      kind,
+      values: values.map((v) => (quote && typeof v === 'string' ? v.replaceAll("''", "'") : v)),
+    };
+  }
+  if (kind === 'relationships') {
+    const to = /^ref\('((?:[^'\\]|\\.)*)'\)$/.exec(String(args.to ?? ''))?.[1];
+    const field = text(args.field);
+    return {
+      kind,
+      ...(to === undefined ? {} : { to: to.replace(/\\(.)/g, '$1') }),
+      // A project generated before fields were quoted wrote the bare name.
+      ...(typeof field === 'string'
+        ? { field: /^".*"$/s.test(field) ? field.slice(1, -1).replaceAll('""', '"') : field }
+        : {}),
+    };
+  }
+  return { kind };
+}
+
+/**
+ * A generated model or test as the database runs it: `{{ source() }}` calls resolved through the
+ * project's sources.yml to the tables they name, `{{ ref() }}` calls by `ref` (left when it gives
+ * null), and the Jinja-escaped text printed back.
+ */
+export function resolveProjectSql(
+  files: ProjectFile[],
+  sql: string,
+  ref: (model: string) => string | null = () => null,
+): string {
+  const yml = parseYaml(files.find((f) => f.path === 'models/sources.yml')?.content ?? '') as {
+    sources?: {
+      name: string;
+      schema?: string;
+      quoting?: { schema?: boolean };
+      tables?: { name: string; identifier?: string; quoting?: { identifier?: boolean } }[];
+    }[];
+  } | null;
+  const real = (value: string, quoting: boolean | undefined) =>
+    quoting === false ? value : quoteIdent(value);
+  const relation = (sourceName: string, tableName: string): string | null => {
+    const source = yml?.sources?.find((s) => s.name === sourceName);
+    const table = source?.tables?.find((t) => t.name === tableName);
+    if (!source || !table) return null;
+    return (
+      `${real(readDbtText(source.schema ?? source.name), source.quoting?.schema)}.` +
+      real(readDbtText(table.identifier ?? table.name), table.quoting?.identifier)
+    );
+  };
+  const arg = `'((?:[^'\\\\]|\\\\.)*)'`;
+  const unescape = (s: string) => s.replace(/\\(.)/g, '$1');
+  return sql.replace(
+    new RegExp(`\\{\\{\\s*(?:source\\(${arg},\\s*${arg}\\)|ref\\(${arg}\\)|(${arg}))\\s*\\}\\}`, 'g'),
+    (whole, schema?: string, table?: string, model?: string, literal?: string, text?: string) => {
+      if (schema !== undefined) return relation(unescape(schema), unescape(table!)) ?? whole;
+      if (model !== undefined) return ref(unescape(model)) ?? whole;
+      return literal === undefined ? whole : unescape(text!);
+    },
+  );
 }
 
 /** A fingerprint of what the project is generated from, so drift can be detected later. */
@@ -132,17 +277,15 @@ export async function generateDbtProject(options: DbtProjectOptions): Promise<Pr
   const plans: MappingPlan[] = [];
   for (const m of models) plans.push(await planMapping(m.mapping, m.target, options));
 
-  const sources = new Map<string, Set<string>>();
+  const sources = new Sources();
   const files: ProjectFile[] = [];
   for (const plan of plans) {
-    const { sql } = selectSqlFromPlan(plan, {
-      renderTable: (table) => {
-        const schema = table.schema ?? defaultSchema;
-        if (!sources.has(schema)) sources.set(schema, new Set());
-        sources.get(schema)!.add(table.name);
-        return `{{ source(${jinjaString(schema)}, ${jinjaString(table.name)}) }}`;
-      },
-    });
+    const sql = modelSql(
+      (source) =>
+        selectSqlFromPlan(plan, { renderTable: (table) => source(table.schema ?? defaultSchema, table.name) })
+          .sql,
+      sources,
+    );
     files.push({
       path: `models/${plan.target.name}.sql`,
       content: `-- Generated by dimas from the mapping of ${plan.target.name}; regenerate instead of editing.\n${sql}\n`,
@@ -151,15 +294,14 @@ export async function generateDbtProject(options: DbtProjectOptions): Promise<Pr
 
   const profile = options.identityProfile;
   if (profile) {
-    const use = (schema: string, table: string) => {
-      if (!sources.has(schema)) sources.set(schema, new Set());
-      sources.get(schema)!.add(table);
-      return `{{ source(${jinjaString(schema)}, ${jinjaString(table)}) }}`;
-    };
-    const sql = goldenRecordSelect(profile, {
-      graph: (table) => use(profile.schema, table),
-      source: (table) => use(table.schema, table.name),
-    });
+    const sql = modelSql(
+      (source) =>
+        goldenRecordSelect(profile, {
+          graph: (table) => source(profile.schema, table),
+          source: (table) => source(table.schema, table.name),
+        }),
+      sources,
+    );
     files.push({
       path: `models/${PROFILE_TABLE}.sql`,
       content: `-- Generated by dimas from the identity graph's last build; regenerate instead of editing.\n${sql}\n`,
@@ -194,7 +336,7 @@ export async function generateDbtProject(options: DbtProjectOptions): Promise<Pr
             },
             ...profile.fields.map((f) => ({
               name: f.name,
-              description: `rule: ${f.rule}`,
+              description: dbtText(`rule: ${f.rule}`),
               data_type: 'text',
               quote: true,
             })),
@@ -203,47 +345,58 @@ export async function generateDbtProject(options: DbtProjectOptions): Promise<Pr
         },
       ]
     : [];
+
+  // The tests of each table, with the column tests passed in over the schema's.
+  const tests = new Map(
+    plans.map((plan) => {
+      const extra = options.columnTests?.[plan.target.name] ?? {};
+      return [
+        plan.target.name,
+        tableTests({
+          ...plan.target,
+          columns: plan.target.columns.map((c) =>
+            extra[c.name]
+              ? { ...c, tests: { ...((c.tests as object | undefined) ?? {}), ...extra[c.name] } }
+              : c,
+          ),
+        }),
+      ];
+    }),
+  );
   // The composite keys' uniqueness, as singular tests: rows returned are the duplicated combinations.
-  const keyTests: ProjectFile[] = plans
-    .filter((plan) => (plan.target.primary_key ?? []).length > 1)
-    .map((plan) => {
-      const columns = plan.target.primary_key!.map(quoteIdent).join(', ');
-      return {
+  const keyTests: ProjectFile[] = plans.flatMap((plan) => {
+    const key = tests.get(plan.target.name)!.key;
+    if (!key) return [];
+    const columns = key.columns.map(quoteIdent).join(', ');
+    return [
+      {
         path: `tests/${plan.target.name}_primary_key.sql`,
         content:
           `-- Generated by dimas: the primary key of ${plan.target.name} is unique as a combination; regenerate instead of editing.\n` +
-          `select ${columns}, count(*) as duplicates\nfrom {{ ref(${jinjaString(plan.target.name)}) }}\n` +
-          `group by ${columns}\nhaving count(*) > 1\n`,
-      };
-    });
+          `select ${escapeJinja(columns)}, count(*) as duplicates\nfrom {{ ref(${jinjaString(plan.target.name)}) }}\n` +
+          `group by ${escapeJinja(columns)}\nhaving count(*) > 1\n`,
+      },
+    ];
+  });
 
   const schemaYml = {
     version: 2,
     models: [
       ...plans.map((plan) => {
-        const primaryKey = new Set(plan.target.primary_key ?? []);
-        const singleKey = primaryKey.size === 1;
+        const tableTests = tests.get(plan.target.name)!;
         return {
           name: plan.target.name,
-          description: plan.target.description ?? '',
+          description: dbtText(plan.target.description ?? ''),
           columns: plan.columns.map((column) => {
-            const schemaColumn = plan.target.columns.find((c) => c.name === column.name);
-            const config = {
-              ...((schemaColumn?.tests as ColumnTestConfig | undefined) ?? {}),
-              ...(options.columnTests?.[plan.target.name]?.[column.name] ?? {}),
-            };
-            const inKey = primaryKey.has(column.name);
-            const tests = dataTests(config, {
-              unique: inKey && singleKey,
-              notNull: inKey || !column.nullable,
-            });
+            const config = tableTests.columns.find((c) => c.column === column.name)?.config;
+            const data = config ? dataTests(config) : [];
             return {
               name: column.name,
-              description: column.description ?? '',
+              description: dbtText(column.description ?? ''),
               data_type: POSTGRES_TYPES[column.type],
               // The model names every column quoted (`AS "UserId"`): dbt's tests must too.
               quote: true,
-              ...(tests.length ? { data_tests: tests } : {}),
+              ...(data.length ? { data_tests: data } : {}),
             };
           }),
         };
@@ -252,20 +405,11 @@ export async function generateDbtProject(options: DbtProjectOptions): Promise<Pr
     ],
   };
 
-  const sourcesYml = {
-    version: 2,
-    sources: [...sources.keys()].sort().map((schema) => ({
-      name: schema,
-      schema,
-      tables: [...sources.get(schema)!].sort().map((table) => ({ name: table })),
-    })),
-  };
-
   const header = '# Generated by dimas; regenerate instead of editing.\n';
   return [
     { path: 'dbt_project.yml', content: header + stringify(project) },
     { path: 'models/schema.yml', content: header + stringify(schemaYml) },
-    { path: 'models/sources.yml', content: header + stringify(sourcesYml) },
+    { path: 'models/sources.yml', content: header + stringify(sources.yml()) },
     ...files,
     ...keyTests,
   ];

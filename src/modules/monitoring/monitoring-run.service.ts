@@ -9,6 +9,7 @@ import {
   runColumnTests,
   type CheckResult,
   type ColumnTests,
+  type KeyTest,
 } from '../../quality/rules.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import type { IntrospectedTable } from '../../warehouse/warehouse.ts';
@@ -46,6 +47,9 @@ interface TablePlan {
   schema: string;
   name: string;
   tests: ColumnTests[];
+  key: KeyTest | null;
+  /** Something was configured on the table, besides the tests its key and nullability imply. */
+  configured: boolean;
   columnMonitoring: { column: string; config: QualityConfigs['column_monitoring'][number]['config'] }[];
   tableMonitoring: QualityConfigs['table_monitoring'][number]['config'] | null;
 }
@@ -60,18 +64,39 @@ function plansOf(configs: QualityConfigs): Record<'target' | 'source', Map<strin
         side === 'target' || dot < 0
           ? [configs.target_schema, configName]
           : [configName.slice(0, dot), configName.slice(dot + 1)];
-      p = { configName, schema, name, tests: [], columnMonitoring: [], tableMonitoring: null };
+      p = {
+        configName,
+        schema,
+        name,
+        tests: [],
+        key: null,
+        configured: false,
+        columnMonitoring: [],
+        tableMonitoring: null,
+      };
       plans[side].set(configName, p);
     }
     return p;
   };
-  for (const t of configs.column_tests)
-    plan('target', t.table_name).tests.push({ column: t.column_name, config: t.config });
+  // The tests the transformation project writes too (stored and implied by schema.json), not only the stored.
+  for (const t of configs.table_tests) {
+    const p = plan('target', t.table_name);
+    p.tests = t.columns.map(({ column, config }) => ({ column, config }));
+    p.key = t.key;
+    p.configured ||= t.columns.some((c) => c.configured);
+  }
   for (const c of configs.column_monitoring)
-    if (!c.orphaned)
-      plan(c.schema_type, c.table_name).columnMonitoring.push({ column: c.column_name, config: c.config });
+    if (!c.orphaned) {
+      const p = plan(c.schema_type, c.table_name);
+      p.columnMonitoring.push({ column: c.column_name, config: c.config });
+      p.configured = true;
+    }
   for (const t of configs.table_monitoring)
-    if (!t.orphaned) plan(t.schema_type, t.table_name).tableMonitoring = t.config;
+    if (!t.orphaned) {
+      const p = plan(t.schema_type, t.table_name);
+      p.tableMonitoring = t.config;
+      p.configured = true;
+    }
   return plans;
 }
 
@@ -160,6 +185,12 @@ export async function runMonitoring(
     for (const p of tablePlans) {
       const label = `${p.schema}.${p.name}`;
       const table = found.get(label);
+      // Only tests implied by schema.json on a table not created yet (no sync, no materialization):
+      // nothing to test, as the project's model before its first run.
+      if (!table && !p.configured) {
+        skippedTables.add(label);
+        continue;
+      }
       // A configured table that is not there is a failure of its own; its other alerts stay as they are.
       results.push({
         check_key: checkKey('monitor', label, null, 'table_exists'),
@@ -208,11 +239,13 @@ export async function runMonitoring(
         results.push(...evaluateColumnMonitoring(m.metrics, c.column, c.config));
       if (p.tableMonitoring)
         results.push(...evaluateTableMonitoring(m.metrics, p.tableMonitoring, previous.get(label) ?? null));
-      if (p.tests.length > 0) {
+      if (p.tests.length > 0 || p.key) {
         const existing = new Set(m.table.columns.map((c) => c.name));
         const runnable = p.tests.filter((t) => existing.has(t.column));
+        // A missing key column fails its own not_null test (column_exists) already.
+        const key = p.key?.columns.every((c) => existing.has(c)) ? p.key : null;
         // A column's tests that cannot run at all: a failed check of their own, an alert.
-        const cannotRun = (column: string, check: string, message: string): CheckResult => ({
+        const cannotRun = (column: string | null, check: string, message: string): CheckResult => ({
           check_key: checkKey('test', label, column, check),
           kind: 'test',
           check,
@@ -232,13 +265,13 @@ export async function runMonitoring(
         // an outage.
         const refused = (error: unknown): error is AppError =>
           error instanceof AppError && error.code === 'BAD_REQUEST';
-        const runTests = (tests: typeof runnable) =>
+        const runTests = (tests: typeof runnable, withKey: KeyTest | null = null) =>
           warehouse.transaction(async (tx) => {
             await tx.query('set transaction read only');
-            return runColumnTests(tx, { schema: m.table.schema, name: m.table.name }, tests);
+            return runColumnTests(tx, { schema: m.table.schema, name: m.table.name }, tests, withKey);
           });
         try {
-          results.push(...(await runTests(runnable)));
+          results.push(...(await runTests(runnable, key)));
         } catch (error) {
           if (!refused(error)) {
             skippedTables.add(label);
@@ -260,6 +293,19 @@ export async function runMonitoring(
                 );
               }
             }
+            if (key)
+              try {
+                results.push(...(await runTests([], key)));
+              } catch (keyError) {
+                if (!refused(keyError)) throw keyError;
+                results.push(
+                  cannotRun(
+                    null,
+                    'primary_key',
+                    `The key test of ${label} (${key.columns.join(', ')}) cannot run: ${keyError.message}`,
+                  ),
+                );
+              }
           }
         }
       }

@@ -34,15 +34,17 @@ export async function enqueueMonitoringRun(
 
 /**
  * Queues the periodic work that is due, across organizations: a monitoring run for every workspace
- * with checks (column tests or monitoring configs) and a target warehouse that has not had one for
- * MONITORING_INTERVAL_MS, and a rebuild of every identity graph older than IDENTITY_REBUILD_INTERVAL_MS.
+ * with checks (column tests, stored or implied by schema.json, or monitoring configs) and a target
+ * warehouse that has not had one for MONITORING_INTERVAL_MS, and a rebuild of every identity graph
+ * older than IDENTITY_REBUILD_INTERVAL_MS.
  * Safe in several processes: the singleton key keeps one active run per workspace.
  */
 export async function runDueMonitoring(
   deps: AppDeps,
   options: { organizationId?: string } = {},
 ): Promise<{ monitoring: string[]; identity: string[] }> {
-  // Across organizations: the server's own session, not a tenant's.
+  // Across organizations: the server's own session, not a tenant's. A key or a NOT NULL column of
+  // schema.json is a test too (src/quality/table-tests.ts).
   const em = deps.orm.em.fork() as EntityManager;
   const org = options.organizationId ?? null;
   const due = await em.execute(
@@ -50,11 +52,20 @@ export async function runDueMonitoring(
       where w.target_config is not null and (?::uuid is null or w.organization_id = ?::uuid)
         and (exists (select 1 from schema_configs c where c.workspace_id = w.id
                        and c.kind in ('column_monitoring', 'table_monitoring'))
-             or w.target_schema::text like '%"tests"%')
+             or w.target_schema::text like '%"tests"%'
+             or jsonb_path_exists(w.target_schema, ?::jsonpath)
+             or jsonb_path_exists(w.target_schema, ?::jsonpath))
         and not exists (select 1 from job_runs j where j.workspace_id = w.id and j.kind = ?
                           and j.created_at > now() - make_interval(secs => ?))
       order by w.id limit 200`,
-    [org, org, MONITORING_RUN_KIND, MONITORING_INTERVAL_MS / 1000],
+    [
+      org,
+      org,
+      '$.tables[*] ? (@.primary_key.size() > 0)',
+      '$.tables[*].columns[*] ? (@.nullable == false)',
+      MONITORING_RUN_KIND,
+      MONITORING_INTERVAL_MS / 1000,
+    ],
   );
   const stale = await em.execute(
     `select g.workspace_id as id, g.organization_id from identity_graphs g

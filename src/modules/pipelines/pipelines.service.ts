@@ -7,8 +7,12 @@ import type { Warehouse } from '../../warehouse/warehouse.ts';
 import {
   generateDbtProject,
   projectFingerprint,
+  readDataTest,
+  resolveProjectSql,
+  type DataTest,
   type DbtModelInput,
   type DbtProjectOptions,
+  type ProjectFile,
 } from '../../transform/dbt.ts';
 import type { Mapping, TargetTable } from '../../transform/mapping.ts';
 import { registerWorkspaceExtension } from '../workspaces/workspace-extensions.ts';
@@ -296,23 +300,16 @@ export async function deleteProject(scope: CallerScope) {
 
 // ---- test-model ----
 
-const unescapeJinja = (s: string) => s.replace(/\\(.)/g, '$1');
-
-/** `{{ source('shop', 'customers') }}` → "shop"."customers": the model as the database runs it. */
-function renderModel(sql: string): string {
-  return sql
-    .replace(
-      /\{\{\s*source\('((?:[^'\\]|\\.)*)',\s*'((?:[^'\\]|\\.)*)'\)\s*\}\}/g,
-      (_, schema: string, table: string) =>
-        `${quoteIdent(unescapeJinja(schema))}.${quoteIdent(unescapeJinja(table))}`,
-    )
+/**
+ * `{{ source('shop', 'customers') }}` → "shop"."customers" (as sources.yml names it), `{{ ref() }}`
+ * by `ref`: the model or test as the database runs it.
+ */
+function renderModel(files: ProjectFile[], sql: string, ref?: (model: string) => string | null): string {
+  return resolveProjectSql(files, sql, ref)
     .replace(/^--.*$/gm, '')
     .trim();
 }
 
-const REF = /\{\{\s*ref\('((?:[^'\\]|\\.)*)'\)\s*\}\}/g;
-
-type DataTest = string | Record<string, any>;
 interface TestResult {
   name: string;
   column: string;
@@ -355,7 +352,7 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
   const source = await warehouses(scope.deps).open(sourceConfig, `${workspace.id}:source`);
   const targetConfig = connectionConfig(scope, workspace, 'target');
   const temp = quoteIdent('dimas_model_test');
-  const sql = renderModel(file.content);
+  const sql = renderModel(project.files, file.content);
   const timeout = scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS;
 
   const relationshipChecks: {
@@ -424,7 +421,8 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
             );
         } else if (kind === 'accepted_values') {
           counted = 'are not accepted';
-          const values = ((test as Record<string, any>).accepted_values?.values ?? []) as unknown[];
+          // As dbt reads them: a value with a quote is written with it doubled.
+          const values = readDataTest(test).values ?? [];
           // Untyped parameters take the column's type, as dbt's quoted literals do.
           check = values.length
             ? () =>
@@ -436,8 +434,8 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
                 )
             : () => failing('false', column.name);
         } else if (kind === 'relationships') {
-          const config = (test as Record<string, any>).relationships ?? {};
-          const to = /ref\('((?:[^'\\]|\\.)*)'\)/.exec(String(config.to ?? ''))?.[1];
+          // field is written quoted, as dbt's test needs it: read back as the column's name.
+          const { to, field } = readDataTest(test);
           const result: TestResult = {
             ...base,
             status: 'pass',
@@ -446,7 +444,7 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
             message: null,
           };
           results.push(result);
-          if (!to || !config.field) {
+          if (!to || !field) {
             Object.assign(result, {
               status: 'error',
               message: `relationships test needs to: ref('table') and field`,
@@ -465,12 +463,7 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
             Object.assign(result, { status: 'error', message: values.error });
             continue;
           }
-          relationshipChecks.push({
-            result,
-            values: values.value,
-            to: unescapeJinja(to),
-            field: config.field,
-          });
+          relationshipChecks.push({ result, values: values.value, to, field });
           continue;
         } else {
           results.push({
@@ -503,8 +496,8 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
     }
     // The project's singular tests of this model (a composite key's uniqueness): rows returned fail.
     for (const test of project.files.filter((f) => /^tests\/[^/]+\.sql$/.test(f.path))) {
-      const query = renderModel(test.content).replace(REF, (whole, name: string) =>
-        unescapeJinja(name) === input.table_name ? temp : whole,
+      const query = renderModel(project.files, test.content, (name) =>
+        name === input.table_name ? temp : null,
       );
       if (query.includes('{{')) continue;
       const name = test.path.slice('tests/'.length, -'.sql'.length);

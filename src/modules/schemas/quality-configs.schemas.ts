@@ -69,6 +69,11 @@ export const columnTestOutput = z.object({
   ...head,
   column_name: z.string(),
   config: columnTestConfigSchema.nullable(),
+  implied: z
+    .array(z.enum(['not_null', 'unique']))
+    .describe(
+      'Tests the column has from schema.json itself, whatever config says: not_null in the primary key or with nullable: false, unique as a one-column key. Monitoring runs them and the transformation project writes them, merged with config',
+    ),
   problems: z
     .array(z.string())
     .describe(

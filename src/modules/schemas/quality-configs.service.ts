@@ -7,6 +7,7 @@ import {
   tableMonitoringConfigSchema,
   type ColumnMonitoringConfig,
   type ColumnTestConfig,
+  type KeyTest,
   type TableMonitoringConfig,
 } from '../../quality/rules.ts';
 import { portableFamily } from '../../warehouse/types.ts';
@@ -20,7 +21,8 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { replaceTargetSchema } from '../workspaces/workspaces-schema.service.ts';
 import { SchemaConfig, type SchemaConfigEntity, type SchemaSide } from './schemas.entity.ts';
-import type { TargetSchema } from './schemas.schemas.ts';
+import type { TargetColumn, TargetSchema } from './schemas.schemas.ts';
+import { impliedTests, tableTests, type TableColumnTests } from '../../quality/table-tests.ts';
 import { concurrentEdit } from '../../db/concurrent-edit.ts';
 
 /*
@@ -93,34 +95,6 @@ function column(table: ResolvedTable, side: SchemaSide, name: string): ColumnInf
 const NUMERIC = new Set(['integer', 'bigint', 'numeric']);
 const TEMPORAL = new Set(['date', 'timestamp', 'timestamptz']);
 
-/** Range bounds must be comparable with the column: numbers for numbers, dates for dates. */
-function checkRange(
-  range: { min?: number | string; max?: number | string } | undefined,
-  col: ColumnInfo,
-  path: string[],
-) {
-  if (!range) return;
-  if (range.min === undefined && range.max === undefined)
-    throw badConfig(path, 'A range needs min, max or both');
-  for (const key of ['min', 'max'] as const) {
-    const bound = range[key];
-    if (bound === undefined) continue;
-    if (NUMERIC.has(col.family) && !Number.isFinite(Number(bound)))
-      throw badConfig([...path, key], `${key} must be a number for column ${col.name} (${col.family})`);
-    if (TEMPORAL.has(col.family) && Number.isNaN(Date.parse(String(bound))))
-      throw badConfig([...path, key], `${key} must be an ISO date or timestamp for column ${col.name}`);
-    if (!NUMERIC.has(col.family) && !TEMPORAL.has(col.family) && col.family !== 'text')
-      throw badConfig(path, `A range does not apply to column ${col.name} of type ${col.family}`);
-  }
-  if (
-    range.min !== undefined &&
-    range.max !== undefined &&
-    NUMERIC.has(col.family) &&
-    Number(range.min) > Number(range.max)
-  )
-    throw badConfig(path, 'min is greater than max');
-}
-
 // ---- column tests (target schema.json) ----
 
 interface Problem {
@@ -166,6 +140,52 @@ function unlikeFamily(value: string | number | boolean, family: string): string 
       ? `${shown} is a boolean: give it as the text "${shown}" (dbt would compare 'True' or 'False')`
       : null;
   return `a ${family} column is not compared with a list of values`;
+}
+
+/**
+ * Why a range's bounds cannot bound the column: one rule for column tests (run in SQL) and column
+ * monitoring (compared with the measured min and max), by the column's portable type family. Numbers
+ * bound numbers; ISO dates or timestamps bound dates and times (a number is none: JavaScript would
+ * read 0 as the year 2000, PostgreSQL refuses it); text is bounded by text, since it compares
+ * character by character ('10' < '9'); other types have no order.
+ */
+function rangeProblems(
+  range: { min?: number | string; max?: number | string } | undefined,
+  table: string,
+  col: ColumnInfo,
+): Problem[] {
+  if (!range) return [];
+  const { min, max } = range;
+  if (min === undefined && max === undefined)
+    return [{ path: ['range'], message: 'A range needs min, max or both' }];
+  const problems: Problem[] = [];
+  const notApplicable = (path: (string | number)[], why: string) =>
+    problems.push({
+      path,
+      message: `range does not apply to column ${table}.${col.name} of type ${col.family}: ${why}`,
+    });
+  if (NUMERIC.has(col.family) || TEMPORAL.has(col.family)) {
+    for (const [key, bound] of [
+      ['min', min],
+      ['max', max],
+    ] as const) {
+      const why = bound === undefined ? null : unlikeFamily(bound, col.family);
+      if (why) notApplicable(['range', key], `${key} ${why}`);
+    }
+    const order = (b: string | number) => (NUMERIC.has(col.family) ? Number(b) : Date.parse(String(b)));
+    if (problems.length === 0 && min !== undefined && max !== undefined && order(min) > order(max))
+      problems.push({ path: ['range'], message: 'range: min is greater than max' });
+  } else if (col.family === 'text') {
+    const numeric = [min, max].find(
+      (b) => b !== undefined && (typeof b === 'number' || DECIMAL.test(b.trim())),
+    );
+    if (numeric !== undefined)
+      notApplicable(
+        ['range'],
+        `${JSON.stringify(numeric)} is a number, and text compares character by character ('10' < '9')`,
+      );
+  } else notApplicable(['range'], `a ${col.family} column has no order to bound`);
+  return problems;
 }
 
 /** Values compare only within these groups (PostgreSQL has no integer = text, text = uuid…). */
@@ -221,33 +241,7 @@ function columnTestProblems(schema: TargetSchema, table: string, col: ColumnInfo
         );
     }
   }
-  if (config.range) {
-    const { min, max } = config.range;
-    if (min === undefined && max === undefined)
-      problems.push({ path: ['range'], message: 'A range needs min, max or both' });
-    else if (NUMERIC.has(col.family) || TEMPORAL.has(col.family)) {
-      for (const [key, bound] of [
-        ['min', min],
-        ['max', max],
-      ] as const) {
-        const why = bound === undefined ? null : unlikeFamily(bound, col.family);
-        if (why) notApplicable(['range', key], 'range', `${key} ${why}`);
-      }
-      const order = (b: string | number) => (NUMERIC.has(col.family) ? Number(b) : Date.parse(String(b)));
-      if (min !== undefined && max !== undefined && order(min) > order(max))
-        problems.push({ path: ['range'], message: 'range: min is greater than max' });
-    } else if (col.family === 'text') {
-      const numeric = [min, max].find(
-        (b) => b !== undefined && (typeof b === 'number' || DECIMAL.test(b.trim())),
-      );
-      if (numeric !== undefined)
-        notApplicable(
-          ['range'],
-          'range',
-          `${JSON.stringify(numeric)} is a number, and text compares character by character ('10' < '9')`,
-        );
-    } else notApplicable(['range'], 'range', `a ${col.family} column has no order to bound`);
-  }
+  problems.push(...rangeProblems(config.range, table, col));
   if (config.regex !== undefined) {
     if (col.family !== 'text') notApplicable(['regex'], 'regex', 'a regular expression matches text');
     try {
@@ -259,6 +253,55 @@ function columnTestProblems(schema: TargetSchema, table: string, col: ColumnInfo
   return problems;
 }
 
+/** Every problem at once, each at its place in the request. */
+export function refuseProblems(problems: Problem[], at: (string | number)[] = ['config']) {
+  if (problems.length)
+    throw new AppError('BAD_REQUEST', problems.map((p) => p.message).join('; '), {
+      issues: problems.map((p) => ({ path: [...at, ...p.path], message: p.message })),
+    });
+}
+
+type SchemaTable = TargetSchema['tables'][number];
+
+/** The problems of a column's stored tests; none when they do not parse (they run nowhere). */
+function storedTestProblems(schema: TargetSchema, table: SchemaTable, col: TargetColumn): Problem[] {
+  const parsed = col.tests === undefined ? null : columnTestConfigSchema.safeParse(col.tests);
+  return parsed?.success
+    ? columnTestProblems(
+        schema,
+        table.name,
+        { name: col.name, family: portableFamily(col.type) },
+        parsed.data,
+      )
+    : [];
+}
+
+/**
+ * What PUT …/test would refuse in the column tests of a schema.json about to replace `previous`
+ * (paths within the document), so that a schema.json upload follows the same rule. A problem the
+ * stored document already had at the same column (a test saved before tests were checked) is not
+ * counted: such a document still saves (GET, edit elsewhere, POST back), its test runs as before and
+ * GET …/test tells the problem.
+ */
+export function newTestProblems(next: TargetSchema, previous: TargetSchema | null): Problem[] {
+  const problems: Problem[] = [];
+  next.tables.forEach((table, t) =>
+    table.columns.forEach((col, c) => {
+      const now = storedTestProblems(next, table, col);
+      if (now.length === 0) return;
+      const table0 = previous?.tables.find((x) => x.name === table.name);
+      const col0 = table0?.columns.find((x) => x.name === col.name);
+      const known = new Set(
+        table0 && col0 ? storedTestProblems(previous!, table0, col0).map((p) => p.message) : [],
+      );
+      for (const p of now)
+        if (!known.has(p.message))
+          problems.push({ path: ['tables', t, 'columns', c, 'tests', ...p.path], message: p.message });
+    }),
+  );
+  return problems;
+}
+
 function testView(
   workspace: WorkspaceEntity,
   tableName: string,
@@ -267,6 +310,7 @@ function testView(
   problems: string[] = [],
 ) {
   const parsed = tests === undefined ? null : columnTestConfigSchema.safeParse(tests);
+  const table = requireSchema(workspace).tables.find((t) => t.name === tableName)!;
   return {
     workspace_name: workspace.name,
     schema_type: 'target' as const,
@@ -274,6 +318,7 @@ function testView(
     column_name: columnName,
     configured: !!parsed?.success,
     config: parsed?.success ? parsed.data : null,
+    implied: impliedTests(table, columnName),
     problems,
   };
 }
@@ -289,17 +334,20 @@ function schemaColumn(workspace: WorkspaceEntity, tableName: string, columnName:
 export async function getColumnTest(scope: CallerScope, tableName: string, columnName: string) {
   const workspace = await currentWorkspace(scope);
   const stored = schemaColumn(workspace, tableName, columnName);
-  const parsed = stored.tests === undefined ? null : columnTestConfigSchema.safeParse(stored.tests);
+  const schema = requireSchema(workspace);
   // Tests saved before they were checked against the type still run (and fail there): say why.
-  const problems = parsed?.success
-    ? columnTestProblems(
-        requireSchema(workspace),
-        tableName,
-        { name: stored.name, family: portableFamily(stored.type) },
-        parsed.data,
-      ).map((p) => p.message)
-    : [];
-  return testView(workspace, tableName, columnName, stored.tests, problems);
+  const problems = storedTestProblems(
+    schema,
+    schema.tables.find((t) => t.name === tableName)!,
+    stored,
+  );
+  return testView(
+    workspace,
+    tableName,
+    columnName,
+    stored.tests,
+    problems.map((p) => p.message),
+  );
 }
 
 async function writeColumnTests(
@@ -329,11 +377,7 @@ export const putColumnTest = concurrentEdit(async function putColumnTest(
   const table = targetTable(workspace, tableName);
   const col = column(table, 'target', columnName);
   const config = columnTestConfigSchema.parse(input);
-  const problems = columnTestProblems(requireSchema(workspace), table.name, col, config);
-  if (problems.length)
-    throw new AppError('BAD_REQUEST', problems.map((p) => p.message).join('; '), {
-      issues: problems.map((p) => ({ path: ['config', ...p.path], message: p.message })),
-    });
+  refuseProblems(columnTestProblems(requireSchema(workspace), table.name, col, config));
   await writeColumnTests(scope, workspace, tableName, columnName, config);
   return testView(workspace, tableName, columnName, config);
 });
@@ -453,7 +497,7 @@ export const putColumnMonitoring = concurrentEdit(async function putColumnMonito
   const table = await resolveTable(scope, workspace, key.schema_type, key.table_name);
   const col = column(table, key.schema_type, key.column_name);
   const config = columnMonitoringConfigSchema.parse(input);
-  checkRange(config.range, col, ['range']);
+  refuseProblems(rangeProblems(config.range, table.name, col));
   const { min, max } = config.distinct ?? {};
   if (min !== undefined && max !== undefined && min > max)
     throw badConfig(['distinct'], 'distinct.min is greater than distinct.max');
@@ -537,7 +581,16 @@ export interface QualityConfigs {
   workspace_name: string;
   /** The PostgreSQL schema target tables live in (the target config's first schema; 'public' without one). */
   target_schema: string;
-  /** Target table names are bare (in target_schema); source table names are `schema.table`. */
+  /**
+   * What the runner runs on each target table: its tests as the transformation project writes them
+   * (src/quality/table-tests.ts), stored and implied by the key and nullability.
+   */
+  table_tests: {
+    table_name: string;
+    columns: TableColumnTests[];
+    key: KeyTest | null;
+  }[];
+  /** The stored column tests. Target table names are bare (in target_schema); source table names are `schema.table`. */
   column_tests: {
     schema_type: 'target';
     table_name: string;
@@ -603,6 +656,10 @@ export async function listQualityConfigs(
   return {
     workspace_name: workspace.name,
     target_schema: connectionConfig(scope, workspace, 'target')?.schemas[0] ?? 'public',
+    table_tests: (schema?.tables ?? []).flatMap((table) => {
+      const tests = tableTests(table);
+      return tests.columns.length || tests.key ? [{ table_name: table.name, ...tests }] : [];
+    }),
     column_tests: columnTests,
     column_monitoring: rows
       .filter((r) => r.kind === 'column_monitoring')

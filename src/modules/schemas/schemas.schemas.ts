@@ -18,7 +18,9 @@ const targetColumnSchema = z
     description: z.string().max(2000).default(''),
     pii: z.boolean().default(false),
   })
-  .describe('A column; extra keys (tests, monitoring…) are kept');
+  .describe(
+    'A column. tests: its column tests (as PUT …/columns/{table}/{column}/test stores them), run by monitoring and written into the transformation project. Monitoring thresholds are not set here but through …/columns/{table}/{column}/monitoring. Other extra keys are kept as given and read by nothing',
+  );
 
 const targetTableSchema = z.looseObject({
   name: z.string().min(1).max(63),
