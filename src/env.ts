@@ -62,6 +62,9 @@ const envSchema = z.object({
   WAREHOUSE_BLOCKED_NETWORKS: networkList,
   // Networks no HTTP request to a tenant-chosen address (webhooks, git remotes, LLM endpoint) may reach.
   OUTBOUND_BLOCKED_NETWORKS: networkList,
+  // How long one exchange with a git remote (a connection test, a push) may take in all: a commit
+  // waits for its push, and a remote that accepts the connection and never answers must not hold it.
+  VCS_REMOTE_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(15_000),
   WAREHOUSE_ALLOW_SOCKET_PATHS: z.stringbool().default(false),
   WAREHOUSE_REFUSE_SUPERUSER: z.stringbool().default(false),
   DEMO_WAREHOUSE_PORT: z.coerce.number().int().min(0).max(65535).optional(),

@@ -3,10 +3,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import git from 'isomorphic-git';
-import type { HttpClient } from 'isomorphic-git';
+import type { HttpClient, ServerRef } from 'isomorphic-git';
 import { GitRemoteHTTP } from 'isomorphic-git/managers';
 import { AppError } from '../app-error.ts';
-import type { OutboundHttp } from '../outbound-http.ts';
+import { maskUrl, sameOrigin, type OutboundHttp } from '../outbound-http.ts';
 
 /** A remote repository over HTTP(S) and the credentials to use with it. */
 export interface GitRemote {
@@ -15,6 +15,8 @@ export interface GitRemote {
   username: string;
   token: string | null;
   outbound: OutboundHttp;
+  /** How long one whole operation (a connection test, a push with its retries) may take. */
+  timeoutMs: number;
 }
 
 export interface GitAuthor {
@@ -27,32 +29,117 @@ export interface GitFile {
   content: string | Uint8Array;
 }
 
-const REQUEST_TIMEOUT_MS = 30_000;
+const MAX_REDIRECTS = 5;
+const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+
+/** A redirect dimas does not follow: the message says what to set instead. */
+class RedirectRefused extends Error {
+  readonly code = 'RedirectRefused';
+}
+
+/** The repository address a redirect of `/info/refs?service=…` points at, when it keeps that suffix. */
+function repositoryOf(location: string, requested: string): string | null {
+  const at = requested.lastIndexOf('/info/refs?');
+  if (at < 0) return null;
+  const suffix = requested.slice(at);
+  return location.endsWith(suffix) ? location.slice(0, -suffix.length) : null;
+}
 
 /**
- * isomorphic-git's HTTP client over the outbound guard (every connection, redirects included, goes
- * only where OUTBOUND_BLOCKED_NETWORKS allows), with a deadline on every request: a silent remote
- * must not hang a request.
+ * isomorphic-git's push reads the receive-pack report from side-band 1 only, even when side-band-64k
+ * was not agreed on: a server without side-band sends the report as plain pkt-lines, which it
+ * dropped, failing every push with a parse error. A plain report is handed on wrapped in band 1, as a
+ * side-band server would have sent it.
+ */
+function bandedReport(report: Buffer): Buffer {
+  if (report.subarray(4, 11).toString('latin1') !== 'unpack ') return report;
+  const packets: Buffer[] = [];
+  for (let pos = 0; pos < report.length; pos += 65515) {
+    const chunk = report.subarray(pos, pos + 65515);
+    const length = Buffer.from((chunk.length + 5).toString(16).padStart(4, '0'));
+    packets.push(length, Buffer.from([1]), chunk);
+  }
+  return Buffer.concat([...packets, Buffer.from('0000')]);
+}
+
+/**
+ * isomorphic-git's HTTP client over the outbound guard (every connection goes only where
+ * OUTBOUND_BLOCKED_NETWORKS allows), for one operation: every request shares one deadline, so a
+ * silent remote costs the operation `timeoutMs` at most, not a timeout per request.
+ *
+ * Redirects are followed here, not by fetch: only within the remote's origin (scheme, host and
+ * port, `sameOrigin`), where the token may go; a redirect elsewhere is refused with its Location
+ * rather than followed without the token (which the remote then answered 401, blaming the token).
+ * As git does (http.followRedirects=initial), a redirected discovery request moves the repository:
+ * the later requests (the POSTs, which a 301/302 would turn into bodiless GETs) go to the new address.
  */
 function httpClient(remote: GitRemote): HttpClient {
+  const deadline = AbortSignal.timeout(remote.timeoutMs);
+  let moved: string | null = null;
+  const rebase = (url: string) =>
+    moved !== null && url.startsWith(remote.url) ? moved + url.slice(remote.url.length) : url;
   return {
     request: async ({ url, method = 'GET', headers = {}, body }) => {
       const chunks: Uint8Array[] = [];
       if (body) for await (const chunk of body) chunks.push(chunk);
-      const res = await remote.outbound.fetch(url, {
-        method,
-        headers,
-        body: chunks.length ? Buffer.concat(chunks) : undefined,
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-      });
-      return {
-        url: res.url,
-        method,
-        statusCode: res.status,
-        statusMessage: res.statusText,
-        headers: Object.fromEntries(res.headers),
-        body: res.body?.[Symbol.asyncIterator]() as AsyncIterableIterator<Uint8Array> | undefined,
-      };
+      const payload = chunks.length ? Buffer.concat(chunks) : undefined;
+      let target = rebase(url);
+      for (let hops = 0; ; hops++) {
+        const res = await remote.outbound.fetch(target, {
+          method,
+          headers,
+          body: payload,
+          redirect: 'manual',
+          signal: deadline,
+        });
+        if (!REDIRECT_STATUSES.has(res.status)) {
+          const report =
+            method === 'POST' && target.endsWith('/git-receive-pack') && res.ok
+              ? bandedReport(Buffer.from(await res.arrayBuffer()))
+              : null;
+          const responseBody = report
+            ? (async function* () {
+                yield report;
+              })()
+            : (res.body?.[Symbol.asyncIterator]() as AsyncIterableIterator<Uint8Array> | undefined);
+          return {
+            url: target,
+            method,
+            statusCode: res.status,
+            statusMessage: res.statusText,
+            headers: Object.fromEntries(res.headers),
+            body: responseBody,
+          };
+        }
+        await res.arrayBuffer().catch(() => undefined);
+        const location = res.headers.get('location');
+        const answered = `the remote answered HTTP ${res.status}`;
+        if (!location) throw new RedirectRefused(`${answered} without a Location`);
+        let next: string;
+        try {
+          next = new URL(location, target).toString();
+        } catch {
+          throw new RedirectRefused(`${answered} with an invalid Location ${maskUrl(location)}`);
+        }
+        const repository = repositoryOf(next, target);
+        const setUrl = repository
+          ? `: set the URL to ${maskUrl(repository)}`
+          : ': set the URL to where it points';
+        if (!sameOrigin(target, next))
+          throw new RedirectRefused(
+            `the remote redirects to another host (HTTP ${res.status} to ${maskUrl(next)}); the token is only sent to ${new URL(remote.url).origin}${setUrl}`,
+          );
+        if (method !== 'GET' && res.status !== 307 && res.status !== 308)
+          throw new RedirectRefused(
+            `the remote redirects ${method} ${new URL(target).pathname} (HTTP ${res.status} to ${maskUrl(next)})${setUrl}`,
+          );
+        if (hops >= MAX_REDIRECTS)
+          throw new RedirectRefused(
+            `the remote redirected more than ${MAX_REDIRECTS} times (last to ${maskUrl(next)})`,
+          );
+        if (repository !== null) moved = repository;
+        target = next;
+      }
     },
   };
 }
@@ -98,12 +185,16 @@ function remoteError(error: unknown, remote: GitRemote, action: string): AppErro
       'VCS_HTTP_ERROR',
     );
   }
+  if (e.code === 'RedirectRefused') return fail(e.message ?? 'redirect refused', 'VCS_REDIRECT');
   if (e.code === 'SmartHttpError')
     return fail(`${remote.url} does not speak the git smart HTTP protocol`, 'VCS_NOT_GIT');
   if (e.code === 'PushRejectedError' || e.code === 'GitPushError')
     return fail(`the remote rejected the push: ${e.message}`, 'VCS_PUSH_REJECTED');
   if (e.name === 'TimeoutError' || e.name === 'AbortError' || e.code === 'ABORT_ERR')
-    return fail(`${host} did not answer within ${REQUEST_TIMEOUT_MS / 1000} s`, 'VCS_UNREACHABLE');
+    return fail(
+      `${host} did not answer within ${remote.timeoutMs / 1000} s (VCS_REMOTE_TIMEOUT_MS)`,
+      'VCS_TIMEOUT',
+    );
   if (
     e.code &&
     /^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|EHOSTUNREACH|ENETUNREACH)$/.test(e.code)
@@ -120,8 +211,39 @@ function remoteError(error: unknown, remote: GitRemote, action: string): AppErro
 export interface RemoteCheck {
   refs: number;
   default_branch: string | null;
+  /** How the default branch was found when the remote does not name it, or why it is unknown. */
+  default_branch_note: string | null;
   branch_exists: boolean;
   push_access: boolean;
+}
+
+/**
+ * The remote's default branch: the branch its HEAD names (protocol v2 ls-refs with symrefs, or the
+ * v1 `symref=HEAD:` capability). Servers that name neither still advertise the commit HEAD points
+ * at: the one branch at that commit is the default branch, as `git clone` guesses it.
+ */
+function defaultBranchOf(refs: ServerRef[]): { branch: string | null; note: string | null } {
+  const head = refs.find((r) => r.ref === 'HEAD');
+  if (head?.target) return { branch: head.target.replace(/^refs\/heads\//, ''), note: null };
+  if (!head)
+    return {
+      branch: null,
+      note: 'unknown: the remote advertises no HEAD (an empty repository, or HEAD names a branch that does not exist)',
+    };
+  const atHead = refs
+    .filter((r) => r.ref.startsWith('refs/heads/') && r.oid === head.oid)
+    .map((r) => r.ref.slice('refs/heads/'.length));
+  if (atHead.length === 1)
+    return {
+      branch: atHead[0],
+      note: `the remote does not name the branch HEAD points to; ${atHead[0]} is the only branch at HEAD's commit`,
+    };
+  return {
+    branch: null,
+    note: atHead.length
+      ? `unknown: the remote does not name the branch HEAD points to, and HEAD's commit is the tip of ${atHead.length} branches (${atHead.join(', ')})`
+      : "unknown: the remote does not name the branch HEAD points to, and no branch is at HEAD's commit",
+  };
 }
 
 /**
@@ -133,25 +255,27 @@ export interface RemoteCheck {
  *    protection rule that only applies to the final ref update shows at the first real push.
  */
 export async function checkRemote(remote: GitRemote, branch: string): Promise<RemoteCheck> {
+  const http = httpClient(remote);
   try {
     const refs = await git.listServerRefs({
-      http: httpClient(remote),
+      http,
       url: remote.url,
       headers: authHeaders(remote),
       symrefs: true,
     });
-    const head = refs.find((r) => r.ref === 'HEAD');
     // Protocol v2 has no push: ask in v1, as git itself does.
     await git.getRemoteInfo2({
-      http: httpClient(remote),
+      http,
       url: remote.url,
       headers: authHeaders(remote),
       forPush: true,
       protocolVersion: 1,
     });
+    const defaultBranch = defaultBranchOf(refs);
     return {
       refs: refs.filter((r) => r.ref !== 'HEAD').length,
-      default_branch: head?.target?.replace(/^refs\/heads\//, '') ?? null,
+      default_branch: defaultBranch.branch,
+      default_branch_note: defaultBranch.note,
       branch_exists: refs.some((r) => r.ref === `refs/heads/${branch}`),
       push_access: true,
     };
@@ -247,9 +371,9 @@ interface UploadPackAdvertisement {
 }
 
 /** The refs and capabilities of the remote's upload-pack service (protocol v1, as `git fetch` sees them). */
-async function discoverUploadPack(remote: GitRemote): Promise<UploadPackAdvertisement> {
+async function discoverUploadPack(remote: GitRemote, http: HttpClient): Promise<UploadPackAdvertisement> {
   const advertised = (await GitRemoteHTTP.discover({
-    http: httpClient(remote),
+    http,
     service: 'git-upload-pack',
     url: remote.url,
     headers: authHeaders(remote),
@@ -272,6 +396,7 @@ function pktLine(line: string): Buffer {
  */
 async function fetchCommit(
   remote: GitRemote,
+  http: HttpClient,
   gitdir: string,
   capabilities: Set<string>,
   oid: string,
@@ -288,7 +413,7 @@ async function fetchCommit(
     pktLine('done\n'),
   ];
   const res = await GitRemoteHTTP.connect({
-    http: httpClient(remote),
+    http,
     service: 'git-upload-pack',
     url: remote.url,
     headers: authHeaders(remote),
@@ -361,15 +486,16 @@ export async function pushFiles(
   const content = buildTree(files);
   const ref = `refs/heads/${options.branch}`;
   const gitdir = await mkdtemp(join(tmpdir(), 'dimas-vcs-'));
+  const http = httpClient(remote);
   try {
     await git.init({ fs, gitdir, bare: true, defaultBranch: options.branch });
     for (let attempt = 1; ; attempt++) {
       try {
-        const advertised = await discoverUploadPack(remote);
+        const advertised = await discoverUploadPack(remote, http);
         const tip = advertised.refs.get(ref) ?? null;
         let baseTree: string | null = null;
         if (tip) {
-          await fetchCommit(remote, gitdir, advertised.capabilities, tip);
+          await fetchCommit(remote, http, gitdir, advertised.capabilities, tip);
           baseTree = (await git.readCommit({ fs, gitdir, oid: tip })).commit.tree;
         }
         const subtree = content.size ? await writeNode(gitdir, content) : null;
@@ -393,7 +519,7 @@ export async function pushFiles(
         await git.writeRef({ fs, gitdir, ref, value: commit, force: true });
         await git.push({
           fs,
-          http: httpClient(remote),
+          http,
           gitdir,
           url: remote.url,
           headers: authHeaders(remote),

@@ -11,7 +11,7 @@ export type PushResult =
   | { pushed: true; commit: string; branch: string; directory: string; files: number }
   | {
       pushed: false;
-      reason: 'not_configured' | 'disabled' | 'feature_disabled' | 'no_changes' | 'failed';
+      reason: 'not_configured' | 'disabled' | 'feature_disabled' | 'no_changes' | 'failed' | 'timed_out';
       message: string;
       commit?: string | null;
     };
@@ -22,6 +22,7 @@ export function remoteOf(scope: CallerScope, config: VcsConfigEntity): GitRemote
     username: config.username,
     token: config.tokenEncrypted ? scope.deps.secrets.decrypt(config.tokenEncrypted) : null,
     outbound: outboundHttp(scope.deps.env),
+    timeoutMs: scope.deps.env.VCS_REMOTE_TIMEOUT_MS,
   };
 }
 
@@ -86,8 +87,12 @@ export async function pushWorkspaceFiles(
     return { pushed: true, commit: outcome.commit!, branch: config.branch, directory, files: files.length };
   } catch (error) {
     if (!(error instanceof AppError) || error.code === 'BAD_REQUEST') throw error;
-    config.lastPushError = error.message;
+    const timedOut = error.details?.reason === 'VCS_TIMEOUT';
+    // The whole projection goes with every push, so the next commit's push catches up either way.
+    config.lastPushError = timedOut
+      ? `${error.message}; the commit is saved in dimas, the remote may or may not have taken the push, and the next commit pushes the workspace again`
+      : error.message;
     await scope.em.flush();
-    return { pushed: false, reason: 'failed', message: config.lastPushError };
+    return { pushed: false, reason: timedOut ? 'timed_out' : 'failed', message: config.lastPushError };
   }
 }

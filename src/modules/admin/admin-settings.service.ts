@@ -374,7 +374,13 @@ export async function testVcsConnection(scope: CallerScope, input: VcsConfigInpu
     }
   }
   const check = await checkRemote(
-    { url, username: input.username, token, outbound: outboundHttp(scope.deps.env) },
+    {
+      url,
+      username: input.username,
+      token,
+      outbound: outboundHttp(scope.deps.env),
+      timeoutMs: scope.deps.env.VCS_REMOTE_TIMEOUT_MS,
+    },
     input.branch,
   );
   return {
@@ -386,6 +392,7 @@ export async function testVcsConnection(scope: CallerScope, input: VcsConfigInpu
     branch: input.branch,
     branch_exists: check.branch_exists,
     default_branch: check.default_branch,
+    default_branch_note: check.default_branch_note,
     refs: check.refs,
     push_access: check.push_access,
     token_used: tokenUsed,

@@ -270,6 +270,12 @@ export const vcsTestOutput = z.object({
   branch: z.string(),
   branch_exists: z.boolean(),
   default_branch: z.string().nullable(),
+  default_branch_note: z
+    .string()
+    .nullable()
+    .describe(
+      "null when the remote names its HEAD's branch; otherwise how it was inferred, or why it is unknown",
+    ),
   refs: z.number().int(),
   push_access: z.boolean(),
   token_used: z.enum(['given', 'stored', 'none']),
