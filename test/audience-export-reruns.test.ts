@@ -284,7 +284,8 @@ describe('D1: a rerun sends no acknowledged batch twice', () => {
 
 describe('D1: the batches of one materialization are the same at every read', () => {
   it('rows sharing an identifier keep their order when the table is read in another physical order', async () => {
-    // Members identified by an e-mail five customers share each.
+    // Members identified by an e-mail five customers share each, and their id (by the e-mail alone,
+    // the rows sharing it would be one member).
     const created = await api('POST', '', {
       body: {
         name: 'shared e-mails',
@@ -293,8 +294,7 @@ describe('D1: the batches of one materialization are the same at every read', ()
           type: 'sql',
           sql: "select customer_id, 'shared' || (customer_id % 5) as email from crm.customers",
         },
-        identifier_columns: ['email'],
-        attribute_columns: ['customer_id'],
+        identifier_columns: ['email', 'customer_id'],
       },
     });
     expect(created.status, JSON.stringify(created.body)).toBe(200);

@@ -482,22 +482,26 @@ describe('audience end to end', () => {
         expect(res.status, JSON.stringify(res.body)).toBe(200);
         expect(res.body.created).toBe(round === 1);
       }
+    // Conversions of members (customers 7, 8 and 9, posted here before, are none: they now count apart).
+    const [c1, c2, c3] = (
+      await warehouse.sql(`${HAND_COUNT_SQL.replace('count(*)::int as n', 'customer_id')} order by 1 limit 3`)
+    ).map((r) => String(r.customer_id));
     const conversions = [
       {
-        customer_id: '7',
+        customer_id: c1,
         value: 120,
         occurred_at: '2026-01-01T10:00:00Z',
         external_id: unique('o'),
         ad_platform: 'google',
       },
       {
-        customer_id: '8',
+        customer_id: c2,
         value: 80.5,
         occurred_at: '2026-01-02T23:30:00+00:00',
         external_id: unique('o'),
         ad_platform: 'google',
       },
-      { customer_id: '9', value: 30, occurred_at: '2026-01-02T08:00:00Z', external_id: unique('o') },
+      { customer_id: c3, value: 30, occurred_at: '2026-01-02T08:00:00Z', external_id: unique('o') },
     ];
     for (const round of [1, 2])
       for (const c of conversions) {
@@ -529,6 +533,8 @@ describe('audience end to end', () => {
       roas: r6(900 / 310.5),
       recorded_conversions: 3,
       recorded_conversion_value: 230.5,
+      unmatched_conversions: 0,
+      unmatched_conversion_value: 0,
     });
     expect(summary.currencies).toEqual(['USD']);
     const google = summary.by_platform.find((p: any) => p.ad_platform === 'google');

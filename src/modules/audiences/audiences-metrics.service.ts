@@ -3,7 +3,17 @@ import { AppError, notFound } from '../../app-error.ts';
 import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { UUID, currentWorkspace, selectedWorkspaceIdOrFail } from '../workspaces/workspaces.service.ts';
-import { RATIOS_SQL, figuresOf, findAudience } from './audiences.service.ts';
+import type { WorkspaceEntity } from '../workspaces/workspaces.service.ts';
+import { warehouses } from '../../warehouse/postgres.ts';
+import {
+  CONVERSION_FIGURES_SQL,
+  RATIOS_SQL,
+  audienceWarehouseConfig,
+  figuresOf,
+  findAudience,
+} from './audiences.service.ts';
+import { memberExistsSql } from './audiences-sql.ts';
+import type { AudienceEntity } from './audiences.entity.ts';
 
 const asDate = (v: unknown) => (v instanceof Date ? v : new Date(v as string));
 
@@ -154,11 +164,49 @@ function conversionView(r: Record<string, unknown>) {
     external_id: String(r.external_id),
     ad_platform: (r.ad_platform as string | null) ?? null,
     campaign_id: (r.campaign_id as string | null) ?? null,
+    member: r.member == null ? null : r.member === true || r.member === 't',
     created_at: asDate(r.created_at),
   };
 }
 
-/** Deduplicated on external_id within the organization: a repeated post returns the first record. */
+/**
+ * Whether `customerId` is an identifier value of a member of the audience's current materialization:
+ * one indexed look-up in the warehouse. Not materialized, the audience has no members to match.
+ */
+async function isMember(
+  scope: CallerScope,
+  workspace: WorkspaceEntity,
+  audience: AudienceEntity,
+  customerId: string,
+) {
+  if (!audience.materializedView || !audience.materializedSchema) return false;
+  const warehouse = await warehouses(scope.deps).open(
+    audienceWarehouseConfig(scope, workspace, audience),
+    `${workspace.id}:target`,
+  );
+  const [row] = await warehouse.aggregate(
+    memberExistsSql(
+      { schema: audience.materializedSchema, name: audience.materializedView },
+      audience.identifierColumns,
+    ),
+    { params: [customerId] },
+  );
+  return row?.member === true || row?.member === 't';
+}
+
+/** Why a conversion does not count among the audience's: its customer is not a member. */
+function unmatchedWarning(audience: AudienceEntity, customerId: string) {
+  return audience.materializedAt
+    ? `Customer ${customerId} is not a member of audience ${audience.name} (none of its identifier columns ${audience.identifierColumns.join(', ')} holds it in the materialization of ${audience.materializedAt.toISOString()}): recorded as an unmatched conversion, counted apart from the audience's`
+    : `Audience ${audience.name} has not been materialized, so customer ${customerId} is no member of it: recorded as an unmatched conversion, counted apart from the audience's`;
+}
+
+/**
+ * Deduplicated on external_id within the organization: a repeated post returns the first record. A
+ * conversion whose customer is no member of the audience when it is posted (a wrong id, or someone the
+ * audience never held) is kept, marked as no member and counted apart (unmatched_conversions), so
+ * that it inflates none of the audience's figures and the caller sees at once that the id matched nothing.
+ */
 export async function recordConversion(
   scope: CallerScope,
   input: {
@@ -175,11 +223,12 @@ export async function recordConversion(
 ) {
   const { audience, workspace } = await findAudience(scope, input.audience_id);
   const organization = organizationOf(scope.principal);
+  const member = await isMember(scope, workspace, audience, input.customer_id);
   const [inserted] = await scope.em.execute(
     `insert into audience_conversions
        (id, organization_id, workspace_id, audience_id, customer_id, event, value, currency, occurred_at, external_id,
-        ad_platform, campaign_id, created_at)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz, ?, ?, ?, now())
+        ad_platform, campaign_id, member, created_at)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?::timestamptz, ?, ?, ?, ?, now())
      on conflict (organization_id, external_id) do nothing
      returning *`,
     [
@@ -195,9 +244,15 @@ export async function recordConversion(
       input.external_id,
       input.ad_platform ?? null,
       input.campaign_id ?? null,
+      member,
     ],
   );
-  if (inserted) return { conversion: conversionView(inserted), created: true };
+  const written = (row: Record<string, unknown>, created: boolean) => {
+    const conversion = conversionView(row);
+    const warning = conversion.member === false ? unmatchedWarning(audience, conversion.customer_id) : null;
+    return { conversion, created, warning };
+  };
+  if (inserted) return written(inserted, true);
   const [existing] = await scope.em.execute(
     'select * from audience_conversions where organization_id = ? and external_id = ?',
     [organization, input.external_id],
@@ -210,7 +265,7 @@ export async function recordConversion(
         reason: 'DUPLICATE_EXTERNAL_ID',
       },
     );
-  return { conversion: conversionView(existing), created: false };
+  return written(existing, false);
 }
 
 /**
@@ -232,8 +287,8 @@ export async function performanceSummary(scope: CallerScope, audienceId: string)
       ), c as (
         select case when grouping(ad_platform) = 0 then 'platform' when grouping(day) = 0 then 'day' else 'overall' end as kind,
                case when grouping(ad_platform) = 0 then ad_platform when grouping(day) = 0 then day end as key,
-               count(*) as recorded_conversions, sum(value) as recorded_conversion_value
-          from (select ad_platform, to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD') as day, value
+               ${CONVERSION_FIGURES_SQL}
+          from (select ad_platform, to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD') as day, value, member
                   from audience_conversions where organization_id = ? and audience_id = ?) x
          group by grouping sets ((), (ad_platform), (day))
       ), currencies as (
@@ -248,7 +303,9 @@ export async function performanceSummary(scope: CallerScope, audienceId: string)
                  coalesce(m.spend, 0) as spend, coalesce(m.conversions, 0) as conversions,
                  coalesce(m.revenue, 0) as revenue,
                  coalesce(c.recorded_conversions, 0) as recorded_conversions,
-                 coalesce(c.recorded_conversion_value, 0) as recorded_conversion_value
+                 coalesce(c.recorded_conversion_value, 0) as recorded_conversion_value,
+                 coalesce(c.unmatched_conversions, 0) as unmatched_conversions,
+                 coalesce(c.unmatched_conversion_value, 0) as unmatched_conversion_value
             from m full join c on m.kind = c.kind and coalesce(m.key, '') = coalesce(c.key, '')
         ) s
        order by s.kind, s.key nulls first`,

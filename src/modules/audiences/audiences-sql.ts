@@ -37,27 +37,40 @@ export interface MemberSelect {
   sql: string;
   params: unknown[];
   /**
-   * `select count(*) as n`: the rows that match the definition but are left out for lacking an
-   * identifier, with the same params.
+   * One row with the same params: `without_identifier`, the rows that match the definition but are
+   * left out for lacking an identifier, and `identified`, those that carry one; those beyond the
+   * members were merged into a member sharing their identifier values.
    */
-  withoutIdentifierSql: string;
+  countsSql: string;
 }
 
+const SOURCE = 'audience_source';
+
 /**
- * Whether a row can be identified downstream: at least one identifier column holds a value (with email
- * and phone as identifiers, either is enough). A row without any cannot be matched or deduplicated by
- * a destination, so it is no member. `is distinct from null` tests the value itself, where `is not null`
- * on a composite value tests each of its fields; on a plain column PostgreSQL plans both as the same
- * null test, which an index answers.
+ * The one definition of an identifier value being there, for every column type: not NULL and not blank
+ * (empty or whitespace only, which a destination cannot match either). The member SELECT and its
+ * counts test it; sizes, previews, exports and the conversions' member look-up read the table it
+ * filled, where a blank identifier value is NULL.
  */
-function identified(identifierColumns: string[]): string {
-  return `(${identifierColumns.map((c) => `${quoteIdent(c)} is distinct from null`).join(' or ')})`;
+function identifierPresent(expression: string): string {
+  return `coalesce((${expression})::text ~ '[^[:space:]]', false)`;
 }
+
+/** An identifier column's value as a member carries it: blank reads as NULL. */
+const identifierValue = (column: string) => {
+  const source = qualifiedName(SOURCE, column);
+  return `case when ${identifierPresent(source)} then ${source} end`;
+};
 
 /**
  * The SELECT of an audience's members: its identifier and attribute columns, nothing else, of the rows
- * that match its definition and carry an identifier. Everything that counts, lists or sends members
- * reads the table materialized from it.
+ * that match its definition and carry an identifier (with email and phone as identifiers, either is
+ * enough; a row with none cannot be matched or deduplicated by a destination, so it is no member).
+ * A member is one distinct combination of identifier values, as a model's primary key in Hightouch or
+ * Census: rows sharing them (one person's e-mail on two contacts) are one member, the row first in the
+ * target table's primary key (then in its selected columns' text) standing for them, so a destination
+ * receives each identifier once and the size counts people rather than rows. Everything that counts,
+ * lists or sends members reads the table materialized from it.
  */
 export async function memberSelect(
   audience: Pick<
@@ -72,30 +85,55 @@ export async function memberSelect(
   >,
   schema: TargetSchema | null,
 ): Promise<MemberSelect> {
-  const columns = [...audience.identifierColumns, ...audience.attributeColumns].map(quoteIdent).join(', ');
-  const hasIdentifier = identified(audience.identifierColumns);
+  const identifiers = audience.identifierColumns;
+  const columns = [
+    ...identifiers.map((c) => `${identifierValue(c)} as ${quoteIdent(c)}`),
+    ...audience.attributeColumns.map((c) => qualifiedName(SOURCE, c)),
+  ].join(', ');
+  const present = identifiers.map((c) => identifierPresent(qualifiedName(SOURCE, c)));
+  const hasIdentifier = `(${present.join(' or ')})`;
+  // As text: a json value has no equality to compare by.
+  const keys = identifiers.map((c) => `(${identifierValue(c)})::text`);
+  const ties = (primaryKey: string[]) =>
+    [...new Set([...primaryKey, ...identifiers, ...audience.attributeColumns])].map(
+      (c, i) => `${qualifiedName(SOURCE, c)}${i < primaryKey.length ? '' : '::text'}`,
+    );
+  const select = (source: string, where: string, primaryKey: string[]) => ({
+    sql: `select distinct on (${keys.join(', ')}) ${columns} from ${source}
+           where ${where} and ${hasIdentifier}
+           order by ${[...keys, ...ties(primaryKey)].join(', ')}`,
+    countsSql: `select count(*) filter (where not ${hasIdentifier}) as without_identifier,
+                       count(*) filter (where ${hasIdentifier}) as identified
+                  from ${source} where ${where}`,
+  });
   if (audience.definitionType === 'sql') {
     const { kind, statement } = await assertReadOnlySql(audience.sql ?? '');
     if (kind !== 'SELECT')
       throw new AppError('BAD_REQUEST', `An audience is defined by a SELECT; got ${kind}`);
     // The statement as parsed (no final semicolon), on lines of its own so a trailing comment ends there.
-    const source = `(\n${statement}\n) as audience_source`;
-    return {
-      sql: `select ${columns} from ${source} where ${hasIdentifier}`,
-      params: [],
-      withoutIdentifierSql: `select count(*) as n from ${source} where not ${hasIdentifier}`,
-    };
+    return { ...select(`(\n${statement}\n) as ${SOURCE}`, 'true', []), params: [] };
   }
   const table = schemaTable(schema, audience.targetTable);
   if (!table)
     throw new AppError('BAD_REQUEST', `Table ${audience.targetTable} is no longer in the target schema`);
   const { where, params } = compileRules(audience.rules, table.columns, { table: table.name });
-  const relation = qualifiedName(audience.targetSchema, table.name);
-  return {
-    sql: `select ${columns} from ${relation} where ${where} and ${hasIdentifier}`,
-    params,
-    withoutIdentifierSql: `select count(*) as n from ${relation} where ${where} and not ${hasIdentifier}`,
-  };
+  const relation = `${qualifiedName(audience.targetSchema, table.name)} as ${SOURCE}`;
+  return { ...select(relation, where, table.primary_key ?? []), params };
+}
+
+/**
+ * A member's identifier value as a conversion's customer id is compared with (text, trimmed): the
+ * expression the materialization indexes on each identifier column of its table.
+ */
+export const memberLookup = (column: string) => `btrim((${quoteIdent(column)})::text)`;
+
+/**
+ * `select member`: whether `$1` (a customer id) is one of the identifier values of a member of the
+ * materialized `relation`. One look-up through the indexes materialization creates.
+ */
+export function memberExistsSql(relation: { schema: string; name: string }, identifierColumns: string[]) {
+  const match = identifierColumns.map((c) => `${memberLookup(c)} = $1`).join(' or ');
+  return `select exists (select 1 from ${qualifiedName(relation.schema, relation.name)} where ${match}) as member`;
 }
 
 /**

@@ -65,6 +65,11 @@ export const Audience = defineEntity({
      * identifier column NULL. Null for a materialization made before it was counted.
      */
     rowsWithoutIdentifier: p.bigint('number').nullable(),
+    /**
+     * Rows that matched with an identifier at the last materialization but were merged into a member
+     * sharing all their identifier values. Null for a materialization made before it was counted.
+     */
+    rowsMerged: p.bigint('number').nullable(),
     materializedAt: p.datetime().nullable(),
     lastDurationMs: p.integer().nullable(),
     lastError: p.text().nullable(),
@@ -154,6 +159,11 @@ const AudienceConversion = defineEntity({
     externalId: p.string(),
     adPlatform: p.string().nullable(),
     campaignId: p.string().nullable(),
+    /**
+     * Whether the customer was a member of the audience's materialization when the conversion was
+     * posted; null for conversions posted before this was checked.
+     */
+    member: p.boolean().nullable(),
     createdAt: p.datetime().onCreate(() => new Date()),
   },
   uniques: [{ properties: ['organization', 'externalId'] }],

@@ -40,7 +40,7 @@ export const createAudienceInput = z.object({
   identifier_columns: columnList
     .optional()
     .describe(
-      "Columns identifying a member; default the target table's primary key. A row is a member only if at least one of them is not NULL",
+      "Columns identifying a member; default the target table's primary key. A row is a member only if at least one of them holds a value (NULL, empty and whitespace-only are missing); rows sharing all their identifier values are one member",
     ),
   attribute_columns: columnList.optional().describe('Further columns copied into the materialized table'),
 });
@@ -62,7 +62,16 @@ const rowsWithoutIdentifier = z
   .int()
   .nullable()
   .describe(
-    'Rows that matched the definition at the last materialization but are not members because every identifier column is NULL (a destination could not match or deduplicate them); not counted in the size, previews or exports. Null when not materialized, or materialized before this was counted',
+    'Rows that matched the definition at the last materialization but are not members because every identifier column is missing: NULL, empty or whitespace only (a destination could not match or deduplicate them); not counted in the size, previews or exports. Null when not materialized, or materialized before this was counted',
+  );
+
+/** Beside every figure of an audience's size, with rows_without_identifier. */
+const rowsMerged = z
+  .number()
+  .int()
+  .nullable()
+  .describe(
+    "Rows that matched with an identifier at the last materialization but share all their identifier values with another such row: each group is one member, the row first in the target table's primary key standing for it (its attributes are the member's); not counted in the size, previews or exports. Null when not materialized, or materialized before this was counted",
   );
 
 export const audienceOutput = z.object({
@@ -87,8 +96,13 @@ export const audienceOutput = z.object({
     table: z.string().nullable().describe('schema.view that always shows the newest version'),
     versioned_table: z.string().nullable(),
     columns: z.array(materializedColumn),
-    row_count: z.number().int().nullable().describe('Members: matching rows with an identifier'),
+    row_count: z
+      .number()
+      .int()
+      .nullable()
+      .describe('Members: distinct identifier values among the matching rows'),
     rows_without_identifier: rowsWithoutIdentifier,
+    rows_merged: rowsMerged,
     materialized_at: timestamp.nullable(),
     duration_ms: z.number().int().nullable(),
     error: z.string().nullable(),
@@ -124,8 +138,13 @@ export const materializeOutput = runOutput.extend({ audience_id: z.string() });
 
 export const sizeOutput = z.object({
   audience_id: z.string(),
-  row_count: z.number().int().nullable().describe('Members: matching rows with an identifier'),
+  row_count: z
+    .number()
+    .int()
+    .nullable()
+    .describe('Members: distinct identifier values among the matching rows'),
   rows_without_identifier: rowsWithoutIdentifier,
+  rows_merged: rowsMerged,
   materialized: z.boolean(),
   stale: z.boolean(),
   status: z.enum(MATERIALIZATION_STATUSES),
@@ -146,8 +165,16 @@ const figures = {
   cpa: z.number().nullable().describe('spend / conversions'),
   conversion_rate: z.number().nullable().describe('conversions / clicks'),
   roas: z.number().nullable().describe('revenue / spend'),
-  recorded_conversions: z.number().describe('Conversion records (deduplicated on external_id)'),
+  recorded_conversions: z
+    .number()
+    .describe(
+      'Conversion records (deduplicated on external_id) of members of the audience when they were posted',
+    ),
   recorded_conversion_value: z.number(),
+  unmatched_conversions: z
+    .number()
+    .describe('Conversion records whose customer_id was no member of the audience when they were posted'),
+  unmatched_conversion_value: z.number(),
 };
 
 export const dashboardOutput = z.object({
@@ -160,6 +187,7 @@ export const dashboardOutput = z.object({
       definition_type: z.enum(['rules', 'sql']),
       size: z.number().int().nullable(),
       rows_without_identifier: rowsWithoutIdentifier,
+      rows_merged: rowsMerged,
       materialization_status: z.enum(MATERIALIZATION_STATUSES),
       stale: z.boolean(),
       materialized_at: timestamp.nullable(),
@@ -369,7 +397,14 @@ export const metricsListOutput = z.object({ total: z.number().int(), metrics: z.
 
 export const conversionInput = z.object({
   audience_id: uuidParam('Audience'),
-  customer_id: z.string().trim().min(1).max(255).describe('Identifier of the converting member'),
+  customer_id: z
+    .string()
+    .trim()
+    .min(1)
+    .max(255)
+    .describe(
+      "Identifier of the converting member: a value of one of the audience's identifier columns in its current materialization",
+    ),
   event: z.string().trim().min(1).max(100).default('conversion'),
   value: amount.default(0),
   currency,
@@ -389,11 +424,21 @@ const conversionOutput = z.object({
   external_id: z.string(),
   ad_platform: z.string().nullable(),
   campaign_id: z.string().nullable(),
+  member: z
+    .boolean()
+    .nullable()
+    .describe(
+      'customer_id was a member of the audience when posted; false: counted as unmatched, not among its conversions; null: posted before this was checked',
+    ),
   created_at: timestamp,
 });
 export const conversionWriteOutput = z.object({
   conversion: conversionOutput,
   created: z.boolean().describe('false when a conversion with this external_id was already recorded'),
+  warning: z
+    .string()
+    .nullable()
+    .describe("Why the conversion does not count among the audience's (its customer_id is no member)"),
 });
 
 export const summaryOutput = z.object({

@@ -90,6 +90,7 @@ function audienceView(audience: AudienceEntity) {
       columns: audience.materializedColumns ?? [],
       row_count: audience.rowCount ?? null,
       rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
+      rows_merged: audience.rowsMerged ?? null,
       materialized_at: audience.materializedAt ?? null,
       duration_ms: audience.lastDurationMs ?? null,
       error: audience.lastError ?? null,
@@ -403,6 +404,7 @@ export async function audienceSize(scope: CallerScope, id: string) {
     row_count: materialized ? Number(audience.rowCount) : null,
     rows_without_identifier:
       materialized && audience.rowsWithoutIdentifier != null ? Number(audience.rowsWithoutIdentifier) : null,
+    rows_merged: materialized && audience.rowsMerged != null ? Number(audience.rowsMerged) : null,
     materialized,
     stale,
     status: audience.materializationStatus,
@@ -423,6 +425,16 @@ export const RATIOS_SQL = `
   round(conversions / nullif(clicks, 0), 6) as conversion_rate,
   round(revenue / nullif(spend, 0), 6) as roas`;
 
+/**
+ * A conversion's figures, over `audience_conversions` rows grouped as the caller wants: those of members
+ * (and those posted before membership was checked, `member` null), and those of no member apart.
+ */
+export const CONVERSION_FIGURES_SQL = `
+  count(*) filter (where member is not false) as recorded_conversions,
+  coalesce(sum(value) filter (where member is not false), 0) as recorded_conversion_value,
+  count(*) filter (where member is false) as unmatched_conversions,
+  coalesce(sum(value) filter (where member is false), 0) as unmatched_conversion_value`;
+
 const num = (v: unknown) => (v == null ? 0 : Number(v));
 const ratio = (v: unknown) => (v == null ? null : Number(v));
 
@@ -440,6 +452,8 @@ export function figuresOf(row: Record<string, unknown>) {
     roas: ratio(row.roas),
     recorded_conversions: num(row.recorded_conversions),
     recorded_conversion_value: num(row.recorded_conversion_value),
+    unmatched_conversions: num(row.unmatched_conversions),
+    unmatched_conversion_value: num(row.unmatched_conversion_value),
   };
 }
 
@@ -461,6 +475,7 @@ export async function dashboard(scope: CallerScope) {
     `select w.name as workspace_name, y.* from workspaces w left join (select x.*, ${RATIOS_SQL}
        from (
          select a.id, a.name, a.target_table, a.definition_type, a.row_count, a.rows_without_identifier,
+                a.rows_merged,
                 a.materialization_status,
                 a.definition_version, a.materialized_version, a.materialized_at,
                 extract(epoch from now() - a.materialized_at)::bigint as freshness_seconds,
@@ -469,7 +484,10 @@ export async function dashboard(scope: CallerScope) {
                 coalesce(m.impressions, 0) as impressions, coalesce(m.clicks, 0) as clicks,
                 coalesce(m.spend, 0) as spend, coalesce(m.conversions, 0) as conversions,
                 coalesce(m.revenue, 0) as revenue,
-                coalesce(c.recorded, 0) as recorded_conversions, coalesce(c.recorded_value, 0) as recorded_conversion_value
+                coalesce(c.recorded_conversions, 0) as recorded_conversions,
+                coalesce(c.recorded_conversion_value, 0) as recorded_conversion_value,
+                coalesce(c.unmatched_conversions, 0) as unmatched_conversions,
+                coalesce(c.unmatched_conversion_value, 0) as unmatched_conversion_value
            from audiences a
            left join (select audience_id, count(*) as export_count,
                              count(*) filter (where status = 'active') as active_count,
@@ -480,7 +498,7 @@ export async function dashboard(scope: CallerScope) {
                              sum(spend) as spend, sum(conversions) as conversions, sum(revenue) as revenue
                         from audience_performance_metrics where organization_id = ? and workspace_id = ?
                        group by audience_id) m on m.audience_id = a.id
-           left join (select audience_id, count(*) as recorded, sum(value) as recorded_value
+           left join (select audience_id, ${CONVERSION_FIGURES_SQL}
                         from audience_conversions where organization_id = ? and workspace_id = ?
                        group by audience_id) c on c.audience_id = a.id
           where a.organization_id = ? and a.workspace_id = ?
@@ -504,6 +522,7 @@ export async function dashboard(scope: CallerScope) {
           r.materialized_version == null || r.rows_without_identifier == null
             ? null
             : Number(r.rows_without_identifier),
+        rows_merged: r.materialized_version == null || r.rows_merged == null ? null : Number(r.rows_merged),
         materialization_status: r.materialization_status as AudienceEntity['materializationStatus'],
         stale:
           r.materialized_version != null && Number(r.materialized_version) !== Number(r.definition_version),
