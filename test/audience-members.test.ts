@@ -216,12 +216,20 @@ describe('an identifier is missing when NULL or blank', () => {
         e.last_run.status !== 'queued',
     );
     expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
+    const hand = await handCounts(['email']);
+    // The run and the preview tell the rows merged beside those without an identifier.
+    expect(finished.last_run.progress).toMatchObject({
+      total_rows: hand.members,
+      rows_without_identifier: hand.without,
+      rows_merged: hand.merged,
+    });
+    const preview = await api('GET', `/${byEmail}/exports/${created.body.export.id}/preview`);
+    expect(preview.body).toMatchObject({ total_rows: hand.members, rows_merged: hand.merged });
     const file = await fetch(`${server.url}${finished.file.download_url}`, {
       headers: { authorization: `Bearer ${tenant.admin.token}` },
     });
     const [header, ...rows] = parseCsv(await file.text());
     expect(header).toEqual(['id', 'email']);
-    const hand = await handCounts(['email']);
     expect(rows).toHaveLength(hand.members);
     expect(rows.filter(([, email]) => email.trim() === '')).toEqual([]);
     // One line per e-mail: the shared ones are sent once.

@@ -614,6 +614,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     Object.assign(base, {
       total_rows: total,
       rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
+      rows_merged: audience.rowsMerged ?? null,
       source_table: table,
       ...staleness(audience),
     });

@@ -446,6 +446,7 @@ export async function previewExport(
     row_count: result.row_count,
     total_rows: audience.rowCount ?? null,
     rows_without_identifier: audience.rowsWithoutIdentifier ?? null,
+    rows_merged: audience.rowsMerged ?? null,
   };
 }
 
