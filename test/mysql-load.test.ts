@@ -589,7 +589,7 @@ describe.skipIf(unavailable)(`MySQL extract-load ${unavailable ? `(skipped: ${un
             [`"${src.rawSchema}"`],
           )
         ).map((r) => r.name),
-      ).toEqual(['_dimas_loads', 'edge', `${'ü'.repeat(31)}x`]);
+      ).toEqual(['_dimas_loads', '_dimas_source', 'edge', `${'ü'.repeat(31)}x`]);
       expect(await src.rows(`select * from RAW.edge`)).toEqual([{ id: 1, ['e'.repeat(63)]: 2 }]);
     });
 

@@ -152,12 +152,51 @@ const TRANSIENT_REASON =
 const DETERMINISTIC_REASON = /^(21|22|23|25|2B|2F|42|44|0A|P0)/;
 
 /**
+ * MySQL / MariaDB server error numbers (MySQL's SQLSTATE is HY000 for most of them, so the classes
+ * above cannot tell): true when every attempt gets the same answer, false when a later one can get past it.
+ */
+const MYSQL_ERRNO_DETERMINISTIC = new Map<number, boolean>([
+  // Missing or changed objects, invalid SQL, values the server refuses, errors a routine signals.
+  ...[1046, 1049, 1051, 1052, 1054, 1064, 1109, 1146, 1149, 1222, 1241, 1292, 1305, 1356, 1366, 1644].map(
+    (n) => [n, true] as const,
+  ),
+  // Privileges: access denied to a database, a user, a table, a column, a routine; read-only transaction.
+  ...[1044, 1045, 1142, 1143, 1227, 1370, 1792].map((n) => [n, true] as const),
+  // Lock wait timeout, deadlock, too many connections (server, user), connection lost or gone away,
+  // server shutting down, connection killed, statement timeout (MySQL, MariaDB), out of memory or disk.
+  ...[1205, 1213, 1040, 1203, 2013, 2006, 2055, 1053, 1927, 3024, 1969, 1021, 1037, 1038, 1041, 1114].map(
+    (n) => [n, false] as const,
+  ),
+]);
+
+/**
+ * Whether a MySQL / MariaDB server error (the driver's, or found along the `cause` chain of the errors
+ * that wrap it) is one every attempt would get; undefined when there is none or its number is not classified.
+ */
+export function mysqlErrorIsDeterministic(error: unknown): boolean | undefined {
+  const errno = mysqlServerErrno(error);
+  return errno === undefined ? undefined : MYSQL_ERRNO_DETERMINISTIC.get(errno);
+}
+
+/** The error number of the MySQL / MariaDB server error that `error` is or wraps (along `cause`). */
+export function mysqlServerErrno(error: unknown): number | undefined {
+  let e = error as { errno?: unknown; sqlState?: unknown; cause?: unknown } | null | undefined;
+  for (let depth = 0; e && depth < 5; depth++, e = e.cause as typeof e) {
+    // A server error carries its SQLSTATE; Node's system errors carry (negative) errnos without one.
+    if (typeof e.errno === 'number' && typeof e.sqlState === 'string') return e.errno;
+  }
+  return undefined;
+}
+
+/**
  * Whether retrying can help, one rule for every job that runs SQL on a warehouse. Unknown failures are
  * retried (they may be transient); our own refusals (plain errors: no source configured, rows
- * multiplied) and the deterministic SQLSTATEs are not.
+ * multiplied), the deterministic SQLSTATEs and MySQL error numbers are not.
  */
 export function isDeterministicFailure(error: unknown): boolean {
   if (error instanceof PermanentJobError) return true;
+  const mysql = mysqlErrorIsDeterministic(error);
+  if (mysql !== undefined) return mysql;
   const reason =
     error instanceof AppError
       ? String(error.details.reason ?? '')

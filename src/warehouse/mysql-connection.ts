@@ -56,6 +56,11 @@ export type ErrorContext = 'connect' | 'user-sql' | 'internal';
 /** Driver errors → AppError, as postgres.ts does: reaching/logging in is 422, rejected user SQL is 400. */
 export function translate(error: unknown, config: ConnectionConfig, context: ErrorContext): AppError {
   if (error instanceof AppError) return error;
+  // The driver's error stays the cause: its errno tells a job whether a retry can help (job-types).
+  return Object.assign(translated(error, config, context), { cause: error });
+}
+
+function translated(error: unknown, config: ConnectionConfig, context: ErrorContext): AppError {
   const e = error as Error & { code?: string; errno?: number; sqlMessage?: string };
   const where = `${config.host}:${portOf(config)}/${config.database}`;
   const code = e.code ?? '';

@@ -1,9 +1,10 @@
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { AppError } from '../app-error.ts';
-import type { ConnectionConfig } from './config.ts';
+import { mysqlErrorIsDeterministic, mysqlServerErrno } from '../jobs/job-types.ts';
+import { type ConnectionConfig, portOf } from './config.ts';
 import { type MysqlColumn, type MysqlWarehouse, mysqlQualified, quoteMysqlIdent } from './mysql.ts';
-import { CopyEncoder, mapMysqlType, mayLoadAsNull } from './mysql-types.ts';
+import { CopyEncoder, mapMysqlType, mayLoadAsNull, unloadableDateBytes } from './mysql-types.ts';
 import { quoteIdent } from './postgres.ts';
 import { translate } from './postgres-sql.ts';
 import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './warehouse.ts';
@@ -25,6 +26,15 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './wareh
  * date columns are never NOT NULL in the raw copy; a primary key that then holds a NULL is not
  * created (the table's `without_primary_key` says why) and incremental loads of that table run in full.
  *
+ * The raw schema records the source it holds (`<raw>._dimas_source`: host, port, database, and the
+ * workspace that loaded it first): a workspace whose source is another database (`Shop` and `shop` on
+ * one server, or two servers) is refused with a 409 instead of overwriting that copy; raw_schema in
+ * its source config gives it a schema of its own.
+ *
+ * A zero or invalid date (`0000-00-00`, `2024-02-30`) is no cursor position: the cursor value is the
+ * highest valid one, and each table says how many rows it read with an invalid one. A table dropped
+ * on the source while the load runs is refused (named, with why) and the rest loads.
+ *
  * Views load like tables without a primary key (their rows read by a SELECT of the view). A view the
  * source cannot select (a table or function it reads was dropped, its definer is gone, it signals an
  * error) is refused with the server's message, and the other tables load: a broken view is common in
@@ -42,6 +52,8 @@ interface LoadProgress {
 
 export interface LoadOptions {
   mode: LoadMode;
+  /** The workspace loading: recorded in the raw schema, which loads of another source may not use. */
+  loader: RawSchemaLoader;
   signal?: AbortSignal;
   onProgress?: (progress: LoadProgress) => Promise<void>;
 }
@@ -54,6 +66,12 @@ interface TableLoad {
   rows: number;
   cursor_column: string | null;
   cursor_value: string | null;
+  /**
+   * Rows read whose date cursor is a date PostgreSQL has none for (zero dates, `2024-02-30`): no
+   * position, so never the cursor value; an incremental load sees such a row again only once its
+   * cursor holds a real date (a full load reloads it).
+   */
+  invalid_cursor_rows: number;
   /** Why the raw copy has no primary key although the source table has one. */
   without_primary_key: string | null;
 }
@@ -81,6 +99,8 @@ class TableLoadError extends AppError {}
 class UnreadableView extends AppError {}
 
 const STATE_TABLE = '_dimas_loads';
+/** One row: the source whose copy the raw schema holds, and the workspace that loaded it first. */
+const SOURCE_TABLE = '_dimas_source';
 const PROGRESS_EVERY_ROWS = 20_000;
 const UPDATED_NAMES = ['updated_at', 'modified_at', 'last_modified', 'updated', 'modified', 'last_update'];
 /** PostgreSQL keeps the first 63 bytes of a name (NAMEDATALEN - 1) and drops the rest without a word. */
@@ -101,6 +121,107 @@ function clipName(name: string): string {
   return out;
 }
 
+/** Who loads a raw schema: the workspace, and its organization (named only to its own members). */
+export interface RawSchemaLoader {
+  workspace_id: string;
+  workspace_name: string;
+  organization_id: string;
+}
+
+interface RawSchemaClaim extends RawSchemaLoader {
+  source: string;
+}
+
+/**
+ * The source a raw copy comes from: host, port and database as configured. MySQL database names are
+ * case-sensitive on most servers (`Shop` and `shop` are two databases) while the raw schema's name is
+ * lowercase, and two servers may hold databases of one name: both would load into one raw schema.
+ */
+const sourceIdentity = (config: ConnectionConfig) =>
+  `${config.host.toLowerCase()}:${portOf(config)}/${config.database}`;
+
+/**
+ * Why `loader` may not load `config`'s source into the raw schema that `claim` holds, else null. The
+ * workspace that holds it may change its source (a moved server); another workspace may load the same
+ * source (the same rows); a different source of another workspace would overwrite its tables.
+ */
+function claimConflict(
+  raw: string,
+  claim: RawSchemaClaim | undefined,
+  config: ConnectionConfig,
+  loader: RawSchemaLoader,
+): AppError | null {
+  const source = sourceIdentity(config);
+  if (!claim || claim.workspace_id === loader.workspace_id || claim.source === source) return null;
+  const holder =
+    claim.organization_id === loader.organization_id
+      ? `workspace ${claim.workspace_name} (source ${claim.source})`
+      : `a workspace of another organization (source ${claim.source})`;
+  return new AppError(
+    'CONFLICT',
+    `Raw schema ${raw} of the target holds the copy loaded by ${holder}; workspace ${loader.workspace_name} loads source ${source}, a different database, and would overwrite its tables. Set raw_schema in the source config of workspace ${loader.workspace_name} to a schema of its own (or drop schema ${raw} in the target if that copy is no longer needed)`,
+    { reason: 'RAW_SCHEMA_TAKEN' },
+  );
+}
+
+const readClaim = async (tx: WarehouseTransaction, raw: string) =>
+  (
+    await tx.query<RawSchemaClaim & Record<string, unknown>>(
+      `select source, workspace_id, workspace_name, organization_id from ${quoteIdent(raw)}.${SOURCE_TABLE}`,
+    )
+  ).rows[0];
+
+/**
+ * The raw schema recorded as holding `config`'s source, or a 409 when another source's copy is there.
+ * A raw schema from before the record is claimed by its next load (nothing is renamed); one that a
+ * deleted workspace loaded stays that workspace's copy until someone drops it (the 409 says so).
+ */
+async function claimRawSchema(
+  tx: WarehouseTransaction,
+  raw: string,
+  config: ConnectionConfig,
+  loader: RawSchemaLoader,
+) {
+  await tx.query('select pg_advisory_xact_lock(hashtext($1))', [`dimas-raw-schema:${raw}`]);
+  await tx.query(
+    `create table if not exists ${quoteIdent(raw)}.${SOURCE_TABLE} (
+       one boolean primary key default true check (one), source text not null, workspace_id text not null,
+       workspace_name text not null, organization_id text not null, claimed_at timestamptz not null default now())`,
+  );
+  const claim = await readClaim(tx, raw);
+  const conflict = claimConflict(raw, claim, config, loader);
+  if (conflict) throw conflict;
+  // Another workspace loading the same source leaves the record to the first one.
+  if (claim && claim.workspace_id !== loader.workspace_id) return;
+  await tx.query(
+    `insert into ${quoteIdent(raw)}.${SOURCE_TABLE} (source, workspace_id, workspace_name, organization_id)
+     values ($1, $2, $3, $4)
+     on conflict (one) do update set source = excluded.source, workspace_name = excluded.workspace_name`,
+    [sourceIdentity(config), loader.workspace_id, loader.workspace_name, loader.organization_id],
+  );
+}
+
+/**
+ * The 409 a load would end with because the raw schema holds another source's copy, checked before
+ * the load is queued; null when it may load (or the target cannot be read now: the load checks again).
+ */
+export async function rawSchemaConflict(
+  target: Warehouse,
+  config: ConnectionConfig,
+  loader: RawSchemaLoader,
+): Promise<AppError | null> {
+  const raw = rawSchemaOf(config);
+  try {
+    return await target.transaction(async (tx) => {
+      const found = await tx.query(`select to_regclass($1) as t`, [`${quoteIdent(raw)}.${SOURCE_TABLE}`]);
+      if (!found.rows[0].t) return null;
+      return claimConflict(raw, await readClaim(tx, raw), config, loader);
+    });
+  } catch {
+    return null;
+  }
+}
+
 export function rawSchemaOf(config: Pick<ConnectionConfig, 'raw_schema' | 'database'>): string {
   return clipName((config.raw_schema ?? `raw_${config.database}`).toLowerCase());
 }
@@ -110,8 +231,8 @@ export function rawSchemaOf(config: Pick<ConnectionConfig, 'raw_schema' | 'datab
  * table or column name longer than 63 bytes, so two long names could land in one table or column.
  */
 function nameProblem(table: IntrospectedTable, columns: MysqlColumn[]): string | null {
-  if (table.name === STATE_TABLE)
-    return `its name is the one of dimas's load-state table ${STATE_TABLE} in the raw schema`;
+  if (table.name === STATE_TABLE || table.name === SOURCE_TABLE)
+    return `its name is the one of dimas's load-state table ${table.name} in the raw schema`;
   const long = (name: string) => Buffer.byteLength(name) > PG_NAME_BYTES;
   const problems: string[] = [];
   if (long(table.name))
@@ -123,10 +244,12 @@ function nameProblem(table: IntrospectedTable, columns: MysqlColumn[]): string |
   return `${problems.join('; ')}. PostgreSQL truncates names to ${PG_NAME_BYTES} bytes, so the raw copy cannot keep the source's names: rename them on the source, or leave the ${kindOf(table)} out of the source config's tables`;
 }
 
-const kindOf = (table: IntrospectedTable) => (table.kind === 'view' ? 'view' : 'table');
+const ER_NO_SUCH_TABLE = 1146;
 
-/** MySQL errors a later attempt can get past: deadlock, lock wait, timeouts, out of memory or disk. */
-const TRANSIENT_ERRNO = new Set([1205, 1213, 3024, 1969, 1021, 1037, 1038, 1041, 1114]);
+const droppedMidLoad = (table: IntrospectedTable, raw: string) =>
+  `table ${table.schema}.${table.name} was dropped on the source while the load ran (after it listed the source's tables); a raw copy from an earlier load stays in ${raw} as it was`;
+
+const kindOf = (table: IntrospectedTable) => (table.kind === 'view' ? 'view' : 'table');
 
 /**
  * Whether the source answered a view's SELECT with an error every attempt would get: its definition
@@ -135,8 +258,8 @@ const TRANSIENT_ERRNO = new Set([1205, 1213, 3024, 1969, 1021, 1037, 1038, 1041,
  * deadlocks (40) and the transient errnos fail the load as for a table, and the job is retried.
  */
 function viewFault(error: unknown): error is { sqlMessage: string } {
-  const e = error as { sqlMessage?: string; sqlState?: string; errno?: number; fatal?: boolean };
-  if (!e.sqlMessage || e.fatal || TRANSIENT_ERRNO.has(e.errno ?? 0)) return false;
+  const e = error as { sqlMessage?: string; sqlState?: string; fatal?: boolean };
+  if (!e.sqlMessage || e.fatal || mysqlErrorIsDeterministic(error) === false) return false;
   return !/^(08|40|70)/.test(e.sqlState ?? '');
 }
 
@@ -201,6 +324,7 @@ export async function extractLoad(
          table_name text primary key, cursor_column text, cursor_value text, signature text not null,
          mode text not null, rows_loaded bigint not null, loaded_at timestamptz not null default now())`,
     );
+    await claimRawSchema(tx, raw, source.config, options.loader);
   });
   const names = new Set(tables.map((t) => t.name));
   const result: LoadResult = {
@@ -215,7 +339,10 @@ export async function extractLoad(
     options.signal?.throwIfAborted();
     const columns = columnsOf.get(`${table.schema}.${table.name}`) ?? [];
     // A table without columns was dropped since the catalog was read; a view without any is broken.
-    if (!columns.length && table.kind !== 'view') continue;
+    if (!columns.length && table.kind !== 'view') {
+      result.refused.push({ schema: table.schema, table: table.name, reason: droppedMidLoad(table, raw) });
+      continue;
+    }
     const namesakes = sharing.get(table.name)!;
     const refusal =
       namesakes.length > 1
@@ -238,8 +365,21 @@ export async function extractLoad(
         loaded = await loadTable(source, target, raw, table, columns, options, progress);
       } catch (error) {
         if (options.signal?.aborted) throw error;
-        if (!(error instanceof UnreadableView)) throw tableError(error, table, raw, target);
-        result.refused.push({ schema: table.schema, table: table.name, reason: error.message });
+        if (error instanceof UnreadableView)
+          result.refused.push({ schema: table.schema, table: table.name, reason: error.message });
+        // Dropped after the catalog was read (the catalog says it is gone, not only the SELECT): the
+        // user dropped it, and a retry of the whole load would skip it anyway.
+        else if (
+          table.kind === 'table' &&
+          mysqlServerErrno(error) === ER_NO_SUCH_TABLE &&
+          !(await source.sourceColumns([table])).get(`${table.schema}.${table.name}`)?.length
+        )
+          result.refused.push({
+            schema: table.schema,
+            table: table.name,
+            reason: droppedMidLoad(table, raw),
+          });
+        else throw tableError(error, table, raw, target);
       }
       if (loaded) {
         rowsSoFar += loaded.rows;
@@ -274,6 +414,8 @@ async function loadTable(
   const configuredCursor = source.config.cursor_columns?.[table.name];
   const cursor = proposeCursor(columns, configuredCursor);
   const cursorKind = cursor ? mapped.find((c) => c.name === cursor)!.kind : null;
+  // Zero and invalid dates (`0000-00-00`, `2024-02-30`) are no position in time: never a cursor value.
+  const dateCursor = cursorKind !== null && mayLoadAsNull(cursorKind);
   const signature = JSON.stringify([mapped.map((c) => [c.name, c.pg, c.notNull]), table.primary_key]);
   const rawTable = `${quoteIdent(raw)}.${quoteIdent(table.name)}`;
   const pk = table.primary_key;
@@ -325,6 +467,13 @@ async function loadTable(
       else if (state.signature !== signature)
         fullBecause = 'the source columns (or how they are loaded) changed';
       else if (state.cursor_column !== cursor) fullBecause = 'the cursor column changed';
+      // Saved before invalid dates stopped being cursor values: comparing against one is no position.
+      else if (
+        dateCursor &&
+        state.cursor_value !== null &&
+        unloadableDateBytes(Buffer.from(state.cursor_value))
+      )
+        fullBecause = `the saved cursor value ${state.cursor_value} is not a valid date`;
       else if (!pk.length && cursorKind !== 'int')
         fullBecause = `${table.kind === 'view' ? 'a view has ' : ''}no primary key to replace changed rows by`;
       else if (pk.length && !(await hasPrimaryKey(tx, rawTable)))
@@ -366,6 +515,7 @@ async function loadTable(
     let maxBytes: Buffer | null =
       incremental && state.cursor_value !== null ? Buffer.from(state.cursor_value, 'latin1') : null;
     let rows = 0;
+    let invalidCursorRows = 0;
     // Rows are encoded from the server's bytes as they arrive, inside one Transform: no per-row
     // promise, no decoding of values to JS strings.
     let encoder: CopyEncoder;
@@ -383,7 +533,8 @@ async function loadTable(
         encoder.row(row);
         if (cursorIndex >= 0) {
           const value = row[cursorIndex];
-          if (value !== null && (maxBytes === null || greater(value, maxBytes, numericCursor)))
+          if (value !== null && dateCursor && unloadableDateBytes(value)) invalidCursorRows++;
+          else if (value !== null && (maxBytes === null || greater(value, maxBytes, numericCursor)))
             maxBytes = value;
         }
         rows++;
@@ -447,6 +598,7 @@ async function loadTable(
       rows,
       cursor_column: cursor,
       cursor_value: max,
+      invalid_cursor_rows: invalidCursorRows,
       without_primary_key: withoutKey,
     };
   }
@@ -471,10 +623,13 @@ function tableError(error: unknown, table: IntrospectedTable, raw: string, targe
   const column = copy?.[2] ?? e.column;
   const at = [column && `column ${column}`, copy && `row ${copy[1]} of the extract`].filter(Boolean);
   const cause = error instanceof AppError ? error : translate(error, target.config, 'user-sql');
-  return new TableLoadError(
-    cause.code,
-    `Loading ${kindOf(table)} ${table.schema}.${table.name} into ${raw}.${table.name} failed${at.length ? ` (${at.join(', ')})` : ''}: ${cause.message}`,
-    cause.details,
+  return Object.assign(
+    new TableLoadError(
+      cause.code,
+      `Loading ${kindOf(table)} ${table.schema}.${table.name} into ${raw}.${table.name} failed${at.length ? ` (${at.join(', ')})` : ''}: ${cause.message}`,
+      cause.details,
+    ),
+    { cause },
   );
 }
 

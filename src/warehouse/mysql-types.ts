@@ -251,7 +251,7 @@ const CHUNK_BYTES = 256 * 1024;
 const SHORT = 48;
 
 /** A date (`YYYY-MM-DD…`, read off the bytes) that PostgreSQL has no value for: see isLoadableDate. */
-function unloadableDateBytes(v: Buffer): boolean {
+export function unloadableDateBytes(v: Buffer): boolean {
   if (v.length < 10 || v[4] !== 0x2d || v[7] !== 0x2d) return true;
   const year = (v[0] - 0x30) * 1000 + (v[1] - 0x30) * 100 + (v[2] - 0x30) * 10 + (v[3] - 0x30);
   const month = (v[5] - 0x30) * 10 + (v[6] - 0x30);

@@ -2,12 +2,27 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../app-error.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
-import { failOnceWhenDeterministic, type JobContext, type JobRunView } from '../../jobs/queue.ts';
-import { extractLoad, rawSchemaOf, type LoadMode } from '../../warehouse/mysql-load.ts';
+import {
+  failOnceWhenDeterministic,
+  PermanentJobError,
+  type JobContext,
+  type JobRunView,
+} from '../../jobs/queue.ts';
+import {
+  extractLoad,
+  rawSchemaConflict,
+  rawSchemaOf,
+  type LoadMode,
+  type RawSchemaLoader,
+} from '../../warehouse/mysql-load.ts';
 import { MysqlWarehouse } from '../../warehouse/mysql.ts';
 import { warehouses } from '../../warehouse/postgres.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
-import { connectionConfig, currentWorkspace } from '../workspaces/workspaces.service.ts';
+import {
+  connectionConfig,
+  currentWorkspace,
+  type WorkspaceEntity,
+} from '../workspaces/workspaces.service.ts';
 
 /** Extract–load of a MySQL / MariaDB source into the raw schema of the workspace's target warehouse. */
 const SOURCE_LOAD_KIND = 'source-load';
@@ -36,6 +51,7 @@ async function runLoad(deps: AppDeps, payload: SourceLoadPayload, context: JobCo
   await context.progress({ phase: 'loading', rows_loaded: 0 });
   const result = await extractLoad(source, target, {
     mode: payload.mode,
+    loader: loaderOf(workspace),
     signal: context.signal,
     onProgress: (p) => context.progress({ phase: 'loading', ...p }),
   });
@@ -46,7 +62,13 @@ async function runLoad(deps: AppDeps, payload: SourceLoadPayload, context: JobCo
 export async function registerSourceJobs(deps: AppDeps): Promise<void> {
   await deps.jobs.register<SourceLoadPayload>(
     SOURCE_LOAD_KIND,
-    (payload, context) => runLoad(deps, payload, context).catch(failOnceWhenDeterministic),
+    (payload, context) =>
+      runLoad(deps, payload, context).catch((error: unknown) => {
+        // Another source's copy in the raw schema stays there until someone changes a config.
+        if (error instanceof AppError && error.details.reason === 'RAW_SCHEMA_TAKEN')
+          throw new PermanentJobError(error.message, { cause: error });
+        return failOnceWhenDeterministic(error);
+      }),
     {
       // A retry (after a crash or a transient failure) loads again; each table is one transaction,
       // so nothing half-loaded stays. A value PostgreSQL refuses fails at once: a retry reloads every
@@ -67,6 +89,12 @@ export interface SourceLoadStart {
   raw_schema: string;
 }
 
+const loaderOf = (workspace: WorkspaceEntity): RawSchemaLoader => ({
+  workspace_id: workspace.id,
+  workspace_name: workspace.name,
+  organization_id: workspace.organization.id,
+});
+
 /** Queues a load of the current workspace's MySQL source (one at a time per workspace). */
 export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promise<SourceLoadStart> {
   const workspace = await currentWorkspace(scope);
@@ -81,7 +109,8 @@ export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promi
       'load_source applies to MySQL / MariaDB sources; a PostgreSQL source is read where it is',
       { reason: 'NOT_A_LOADED_SOURCE' },
     );
-  if (!connectionConfig(scope, workspace, 'target'))
+  const targetConfig = connectionConfig(scope, workspace, 'target');
+  if (!targetConfig)
     throw new AppError(
       'CONFLICT',
       `Workspace ${workspace.name} has no target warehouse to load the source into`,
@@ -89,6 +118,9 @@ export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promi
         reason: 'NO_TARGET_CONFIG',
       },
     );
+  const target = await warehouses(scope.deps).open(targetConfig, `${workspace.id}:target`);
+  const conflict = await rawSchemaConflict(target, source, loaderOf(workspace));
+  if (conflict) throw conflict;
   const { run, created } = await scope.deps.jobs.enqueue(
     SOURCE_LOAD_KIND,
     { workspace_id: workspace.id, mode },
