@@ -6,7 +6,9 @@ import { AppError } from '../app-error.ts';
  * which makes the server refuse writes to tables. The lexical check is what stops the rest: DDL
  * commits the open transaction implicitly in MySQL (so READ ONLY alone would not stop it), files
  * (`INTO OUTFILE`), locks (`FOR UPDATE`, `GET_LOCK`), executable comments (`/*! … *\/`) and optimizer
- * hints (`/*+ … *\/`, which MySQL 8 obeys: `MAX_EXECUTION_TIME`, `SET_VAR`).
+ * hints (`/*+ … *\/`, which MySQL 8 obeys: `MAX_EXECUTION_TIME`, `SET_VAR`). Calls of the source's
+ * stored functions, whose bodies the check cannot see, are refused by the catalog (`calledFunctions`
+ * here, the lookup in mysql.ts).
  */
 
 /**
@@ -131,4 +133,42 @@ export function assertMysqlReadOnly(sql: string): string {
       );
   }
   return statement;
+}
+
+const IDENT_CHAR = /[\p{L}\p{N}_$\u0080-\uffff]/u;
+
+/** The identifier ending at `end` (inclusive) of `sql`, backquoted or bare: its name and where it starts. */
+function identifierBefore(sql: string, bare: string, end: number): { name: string; start: number } | null {
+  if (bare[end] === '`') {
+    const open = bare.lastIndexOf('`', end - 1);
+    if (open < 0) return null;
+    return { name: sql.slice(open + 1, end).replaceAll('``', '`'), start: open };
+  }
+  let start = end + 1;
+  while (start > 0 && IDENT_CHAR.test(bare[start - 1])) start--;
+  const name = sql.slice(start, end + 1);
+  return name && !/^\d+$/.test(name) ? { name, start } : null;
+}
+
+const skipSpaceBack = (bare: string, i: number) => {
+  while (i >= 0 && /\s/.test(bare[i])) i--;
+  return i;
+};
+
+/**
+ * The functions a statement calls by name (`f(`, `db.f (`, `` `db`.`f`( ``), outside comments and
+ * literals: the candidates for stored functions, which the caller looks up in the source's catalog.
+ * Also lists keywords followed by a parenthesis (`in (`); only names of existing stored functions matter.
+ */
+export function calledFunctions(statement: string): { schema: string | null; name: string }[] {
+  const bare = blankOut(statement);
+  const calls: { schema: string | null; name: string }[] = [];
+  for (let k = bare.indexOf('('); k >= 0; k = bare.indexOf('(', k + 1)) {
+    const fn = identifierBefore(statement, bare, skipSpaceBack(bare, k - 1));
+    if (!fn) continue;
+    const dot = skipSpaceBack(bare, fn.start - 1);
+    const schema = bare[dot] === '.' ? identifierBefore(statement, bare, skipSpaceBack(bare, dot - 1)) : null;
+    calls.push({ schema: schema?.name ?? null, name: fn.name });
+  }
+  return calls;
 }

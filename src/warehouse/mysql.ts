@@ -14,7 +14,7 @@ import {
   timeoutSql,
   translate,
 } from './mysql-connection.ts';
-import { assertMysqlReadOnly } from './mysql-guard.ts';
+import { assertMysqlReadOnly, calledFunctions } from './mysql-guard.ts';
 import { mysqlIntrospect, mysqlSourceColumns } from './mysql-introspect.ts';
 import { mysqlProfileTable } from './mysql-profile.ts';
 import { bytesAsJson, fieldTypeName, readCapped } from './mysql-query.ts';
@@ -238,6 +238,39 @@ export class MysqlWarehouse implements Warehouse {
    * User SQL: checked by the MySQL guard, then streamed inside READ ONLY with the timeout; rows and
    * bytes are counted as they arrive and the connection is dropped at either cap.
    */
+  /**
+   * A 400 when user SQL calls a stored function of the source. The guard cannot see what a function
+   * does, and the catalog cannot tell either: SQL_DATA_ACCESS (NO SQL, READS SQL DATA) and
+   * IS_DETERMINISTIC are declarations MySQL does not enforce, and a function that truly reads no table
+   * may still take a named lock (GET_LOCK, kept past the transaction), read a file (LOAD_FILE), write
+   * one (SELECT … INTO OUTFILE) or change session state. Any function listed in
+   * information_schema.ROUTINES is refused; the built-in functions are not listed there.
+   */
+  async #refuseStoredFunctions(c: PoolConnection, statement: string): Promise<void> {
+    const calls = calledFunctions(statement);
+    if (!calls.length) return;
+    const functions = await this.#rows<{ schema: string; name: string }>(
+      c,
+      `select routine_schema as \`schema\`, routine_name as name from information_schema.routines
+        where routine_type = 'FUNCTION' and routine_name in (?)`,
+      [[...new Set(calls.map((f) => f.name))]],
+    );
+    // Compared regardless of case: a database name's case matters on some servers only; refusing
+    // too much is the safe side.
+    const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+    for (const call of calls) {
+      const found = functions.find(
+        (f) => same(f.name, call.name) && same(f.schema, call.schema ?? this.config.database),
+      );
+      if (found)
+        throw new AppError(
+          'BAD_REQUEST',
+          `The query calls stored function ${found.schema}.${found.name}, which may not run on the source: MySQL does not enforce what a stored function declares (NO SQL, READS SQL DATA), and one can take locks (GET_LOCK), read or write files or change the session. Query the tables it reads instead`,
+          { reason: 'NOT_READ_ONLY' },
+        );
+    }
+  }
+
   async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
     const statement = assertMysqlReadOnly(sql);
     const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);
@@ -248,6 +281,7 @@ export class MysqlWarehouse implements Warehouse {
     try {
       await q.query(timeoutSql(this.entry, options.timeoutMs ?? this.settings.statementTimeoutMs));
       await q.query('start transaction read only');
+      await this.#refuseStoredFunctions(connection, statement);
       const { rows, fields, stopped } = await readCapped(connection, statement, options.params, cap, byteCap);
       // Only an OK packet came back (what a statement the guard should have refused answers).
       if (!fields?.length)
@@ -281,7 +315,12 @@ export class MysqlWarehouse implements Warehouse {
   }
 
   async assertUserSqlAllowed(sql: string): Promise<void> {
-    assertMysqlReadOnly(sql);
+    const statement = assertMysqlReadOnly(sql);
+    await this.#readOnly(
+      this.settings.statementTimeoutMs,
+      (c) => this.#refuseStoredFunctions(c, statement),
+      'user-sql',
+    );
   }
 
   /** Generated MySQL statements only (profiling, loader bounds). */
@@ -310,6 +349,7 @@ export class MysqlWarehouse implements Warehouse {
   }
 
   async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
+    await this.assertUserSqlAllowed(sql);
     const statement = assertMysqlReadOnly(sql);
     yield* this.extract(statement, { params: options.params, batchSize: options.batchSize, raw: false });
   }
