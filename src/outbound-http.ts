@@ -244,6 +244,18 @@ export function outboundHttp(env: Pick<Env, 'OUTBOUND_BLOCKED_NETWORKS'>): Outbo
   return guard;
 }
 
+/**
+ * How long a `Retry-After` header asks to wait, in milliseconds: RFC 9110 allows seconds or an HTTP
+ * date (a receiver behind a proxy often sends the date). 0 when absent or unreadable.
+ */
+export function retryAfterMs(header: string | null, now = Date.now()): number {
+  const value = header?.trim();
+  if (!value) return 0;
+  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  const at = Date.parse(value);
+  return Number.isFinite(at) ? Math.max(0, at - now) : 0;
+}
+
 /** The reason a failed outbound request gives, looking through fetch's `cause` to the guard's refusal. */
 export function outboundFailure(error: unknown): { message: string; blocked: boolean } {
   const cause = (error as { cause?: unknown }).cause;

@@ -9,6 +9,7 @@ import { csvCell } from '../src/modules/audiences/audiences-sql.ts';
 import { exportViews, runDueExports } from '../src/modules/audiences/audiences-exports.service.ts';
 import { AudienceExport } from '../src/modules/audiences/audiences.entity.ts';
 import { parseCsv } from './helpers/csv.ts';
+import { retryAfterMs } from '../src/outbound-http.ts';
 
 /*
  * Audiences end to end over HTTP against a real PostgreSQL warehouse: a scratch database on
@@ -686,6 +687,50 @@ describe('audience end to end', () => {
         'the webhook answered 307 Temporary Redirect with Location http://169.254.169.254/latest/meta-data/',
       );
       expect(requests).toBe(1);
+    } finally {
+      hook.close();
+    }
+  });
+
+  it("waits as long as a webhook's Retry-After asks, in seconds or as an HTTP date", async () => {
+    expect(retryAfterMs('7')).toBe(7000);
+    expect(retryAfterMs(new Date(Date.UTC(2030, 0, 1, 0, 0, 30)).toUTCString(), Date.UTC(2030, 0, 1))).toBe(
+      30_000,
+    );
+    expect(retryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT')).toBe(0);
+    expect(retryAfterMs('soon')).toBe(0);
+    expect(retryAfterMs(null)).toBe(0);
+    const arrivals: number[] = [];
+    const hook: Server = createServer((req: IncomingMessage, res) => {
+      req.resume();
+      req.on('end', () => {
+        arrivals.push(Date.now());
+        // The first answer asks, as a date (whole seconds), for at least two seconds' pause.
+        if (arrivals.length === 1)
+          res.writeHead(429, { 'retry-after': new Date(Date.now() + 3000).toUTCString() }).end();
+        else res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    hook.listen(0, '127.0.0.1');
+    await new Promise((resolve) => hook.once('listening', resolve));
+    try {
+      const res = await api('POST', '/exports', {
+        body: {
+          audience_id: audienceId,
+          destination: {
+            type: 'webhook',
+            url: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/slow`,
+            batch_size: 1000,
+          },
+          field_mapping: [{ source: 'customer_id', destination: 'member_id' }],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const finished = await exportFinished(audienceId, res.body.export.id, res.body.run.run_id);
+      expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
+      expect(arrivals).toHaveLength(2);
+      // The backoff alone would have retried after 200 ms.
+      expect(arrivals[1] - arrivals[0]).toBeGreaterThanOrEqual(1900);
     } finally {
       hook.close();
     }

@@ -19,6 +19,7 @@ import {
   maskUrlSecrets,
   outboundFailure,
   outboundHttp,
+  retryAfterMs,
   urlQueryValues,
   type OutboundHttp,
 } from '../../outbound-http.ts';
@@ -212,6 +213,8 @@ function redacted(error: unknown, secrets: string[]): Error {
 
 /** How much of a refusing webhook's answer its error quotes (secrets masked: see `redacted`). */
 const RESPONSE_EXCERPT_CHARS = 500;
+/** The longest a batch waits when its receiver asks to (`Retry-After`) before trying again. */
+const MAX_RETRY_AFTER_MS = 5 * 60_000;
 const RETRYABLE = (status: number) => status === 408 || status === 425 || status === 429 || status >= 500;
 
 async function postBatch(
@@ -223,7 +226,7 @@ async function postBatch(
 ): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     let reason: string;
-    let retryAfterMs = 0;
+    let askedWaitMs = 0;
     try {
       const res = await outbound.fetch(url, {
         method: 'POST',
@@ -251,7 +254,7 @@ async function postBatch(
       reason = text ? `${answered}: ${text.slice(0, RESPONSE_EXCERPT_CHARS)}` : answered;
       // The receiver refused this request as such (4xx): sending it again gets the same answer.
       if (!RETRYABLE(res.status)) throw new PermanentJobError(reason);
-      retryAfterMs = Math.min(30_000, Number(res.headers.get('retry-after') ?? 0) * 1000 || 0);
+      askedWaitMs = Math.min(MAX_RETRY_AFTER_MS, retryAfterMs(res.headers.get('retry-after')));
     } catch (error) {
       if (options.signal.aborted || error instanceof PermanentJobError) throw error;
       const failure = outboundFailure(error);
@@ -260,9 +263,10 @@ async function postBatch(
       reason = `the webhook could not be reached: ${failure.message}`;
     }
     if (attempt >= options.maxRetries) throw new Error(`${reason} (after ${attempt + 1} attempts)`);
-    await new Promise((resolve) =>
-      setTimeout(resolve, Math.max(retryAfterMs, Math.min(5000, 200 * 2 ** attempt))),
-    );
+    // A pause or cancellation ends the wait: a receiver may ask for minutes.
+    await sleep(Math.max(askedWaitMs, Math.min(5000, 200 * 2 ** attempt)), undefined, {
+      signal: options.signal,
+    });
   }
 }
 
