@@ -45,7 +45,7 @@ const sourceLoadRun = z
       .record(z.string(), z.unknown())
       .nullable()
       .describe(
-        'raw_schema, rows, refused (tables not loaded: schema, table, reason), unknown_cursor_tables (tables cursor_columns names that the source does not have), and per table: mode, full_because, rows, cursor_column, cursor_value, without_primary_key',
+        'raw_schema, rows, refused (tables not loaded: schema, table, reason), unknown_cursor_tables (tables cursor_columns names that the source does not have), and per table: mode, full_because, rows, cursor_column, cursor_value, invalid_cursor_rows (rows whose cursor is a zero or invalid date, never a cursor position), without_primary_key',
       ),
     error: z.string().nullable(),
     started_at: timestamp.nullable(),
