@@ -159,4 +159,27 @@ describe('concurrent edits of one document all take effect', () => {
     const state = (await api('GET', `/api/workspaces/${workspace}/workflow/state`)).body;
     for (const task of tasks) expect(state.tasks[task].completed).toBe(true);
   });
+
+  it("an organization's first admin and global settings, saved by several people at once", async () => {
+    const fresh = await createTenant(server);
+    const as = (method: string, path: string, body?: unknown) =>
+      call(server, method, path, { token: fresh.admin.token, body });
+    const settings = [
+      { discovery_confidence_threshold: 0.62 },
+      { ambiguity_margin: 0.08 },
+      { sample_size: 123 },
+    ];
+    const contexts = ['hotels', 'shoes', 'books'];
+    const saved = await Promise.all([
+      ...settings.map((s) => as('PUT', '/api/workspaces/admin-settings', s)),
+      ...contexts.map((business_context) =>
+        as('PUT', '/api/workspaces/global-settings', { business_context }),
+      ),
+    ]);
+    expect(saved.map((r) => [r.status, r.body.code])).toEqual(saved.map(() => [200, undefined]));
+    const stored = (await as('GET', '/api/workspaces/admin-settings')).body;
+    for (const s of settings) expect(stored.settings).toMatchObject(s);
+    const global = (await as('GET', '/api/workspaces/global-settings')).body;
+    expect(contexts).toContain(global.settings.business_context);
+  });
 });
