@@ -4,8 +4,9 @@ import { normalizerSteps, type IdentitySource, type Normalizer } from './identit
 import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 
 /*
- * Golden records: one row per identity cluster, each field chosen among the values that the
- * cluster's member records hold, by a survivorship rule per field, with the record it came from.
+ * Golden records: one row per identity cluster that holds a record, each field chosen among the
+ * values that the cluster's member records hold, by a survivorship rule per field, with the record
+ * it came from.
  *
  *   most_frequent    the value most records of the cluster hold; ties go to the most recent record,
  *                    then to the source listed first (the default rule)
@@ -91,7 +92,11 @@ function priorities(options: GoldenRecordOptions): number[] {
 }
 
 /**
- * The SELECT of the profile table: cluster_id, one text column per field, and `lineage`.
+ * The SELECT of the profile table: cluster_id, one text column per field, and `lineage`; one row per
+ * cluster that holds a member record. A cluster of identifiers flagged by the runaway-merge guards
+ * (a shared support phone, the singletons of an oversized component) has none, nor has one whose
+ * only records belong to another cluster: its row would have been a person with every field null.
+ * The graph's tables and its flags still list those identifiers.
  *
  * Each source is joined to the cluster members once, bringing every field's value from that source
  * in one row (`candidate`, one branch per source and per column of a field taken from it: a field
@@ -103,8 +108,8 @@ function priorities(options: GoldenRecordOptions): number[] {
 export function goldenRecordSelect(
   options: GoldenRecordOptions,
   names: RelationNames,
-  /** Only these clusters' profiles, whose member records are listed: relations of the refresh. */
-  scope?: { members: string; clusters: string },
+  /** Only the profiles of the clusters of these member records: a relation of the refresh. */
+  scope?: { members: string },
 ): string {
   const priority = priorities(options);
   const ctes = [
@@ -169,8 +174,11 @@ export function goldenRecordSelect(
     `with ${ctes.join(',\n')}\n` +
     `select c.cluster_id, c.size as identifiers${columns.map((c) => `, ${c}`).join('')},\n` +
     `  jsonb_strip_nulls(jsonb_build_object(${lineage.join(', ') || ''})) as lineage\n` +
-    `from ${names.graph('identity_clusters')} c\n${joins.join('\n')}` +
-    (scope ? `\nwhere c.cluster_id = any(array(select cluster_id from ${scope.clusters}))` : '')
+    `from ${names.graph('identity_clusters')} c\n${joins.join('\n')}\n` +
+    // A refresh looks its few clusters up by the key; a full build semi-joins all members.
+    (scope
+      ? 'where c.cluster_id = any(array(select distinct cluster_id from member))'
+      : 'where c.cluster_id in (select cluster_id from member)')
   );
 }
 
@@ -198,27 +206,32 @@ export async function buildGoldenRecords(
   const table = `${quoteIdent(options.schema)}.${PROFILE_TABLE}`;
   const select = goldenRecordSelect(options, qualifiedRelations(options.schema));
   const plan = createHash('sha256').update(select).digest('hex');
-  // The profiles are one row per cluster of the graph: the build just before counted them in its run.
   const { rows: runs } = await runner.query(
     `select run_id, clusters from ${quoteIdent(options.schema)}.identity_runs order by run_id desc limit 2`,
   );
   const stamp = (run: unknown) => `dimas unified profiles: plan ${plan}, graph run ${String(run ?? 'none')}`;
-  let mode: ProfileBuild['mode'] = 'full';
+  // The stamp ends with the table's row count, so that a refresh counts its profiles by what it
+  // deleted and inserted rather than by reading the table: not every cluster has a profile.
+  let previous: number | null = null;
   if (afterIncrementalGraph && runs.length === 2) {
     const { rows } = await runner.query(`select obj_description(to_regclass($1), 'pg_class') as stamp`, [
       table,
     ]);
-    if (rows[0]?.stamp === stamp(runs[1].run_id) && !(await manyClustersChanged(runner, runs[0].clusters)))
-      mode = 'incremental';
+    const recorded = /^(.*), profiles (\d+)$/.exec(String(rows[0]?.stamp ?? ''));
+    if (recorded?.[1] === stamp(runs[1].run_id) && !(await manyClustersChanged(runner, runs[0].clusters)))
+      previous = Number(recorded[2]);
   }
-  if (mode === 'incremental') await refreshChangedProfiles(runner, options, table);
+  let profiles: number;
+  if (previous !== null) profiles = previous + (await refreshChangedProfiles(runner, options, table));
   else {
     await runner.query(`drop table if exists ${table}`);
-    await runner.query(`create table ${table} as ${select}`);
+    profiles = (await runner.query(`create table ${table} as ${select}`)).rowCount ?? 0;
     await runner.query(`alter table ${table} add primary key (cluster_id)`);
   }
-  await runner.query(`comment on table ${table} is ${quoteLiteral(stamp(runs[0]?.run_id))}`);
-  return { profiles: toNumber(runs[0]?.clusters) ?? 0, mode };
+  await runner.query(
+    `comment on table ${table} is ${quoteLiteral(`${stamp(runs[0]?.run_id)}, profiles ${profiles}`)}`,
+  );
+  return { profiles, mode: previous === null ? 'full' : 'incremental' };
 }
 
 /**
@@ -242,9 +255,13 @@ async function manyClustersChanged(runner: SqlRunner, clusters: unknown): Promis
  * cluster no new record touched. The clusters of every identifier of a touched cluster's records
  * are rebuilt too, each from all of its records. The graph is read by index lookups of the changed
  * clusters (`= any(array(…))`, as the incremental build reads it), never by a join the planner
- * could turn into a scan of the graph.
+ * could turn into a scan of the graph. Answers how many profiles it added (less those it removed).
  */
-async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOptions, table: string) {
+async function refreshChangedProfiles(
+  runner: SqlRunner,
+  options: GoldenRecordOptions,
+  table: string,
+): Promise<number> {
   const q = (sql: string) => runner.query(sql);
   const graph = (name: string) => `${quoteIdent(options.schema)}.${name}`;
   const [records, nodes] = [graph('identity_records'), graph('identity_nodes')];
@@ -284,16 +301,16 @@ async function refreshChangedProfiles(runner: SqlRunner, options: GoldenRecordOp
      where cluster_id = any(array(select cluster_id from _gr_clusters))`,
   );
   await q('analyze _gr_clusters, _gr_members');
-  await q(
+  const deleted = await q(
     `delete from ${table} where cluster_id = any(array(
        select cluster_id from ${CHANGED_CLUSTERS} union select cluster_id from _gr_clusters))`,
   );
-  await q(
+  const inserted = await q(
     `insert into ${table} ${goldenRecordSelect(options, qualifiedRelations(options.schema), {
       members: '_gr_members',
-      clusters: '_gr_clusters',
     })}`,
   );
+  return (inserted.rowCount ?? 0) - (deleted.rowCount ?? 0);
 }
 
 /** How a build records its profile plan (in its summary), so the project can regenerate the SQL. */

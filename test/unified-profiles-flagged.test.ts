@@ -1,0 +1,151 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
+import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
+
+/*
+ * Unified profiles next to the runaway-merge guards, built through the API: identifiers the guards
+ * flag (a support phone over max_degree, the identifiers of a component over max_cluster_size)
+ * place no record, so their clusters have no members and no profile, in a full build and in the
+ * incremental refresh alike; the build's `profiles` counts the rows of the table.
+ * One source table in the target database, confirmed in the workspace's settings.
+ */
+const warehouse = scratchDatabase('upflag');
+let server: TestServer;
+let tenant: Tenant;
+let workspaceName: string;
+
+const connection = (schema: string) => pgConfig(warehouse.name, { schemas: [schema] });
+const api = bindCall(
+  () => server,
+  () => tenant.admin.token,
+);
+
+const SUPPORT = '555 000 0000';
+const settings = (incremental: boolean) => ({
+  incremental,
+  max_degree: 2,
+  max_cluster_size: 3,
+  sources: [
+    {
+      table: 'shop.people',
+      key_column: 'id',
+      identifiers: [
+        { column: 'email', type: 'email' },
+        { column: 'phone', type: 'phone' },
+      ],
+    },
+  ],
+  profile_fields: [{ name: 'name' }],
+});
+
+async function buildWith(value: Record<string, unknown>) {
+  const saved = await api('PUT', '/api/workspaces/admin-settings', {
+    body: { workspace_name: workspaceName, identity_resolution: value },
+  });
+  expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+  const created = await api('POST', '/api/monitoring/identity-graph/create-schema');
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const runId = created.body.build.run_id;
+  const run = await until(
+    `run ${runId}`,
+    () => server.deps.jobs.getRun(runId, tenant.organization.id),
+    (r) => !!r && ['succeeded', 'failed', 'cancelled'].includes(r.status),
+  );
+  expect(run!.status, JSON.stringify(run)).toBe('succeeded');
+  const graph = await api('GET', '/api/monitoring/identity-graph/workspace');
+  expect(graph.status, JSON.stringify(graph.body)).toBe(200);
+  return graph.body;
+}
+
+/** Every profile without its cluster id (a full build numbers clusters anew), in one order. */
+const profileRows = () =>
+  withClient(warehouse.url, async (client) => {
+    const { rows } = await client.query(`
+      select to_jsonb(p) - 'cluster_id' as profile from analytics_identity.unified_profiles p order by 1`);
+    return rows.map((r) => r.profile);
+  });
+
+beforeAll(async () => {
+  await warehouse.create();
+  await withClient(warehouse.url, async (client) => {
+    await client.query('create schema shop');
+    await client.query('create schema analytics');
+    await client.query('create table shop.people (id text primary key, email text, phone text, name text)');
+    // The support line is on three people's records (over max_degree 2) and on one of its own;
+    // e1, p1, p2 and e2 chain into a component of four, over max_cluster_size 3.
+    await client.query(
+      `insert into shop.people values
+         ('a1', 'ann@x.io', $1, 'Ann'), ('a2', 'bob@x.io', $1, 'Bob'), ('a3', 'cy@x.io', $1, 'Cy'),
+         ('a4', null, $1, 'Front desk'),
+         ('d1', 'e1@x.io', '555 100 0001', 'Dora'), ('d2', 'e1@x.io', '555 100 0002', 'Dora'),
+         ('d3', 'e2@x.io', '555 100 0002', 'Dan')`,
+      [SUPPORT],
+    );
+  });
+  server = await startTestServer();
+  tenant = await createTenant(server);
+  workspaceName = unique('upf');
+  await createWorkspace(server, tenant.admin.token, {
+    name: workspaceName,
+    source_config: connection('shop'),
+    target_config: connection('analytics'),
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await server?.close();
+  await warehouse.drop();
+});
+
+describe('unified profiles of clusters the runaway-merge guards leave without records', () => {
+  let full: unknown[];
+
+  it('a full build makes profiles only of clusters that hold a record, and counts them', async () => {
+    const graph = await buildWith(settings(false));
+    const result = graph.last_build.result;
+    // The support phone and the four identifiers of the oversized component: singletons, flagged.
+    expect(graph.flagged_identifiers).toBe(5);
+    expect(result.oversized_components).toBe(1);
+    expect(graph.clusters).toBe(8);
+    expect(result.profiles).toBe(3);
+    full = await profileRows();
+    expect(full.map((p: any) => [p.email, p.name])).toEqual([
+      ['ann@x.io', 'Ann'],
+      ['bob@x.io', 'Bob'],
+      ['cy@x.io', 'Cy'],
+    ]);
+  });
+
+  it('the incremental refresh makes none either, and equals a full build', async () => {
+    await buildWith(settings(true));
+    await withClient(warehouse.url, (client) =>
+      client.query(
+        `insert into shop.people values ('a5', 'dee@x.io', null, 'Dee'), ('a6', 'eve@x.io', $1, 'Eve')`,
+        [SUPPORT],
+      ),
+    );
+    const added = await buildWith(settings(true));
+    expect(added.last_build.result).toMatchObject({
+      mode: 'incremental',
+      profiles_mode: 'incremental',
+      profiles: 5,
+    });
+    expect(added.clusters).toBe(10);
+    const refreshed = await profileRows();
+    expect(refreshed.map((p: any) => p.email)).toEqual([
+      'ann@x.io',
+      'bob@x.io',
+      'cy@x.io',
+      'dee@x.io',
+      'eve@x.io',
+    ]);
+    // Nothing new: the count carries over.
+    const again = await buildWith(settings(true));
+    expect(again.last_build.result).toMatchObject({ profiles_mode: 'incremental', profiles: 5 });
+
+    const rebuilt = await buildWith(settings(false));
+    expect(rebuilt.last_build.result).toMatchObject({ mode: 'full', profiles: 5 });
+    expect(await profileRows()).toEqual(refreshed);
+  });
+});
