@@ -7,7 +7,9 @@ import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
  * Unified profiles next to the runaway-merge guards, built through the API: identifiers the guards
  * flag (a support phone over max_degree, the identifiers of a component over max_cluster_size)
  * place no record, so their clusters have no members and no profile, in a full build and in the
- * incremental refresh alike; the build's `profiles` counts the rows of the table.
+ * incremental refresh alike; the build's `profiles` counts the rows of the table. A flagged
+ * identifier is no person's own either: a profile's phone is never the support line, even where
+ * the person's records hold it more often than their own phone.
  * One source table in the target database, confirmed in the workspace's settings.
  */
 const warehouse = scratchDatabase('upflag');
@@ -72,12 +74,14 @@ beforeAll(async () => {
     await client.query('create schema shop');
     await client.query('create schema analytics');
     await client.query('create table shop.people (id text primary key, email text, phone text, name text)');
-    // The support line is on three people's records (over max_degree 2) and on one of its own;
-    // e1, p1, p2 and e2 chain into a component of four, over max_cluster_size 3.
+    // The support line is on three people's records (over max_degree 2), on one of its own and
+    // twice on Fay's, beside her own phone; e1, p1, p2 and e2 chain into a component of four,
+    // over max_cluster_size 3.
     await client.query(
       `insert into shop.people values
          ('a1', 'ann@x.io', $1, 'Ann'), ('a2', 'bob@x.io', $1, 'Bob'), ('a3', 'cy@x.io', $1, 'Cy'),
          ('a4', null, $1, 'Front desk'),
+         ('f1', 'fay@x.io', '555 200 0007', 'Fay'), ('f2', 'fay@x.io', $1, 'Fay'), ('f3', 'fay@x.io', $1, 'Fay'),
          ('d1', 'e1@x.io', '555 100 0001', 'Dora'), ('d2', 'e1@x.io', '555 100 0002', 'Dora'),
          ('d3', 'e2@x.io', '555 100 0002', 'Dan')`,
       [SUPPORT],
@@ -99,22 +103,24 @@ afterAll(async () => {
 });
 
 describe('unified profiles of clusters the runaway-merge guards leave without records', () => {
-  let full: unknown[];
-
-  it('a full build makes profiles only of clusters that hold a record, and counts them', async () => {
+  it('a full build makes profiles only of clusters that hold a record, counts them, and never takes a flagged identifier', async () => {
     const graph = await buildWith(settings(false));
     const result = graph.last_build.result;
     // The support phone and the four identifiers of the oversized component: singletons, flagged.
     expect(graph.flagged_identifiers).toBe(5);
     expect(result.oversized_components).toBe(1);
-    expect(graph.clusters).toBe(8);
-    expect(result.profiles).toBe(3);
-    full = await profileRows();
-    expect(full.map((p: any) => [p.email, p.name])).toEqual([
-      ['ann@x.io', 'Ann'],
-      ['bob@x.io', 'Bob'],
-      ['cy@x.io', 'Cy'],
+    expect(graph.clusters).toBe(9);
+    expect(result.profiles).toBe(4);
+    const full = await profileRows();
+    expect(full.map((p: any) => [p.email, p.phone, p.name])).toEqual([
+      ['ann@x.io', null, 'Ann'],
+      ['bob@x.io', null, 'Bob'],
+      ['cy@x.io', null, 'Cy'],
+      ['fay@x.io', '5552000007', 'Fay'],
     ]);
+    expect(full.find((p: any) => p.email === 'fay@x.io')).toMatchObject({
+      lineage: { phone: { table: 'shop.people', record_key: 'f1' } },
+    });
   });
 
   it('the incremental refresh makes none either, and equals a full build', async () => {
@@ -129,23 +135,24 @@ describe('unified profiles of clusters the runaway-merge guards leave without re
     expect(added.last_build.result).toMatchObject({
       mode: 'incremental',
       profiles_mode: 'incremental',
-      profiles: 5,
+      profiles: 6,
     });
-    expect(added.clusters).toBe(10);
+    expect(added.clusters).toBe(11);
     const refreshed = await profileRows();
-    expect(refreshed.map((p: any) => p.email)).toEqual([
-      'ann@x.io',
-      'bob@x.io',
-      'cy@x.io',
-      'dee@x.io',
-      'eve@x.io',
+    expect(refreshed.map((p: any) => [p.email, p.phone])).toEqual([
+      ['ann@x.io', null],
+      ['bob@x.io', null],
+      ['cy@x.io', null],
+      ['dee@x.io', null],
+      ['eve@x.io', null],
+      ['fay@x.io', '5552000007'],
     ]);
     // Nothing new: the count carries over.
     const again = await buildWith(settings(true));
-    expect(again.last_build.result).toMatchObject({ profiles_mode: 'incremental', profiles: 5 });
+    expect(again.last_build.result).toMatchObject({ profiles_mode: 'incremental', profiles: 6 });
 
     const rebuilt = await buildWith(settings(false));
-    expect(rebuilt.last_build.result).toMatchObject({ mode: 'full', profiles: 5 });
+    expect(rebuilt.last_build.result).toMatchObject({ mode: 'full', profiles: 6 });
     expect(await profileRows()).toEqual(refreshed);
   });
 });

@@ -1,6 +1,11 @@
 import { createHash } from 'node:crypto';
 import { CHANGED_CLUSTERS } from './identity-graph.ts';
-import { normalizerSteps, type IdentitySource, type Normalizer } from './identity-schema.ts';
+import {
+  defaultNormalizer,
+  normalizerSteps,
+  type IdentitySource,
+  type Normalizer,
+} from './identity-schema.ts';
 import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type TableRef } from './sql.ts';
 
 /*
@@ -83,6 +88,19 @@ function ownerCluster(records: string, nodes: string) {
     order by first.id_value collate "C", first.id_type collate "C" limit 1) end`;
 }
 
+/**
+ * The identifier type a field reads, when each of its columns is an identifier column of that type
+ * normalised as the graph normalises it: its values are then the graph's identifiers, by value.
+ */
+function identifierTypeOf(field: ProfileField, sources: ProfileSource[]): string | null {
+  const types = field.columns.map((column) => {
+    const id = sources[column.source]?.identifiers.find((i) => i.column === column.column);
+    const same = id && (id.normalize ?? defaultNormalizer(id.type)) === (column.normalize ?? 'trim');
+    return same ? id.type : null;
+  });
+  return types.length > 0 && types.every((t) => t !== null && t === types[0]) ? types[0] : null;
+}
+
 function priorities(options: GoldenRecordOptions): number[] {
   const listed = options.sourcePriority ?? [];
   return options.sources.map((s, i) => {
@@ -153,11 +171,19 @@ export function goldenRecordSelect(
   });
   if (branches.length > 0) ctes.push(`candidate as (\n  ${branches.join('\n  union all\n  ')})`);
   options.fields.forEach((field, f) => {
+    // A field of identifiers never takes one the runaway-merge guards flagged (a support line on
+    // hundreds of records is no one's phone): the graph found it shared, so it is not the person's.
+    // Few identifiers are flagged: a full build hashes them, a refresh looks its values up by key.
+    const type = identifierTypeOf(field, options.sources);
+    const own = type
+      ? ` and not exists (select from ${names.graph('identity_nodes')} n
+      where n.id_value = c.v${f} and n.id_type = ${quoteLiteral(type)} and n.flagged is not null)`
+      : '';
     // Only the most_frequent rule orders by how many records hold the value: the others skip the window.
     const ranked =
       field.rule === 'most_frequent'
-        ? `(select c.*, count(*) over (partition by cluster_id, v${f}) as frequency from candidate c where v${f} is not null) c`
-        : `candidate c where v${f} is not null`;
+        ? `(select c.*, count(*) over (partition by cluster_id, v${f}) as frequency from candidate c where v${f} is not null${own}) c`
+        : `candidate c where v${f} is not null${own}`;
     ctes.push(`f${f} as (
   select distinct on (cluster_id) cluster_id, v${f} as value, source_table, record_key
   from ${ranked}
