@@ -11,6 +11,12 @@ import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 const warehouse = scratchDatabase('anprobe');
 const targetConfig = pgConfig(warehouse.name, { schemas: ['mkt'] });
 
+/** Twelve columns of 20 values each, independent of each other (hashes of the row number). */
+const WIDE_COLUMNS = Array.from(
+  { length: 12 },
+  (_, k) => `'v' || (abs(hashtext(i || '-${k + 1}')) % 20) as c${k + 1}`,
+).join(', ');
+
 let server: TestServer;
 let tenant: Tenant;
 const api = bindCall(
@@ -27,8 +33,12 @@ beforeAll(async () => {
       select i, case when i % 2 = 0 then 'basic' else 'pro' end,
              100 + case when i % 2 = 1 then 3 else 0 end + (i * 7919) % 97 - 48,
              1e300 * (i % 3), i % 4
-        from generate_series(1, 400) as i;`);
-  server = await startTestServer();
+        from generate_series(1, 400) as i;
+    create table mkt.wide as
+      select i as id, (i % 13)::float8 as val, ${WIDE_COLUMNS}
+        from generate_series(1, 10000) as i;`);
+  // A short statement timeout: mining must answer well within it.
+  server = await startTestServer({ WAREHOUSE_STATEMENT_TIMEOUT_MS: '3000' });
   tenant = await createTenant(server);
   await createWorkspace(server, tenant.admin.token, { target_config: targetConfig });
 });
@@ -270,5 +280,29 @@ describe('hypothesis generation over one table named twice', () => {
     expect(new Set(statements).size).toBe(statements.length);
     const ids = res.body.hypotheses.map((h: { hypothesis_id: string }) => h.hypothesis_id);
     expect(new Set(ids).size).toBe(ids.length);
+  });
+});
+
+describe('mining', () => {
+  it('answers at depth 2 over the default candidates (12 columns of 20 values, 26,640 segments) within the statement timeout', async () => {
+    const id = (
+      await api('POST', '/hypotheses', {
+        body: {
+          statement: 'probe',
+          table: 'wide',
+          metric: { expression: 'val' },
+          segment: { column: 'c1', groups: ['v1', 'v2'] },
+        },
+      })
+    ).body.id;
+    const hypothesis = (await api('GET', `/hypotheses/${id}`)).body;
+    expect(hypothesis.mining_columns).toHaveLength(12);
+    const mined = await api('GET', `/results/mining/${id}`, {
+      query: { depth: 2, min_support: 0, limit: 5 },
+    });
+    expect(mined.status, JSON.stringify(mined.body)).toBe(200);
+    expect(mined.body.total.n).toBe(10_000);
+    expect(mined.body.total.mean).toBeCloseTo(59_988 / 10_000, 12);
+    expect(mined.body.segments).toHaveLength(5);
   });
 });

@@ -94,7 +94,12 @@ function buildMiningSql(input: MiningInput, categories: string[]) {
     `g AS (SELECT GROUPING(${aliases.join(', ')}) AS gid, ` +
     `${aliases.map((a) => `${a}::text AS ${a}`).join(', ')}, count(*)::float8 AS n, avg(s.m) AS mean, ` +
     `avg(abs(s.m)) AS magnitude FROM s WHERE s.m IS NOT NULL GROUP BY GROUPING SETS (${sets})), ` +
-    `t AS (SELECT n, mean, magnitude FROM g WHERE gid = ${totalMask}) ` +
+    // Scalar subqueries, each run once (InitPlans). Joined as a filter over g, the total row was looked
+    // for again for every segment, O(segments²): 31 s instead of 0.5 s for the 26,640 segments of 12
+    // columns of 20 values at depth 2 over 10,000 rows, past the default statement timeout.
+    `t AS (SELECT (SELECT n FROM g WHERE gid = ${totalMask}) AS n, ` +
+    `(SELECT mean FROM g WHERE gid = ${totalMask}) AS mean, ` +
+    `(SELECT magnitude FROM g WHERE gid = ${totalMask}) AS magnitude) ` +
     `SELECT g.gid, ${aliases.map((a) => `g.${a}`).join(', ')}, g.n, g.mean, g.n / t.n AS support, ` +
     `g.mean - t.mean AS difference, ` +
     `CASE WHEN abs(t.mean) > $3::float8 * t.magnitude THEN g.mean / t.mean END AS lift, ` +
