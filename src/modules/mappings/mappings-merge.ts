@@ -31,6 +31,9 @@ export interface MappingState {
   decisions?: MappingDecision[] | null;
 }
 
+/** A person's transformation owns its field; a proposal of an earlier discovery or a stale one does not. */
+const ownsField = (t: StoredTransformation) => !t.stale && !t.proposed;
+
 /** Why discovery left a target field (or one of its sources) as a person set it. */
 export type KeptDecision = {
   target_field: string;
@@ -70,7 +73,7 @@ export function mergeDiscovery(
   for (const c of confirmed) owner.set(c.target_field, 'confirmed');
   // A proposal of an earlier discovery owns nothing: this run proposes again or drops it.
   for (const [field, t] of Object.entries(current.transformations))
-    if (!t.stale && !t.proposed && !owner.has(field)) owner.set(field, 'transformation');
+    if (ownsField(t) && !owner.has(field)) owner.set(field, 'transformation');
   const refused = new Set<string>();
   const cleaningRefused = new Set<string>();
   for (const d of current.decisions ?? []) {
@@ -209,16 +212,26 @@ function stable(value: unknown): unknown {
  * connections and ambiguities carries no meaning, so it is normalised away.
  */
 export function canonicalMapping(m: Omit<MappingState, 'decisions'>): string {
+  // A field a person's transformation owns is that transformation: discovery's suggestions and
+  // ambiguity for it reach no SQL, and a rediscovery drops them (mergeDiscovery), so they are no
+  // change either way; a connection a person confirmed there still counts.
+  const owned = new Set(
+    Object.entries(m.transformations ?? {}).flatMap(([field, t]) => (ownsField(t) ? [field] : [])),
+  );
   return JSON.stringify(
     stable({
       tables: m.tables ?? {},
       connections: byKey(
-        (m.connections ?? []).map(withoutEvidence),
+        (m.connections ?? [])
+          .filter((c) => c.status === 'confirmed' || !owned.has(c.target_field))
+          .map(withoutEvidence),
         (c) => `${c.target_field}\u0000${c.source_field}`,
       ),
       transformations: m.transformations ?? {},
       ambiguities: byKey(
-        (m.ambiguities ?? []).map((a) => ({ ...a, candidates: a.candidates.map(withoutEvidence) })),
+        (m.ambiguities ?? [])
+          .filter((a) => !owned.has(a.target_field))
+          .map((a) => ({ ...a, candidates: a.candidates.map(withoutEvidence) })),
         (a) => a.target_field,
       ),
     }),
