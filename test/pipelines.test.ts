@@ -145,6 +145,7 @@ describe('the transformation project', () => {
       'dbt_project.yml',
       'models/schema.yml',
       'models/sources.yml',
+      'macros/generate_schema_name.sql',
       'models/contacts.sql',
     ]);
     expect(res.body.models).toEqual([{ table_name: 'contacts', committed_version: 5 }]);
@@ -268,7 +269,7 @@ describe('the transformation project', () => {
   it('deletes the project', async () => {
     const res = await api('DELETE', '/api/pipelines/project');
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ success: true, deleted_files: 4 });
+    expect(res.body).toMatchObject({ success: true, deleted_files: 5 });
     expect((await api('GET', '/api/pipelines/status')).body.generated).toBe(false);
   });
 });

@@ -8,6 +8,7 @@ import { generateDbtProject, resolveProjectSql, type ProjectFile } from '../src/
 import type { Mapping, TargetTable } from '../src/transform/mapping.ts';
 import { enqueueMonitoringRun, runDueMonitoring } from '../src/modules/monitoring/monitoring.jobs.ts';
 import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
+import { renderJinja, renderValue, type JinjaContext } from './helpers/dbt.ts';
 
 /*
  * The generated dbt project and dimas's monitoring run the same tests with the same counts, on names
@@ -62,52 +63,6 @@ const api = (method: string, path: string, body?: unknown) =>
 const testPath = (table: string, column: string) => `/api/api/schema/config/columns/${table}/${column}/test`;
 
 // ---- dbt, as far as these files need it ----
-
-const STRING = `'((?:[^'\\\\]|\\\\.)*)'`;
-const jinjaStringValue = (body: string) => body.replace(/\\(.)/gs, '$1');
-
-interface JinjaContext {
-  source(source: string, table: string): string;
-  ref(model: string): string;
-}
-
-/** `{{ 'text' }}`, `{{ source('a', 'b') }}`, `{{ ref('a') }}`; any other Jinja fails, as dbt would. */
-function renderJinja(text: string, ctx: JinjaContext): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const open = text.slice(i).search(/\{[{%#]/);
-    if (open < 0) return out + text.slice(i);
-    out += text.slice(i, i + open);
-    i += open;
-    if (text[i + 1] !== '{') throw new Error(`dbt would read a Jinja tag at ${text.slice(i, i + 30)}`);
-    let j = i + 2;
-    let expression = '';
-    while (j < text.length && !text.startsWith('}}', j)) {
-      if (text[j] === "'") {
-        let k = j + 1;
-        while (k < text.length && text[k] !== "'") k += text[k] === '\\' ? 2 : 1;
-        expression += text.slice(j, k + 1);
-        j = k + 1;
-      } else expression += text[j++];
-    }
-    if (j >= text.length) throw new Error(`dbt would find {{ unclosed in ${text}`);
-    const e = expression.trim();
-    let m: RegExpExecArray | null;
-    if ((m = new RegExp(`^${STRING}$`, 's').exec(e))) out += jinjaStringValue(m[1]);
-    else if ((m = new RegExp(`^source\\(\\s*${STRING}\\s*,\\s*${STRING}\\s*\\)$`, 's').exec(e)))
-      out += ctx.source(jinjaStringValue(m[1]), jinjaStringValue(m[2]));
-    else if ((m = new RegExp(`^ref\\(\\s*${STRING}\\s*\\)$`, 's').exec(e)))
-      out += ctx.ref(jinjaStringValue(m[1]));
-    else throw new Error(`dbt would evaluate the Jinja expression ${e}`);
-    i = j + 2;
-  }
-  return out;
-}
-
-/** A string value of a YAML file as dbt renders it (native: a plain string stays as it is). */
-const renderValue = (value: string, ctx: JinjaContext) =>
-  /(\{[{%#]|[#}%]\})/.test(value) ? renderJinja(value, ctx) : value;
 
 /** dbt's add_rendered_test_kwargs: a bare ref(...)/source(...) is called. */
 const renderArgument = (value: unknown, ctx: JinjaContext) =>

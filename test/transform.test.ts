@@ -453,6 +453,7 @@ describe('dbt project', () => {
       'dbt_project.yml',
       'models/schema.yml',
       'models/sources.yml',
+      'macros/generate_schema_name.sql',
       'models/customer_profiles.sql',
     ]);
     const file = (path: string) => files.find((f) => f.path === path)!.content;

@@ -90,10 +90,13 @@ async function projectInputs(scope: Scope, workspace: WorkspaceEntity, only?: st
     graph && Array.isArray(built?.sources) && Array.isArray(built?.profile_fields)
       ? profileOptionsOf(graph.schemaName, built)
       : null;
+  // Where materialize builds the target tables (mappings.jobs.ts): `dbt run` builds there too.
+  const targetSchema = connectionConfig(scope, workspace, 'target')?.schemas[0];
   const options: DbtProjectOptions = {
     projectName: workspace.name,
     models,
     defaultSourceSchema: sourceSchema,
+    ...(targetSchema === undefined ? {} : { targetSchema }),
     ...(identityProfile ? { identityProfile } : {}),
   };
   return { options, inputs, skipped };
