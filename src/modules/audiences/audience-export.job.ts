@@ -63,6 +63,8 @@ export function exportFilePath(deps: AppDeps, organizationId: string, exportId: 
 interface Source {
   warehouse: Warehouse;
   sql: string;
+  /** The embedded demo warehouse: one PGlite backend behind every connection to it. */
+  demo: boolean;
   /** Columns in destination names with the audience's column types. */
   columns: { name: string; type: string }[];
 }
@@ -139,6 +141,9 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
   });
   const table = qualifiedName(c.schema, c.table);
   const names = source.columns.map((col) => quoteIdent(col.name));
+  // PGlite runs one transaction at a time for all its connections: while the destination's
+  // transaction is open, a second connection reading the source waits for it, and it for the rows.
+  const sameBackend = source.demo && isDemoWarehouse(deps, c);
   const perStatement = Math.max(1, Math.floor(MAX_PARAMS / names.length));
   let rows = 0;
   // One transaction: a failed run leaves the destination table as it was.
@@ -151,6 +156,15 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
       );
       await tx.query(`create table if not exists ${table} (${definitions.join(', ')})`);
       if (c.mode !== 'append') await tx.query(`truncate table ${table}`);
+      if (sameBackend) {
+        // The rows never leave the database: one statement on the destination's own connection.
+        const copied = await tx.query(
+          `insert into ${table} (${names.join(', ')}) select * from (${source.sql}) as export_rows`,
+        );
+        rows = copied.rowCount;
+        await progress(rows);
+        return;
+      }
       for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
         for (let start = 0; start < batch.length; start += perStatement) {
           const slice = batch.slice(start, start + perStatement);
@@ -178,6 +192,17 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
       throw error;
     });
   return { rows };
+}
+
+/** Whether a PostgreSQL destination is the embedded demo warehouse (any loopback name of its port). */
+function isDemoWarehouse(deps: AppDeps, config: { host?: unknown; port?: unknown }): boolean {
+  const demo = deps.demoWarehouse;
+  if (!demo) return false;
+  const host = String(config.host ?? '')
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1');
+  const loopback = host === 'localhost' || host === '::1' || /^127\./.test(host);
+  return loopback && Number(config.port ?? 5432) === demo.port;
 }
 
 /** An HTTP header name (RFC 9110 token). */
@@ -600,13 +625,12 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       throw new PermanentJobError(
         `Audience ${audience.name} has not been materialized yet: materialize it before exporting it`,
       );
-    const warehouse = await warehouses(deps).open(
-      audienceTarget(deps, em, audience),
-      `${audience.workspace.id}:target`,
-    );
+    const target = audienceTarget(deps, em, audience);
+    const warehouse = await warehouses(deps).open(target, `${audience.workspace.id}:target`);
     const types = new Map((audience.materializedColumns ?? []).map((col) => [col.name, col.type]));
     const source: Source = {
       warehouse,
+      demo: target.type === 'postgres' && isDemoWarehouse(deps, target),
       sql: exportSelect(
         { schema: audience.materializedSchema, name: table },
         exp.fieldMapping,
