@@ -1,8 +1,11 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
-import { withClient } from './helpers/scratch-db.ts';
+import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './helpers/constants.ts';
 import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
@@ -14,6 +17,7 @@ import { startServer, type RunningServer } from '../src/server.ts';
  * paused had delivered, and webhook URLs saved before their query values were sealed.
  */
 const CUSTOMERS = 95;
+const BATCH = 10;
 
 const TARGET_SCHEMA = (schema: string) => ({
   name: schema,
@@ -148,5 +152,153 @@ describe('an export into the embedded demo warehouse itself', () => {
         ).rows[0],
     );
     expect(copied).toEqual({ n: CUSTOMERS, e: CUSTOMERS });
+  }, 120_000);
+});
+
+describe('webhook exports', () => {
+  const warehouse = scratchDatabase('aud_left');
+  let server: TestServer;
+  let tenant: Tenant;
+  let audience: string;
+  const api = bindCall(
+    () => server,
+    () => tenant.admin.token,
+    '/api/api/audiences',
+  );
+
+  interface Received {
+    url: string;
+    batch: number;
+    status: number;
+  }
+
+  /** A local receiver; `answer` may answer a request itself (then returns nothing). */
+  async function receiver(
+    answer: (r: Received, res: ServerResponse) => Promise<number | void> | number | void = () => 200,
+  ) {
+    const requests: Received[] = [];
+    const hook: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', async () => {
+        const request: Received = { url: req.url!, batch: JSON.parse(body).batch_index, status: 0 };
+        requests.push(request);
+        const status = await answer(request, res);
+        if (typeof status === 'number') {
+          request.status = status;
+          res.writeHead(status, { 'content-type': 'text/plain' }).end(status < 300 ? 'ok' : 'refused');
+        }
+      });
+    });
+    hook.listen(0, '127.0.0.1');
+    await new Promise((resolve) => hook.once('listening', resolve));
+    return {
+      requests,
+      url: (path = '/') => `http://127.0.0.1:${(hook.address() as AddressInfo).port}${path}`,
+      close: () => new Promise((resolve) => hook.close(resolve)),
+    };
+  }
+
+  async function webhookExport(url: string) {
+    const created = await api('POST', '/exports', {
+      body: {
+        audience_id: audience,
+        destination: { type: 'webhook', url, batch_size: BATCH, max_retries: 0 },
+        field_mapping: [
+          { source: 'customer_id', destination: 'id' },
+          { source: 'email', destination: 'email' },
+        ],
+      },
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    return { id: created.body.export.id as string, runId: created.body.run.run_id as string };
+  }
+
+  const finished = (id: string, runId: string) =>
+    until(
+      `export ${id} run ${runId}`,
+      () => exportOf(api, audience, id),
+      (e) => e?.last_run?.run_id === runId && ENDED.includes(e.last_run.status),
+      90_000,
+    );
+
+  beforeAll(async () => {
+    await warehouse.create();
+    await warehouse.sql(`create schema crm`);
+    await warehouse.sql(`create table crm.customers (customer_id integer primary key, email text)`);
+    await warehouse.sql(`insert into crm.customers
+       select i, 'user' || i || '@example.com' from generate_series(1, ${CUSTOMERS}) i`);
+    server = await startTestServer();
+    tenant = await createTenant(server);
+    await createWorkspace(server, tenant.admin.token, {
+      target_config: pgConfig(warehouse.name, { schemas: ['crm'] }),
+      target_schema: TARGET_SCHEMA('crm'),
+    });
+    audience = await everyone(api);
+  }, 180_000);
+
+  afterAll(async () => {
+    await server?.close();
+    await warehouse.drop();
+  });
+
+  it('a failed run shows the rows its receiver acknowledged, on the export and the run', async () => {
+    const hook = await receiver((r) => (r.batch === 3 ? 400 : 200));
+    try {
+      const { id, runId } = await webhookExport(hook.url('/in'));
+      const done = await finished(id, runId);
+      expect(done.last_run.status).toBe('failed');
+      expect(done.last_run.error).toContain('400');
+      expect(done.rows_exported).toBe(3 * BATCH);
+      expect(done.last_run.progress).toMatchObject({ rows_exported: 3 * BATCH, batches_sent: 3 });
+    } finally {
+      await hook.close();
+    }
+  }, 120_000);
+
+  it('a paused run counts the batch its receiver acknowledged as the pause landed', async () => {
+    let exportId = '';
+    // Batch 2 is acknowledged (status line and headers), the pause lands, then its answer ends.
+    const hook = await receiver(async (r, res) => {
+      if (r.batch !== 2) return 200;
+      r.status = 200;
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.flushHeaders();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const paused = await api('PUT', `/exports/${exportId}`, { body: { status: 'paused' } });
+      expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+      res.end('ok');
+    });
+    try {
+      const started = webhookExport(hook.url('/in'));
+      const { id, runId } = await started.then((e) => ((exportId = e.id), e));
+      const cancelled = await finished(id, runId);
+      expect(cancelled.last_run.status).toBe('cancelled');
+      // The pause shows at once; the run's record of what was delivered follows as its attempt ends
+      // (before, it stayed one batch behind).
+      const done = await until(
+        'the paused run records batch 2',
+        () => exportOf(api, audience, id),
+        (e) => e.last_run.progress.batches_sent === 3 && e.rows_exported !== null,
+        10_000,
+      );
+      expect(hook.requests.map((r) => r.batch)).toEqual([0, 1, 2]);
+      expect(done.last_run.progress).toMatchObject({
+        rows_exported: 3 * BATCH,
+        batches_sent: 3,
+        percent: 32,
+      });
+      expect(done.rows_exported).toBe(3 * BATCH);
+      // A rerun continues after the acknowledged batch instead of sending it again.
+      expect((await api('PUT', `/exports/${id}`, { body: { status: 'active' } })).status).toBe(200);
+      const again = await api('PUT', `/exports/${id}`, { body: { run: true } });
+      expect(again.status, JSON.stringify(again.body)).toBe(200);
+      const rerun = await finished(id, again.body.run.run_id);
+      expect(rerun.last_run.status).toBe('succeeded');
+      expect(rerun.last_run.progress.resumed_from_batch).toBe(3);
+      expect(hook.requests.map((r) => r.batch).slice(3)).toEqual([3, 4, 5, 6, 7, 8, 9]);
+    } finally {
+      await hook.close();
+    }
   }, 120_000);
 });

@@ -420,6 +420,7 @@ async function sendWebhook(
   context: JobContext,
   delivery: { id: string; from: number },
   progress: Progress,
+  delivered: Delivered,
 ) {
   const c = exp.destinationConfig as Record<string, any>;
   const headers: Record<string, string> = {};
@@ -443,6 +444,7 @@ async function sendWebhook(
     if (batchIndex < delivery.from) {
       batchIndex++;
       rows += batch.length;
+      Object.assign(delivered, { rows, batches: batchIndex });
       continue;
     }
     const key = `${exp.id}:${delivery.id}:${batchIndex}`;
@@ -471,9 +473,41 @@ async function sendWebhook(
     }
     batchIndex++;
     rows += batch.length;
+    // Counted before it is written: a pause refuses the write, and the receiver has the batch anyway.
+    Object.assign(delivered, { rows, batches: batchIndex });
     await progress(rows, { batches_sent: batchIndex }, true);
   }
   return { rows, batches: batchIndex };
+}
+
+/** What the receiver of a webhook delivery acknowledged so far, resumed batches included. */
+interface Delivered {
+  rows: number;
+  batches: number;
+}
+
+/**
+ * A webhook run that failed or was paused: its run's progress says how many rows the receiver has
+ * (`rows_exported`, `batches_sent`), the batch acknowledged as a pause landed included. A paused run
+ * is cancelled and the queue refuses its progress, so the row is written here, only while it is this
+ * attempt's (its retry count) and no attempt after it can have written it.
+ */
+async function recordDelivered(
+  em: EntityManager,
+  context: JobContext,
+  delivered: Delivered,
+  total: number | null | undefined,
+) {
+  const progress = {
+    rows_exported: delivered.rows,
+    batches_sent: delivered.batches,
+    percent: total ? Math.min(100, Math.round((delivered.rows / total) * 100)) : null,
+  };
+  await em.execute(
+    `update job_runs set progress = coalesce(progress, '{}'::jsonb) || cast(? as jsonb), updated_at = now()
+      where id = ? and organization_id = ? and retry_count = ? and status in ('running', 'cancelled')`,
+    [JSON.stringify(progress), context.runId, context.organizationId, context.attempt - 1],
+  );
 }
 
 async function record(
@@ -608,6 +642,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
   });
   let audience = exp.audience;
   let table: string | null = null;
+  let delivered: Delivered | null = null;
   try {
     if (!(await isFeatureEnabledFor(em, context.organizationId, 'audience_exports')))
       throw new Error('Audience exports are disabled for this organization (feature audience_exports)');
@@ -675,7 +710,10 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
     if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context, progress);
     else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
-    else outcome = await sendWebhook(deps, exp, source, context, delivery!, progress);
+    else {
+      delivered = { rows: 0, batches: 0 };
+      outcome = await sendWebhook(deps, exp, source, context, delivery!, progress, delivered);
+    }
     const final = {
       rows_exported: outcome.rows,
       ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
@@ -693,10 +731,16 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     // the 'cancelled' the pause recorded. An attempt aborted otherwise (taken over, queue stopping)
     // fails as before, for the queue to decide.
     const run = context.signal.aborted ? await deps.jobs.getRun(context.runId, context.organizationId) : null;
+    // The rows a webhook's receiver has: the export shows them until a run delivers again (a CSV or
+    // PostgreSQL destination keeps what the last successful run wrote).
+    const sent = delivered ? { rowsExported: delivered.rows } : {};
+    // Best effort: the run's own error is what must reach the run and the export.
+    if (delivered) await recordDelivered(em, context, delivered, audience.rowCount).catch(() => undefined);
     if (run?.status === 'cancelled') {
       await record(em, exp.id, context.organizationId, {
         lastRunStatus: 'cancelled',
         lastError: 'cancelled while it ran',
+        ...sent,
       });
       throw new JobCancelledError(context.runId);
     }
@@ -705,6 +749,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'failed',
       lastError: error instanceof Error ? error.message : String(error),
+      ...sent,
     });
     throw error;
   }

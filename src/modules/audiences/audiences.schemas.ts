@@ -280,7 +280,7 @@ const runView = z.object({
   run_id: z.string(),
   status: z.string(),
   progress: jsonObject.describe(
-    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), rows_merged (rows sharing a member's identifier values), percent, source_table (the materialization sent), audience_stale with audience_materialized_at and audience_definition_changed_at (the audience's definition changed since that materialization); scheduled runs that materialized first: materialize_run_id, materialized_because; webhooks: batches_sent (acknowledged), delivery_id (the data and its cut: the middle of the idempotency keys <export>:<delivery>:<batch>), resumed_from_batch and resumed_from_run_id (batches an earlier attempt or run of the same delivery had delivered, not sent again), restarted_because (why an earlier delivery was not continued)",
+    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), rows_merged (rows sharing a member's identifier values), percent, source_table (the materialization sent), audience_stale with audience_materialized_at and audience_definition_changed_at (the audience's definition changed since that materialization); scheduled runs that materialized first: materialize_run_id, materialized_because; webhooks: batches_sent (acknowledged; rows_exported counts their rows, also after a failure or pause), delivery_id (the data and its cut: the middle of the idempotency keys <export>:<delivery>:<batch>), resumed_from_batch and resumed_from_run_id (batches an earlier attempt or run of the same delivery had delivered, not sent again), restarted_because (why an earlier delivery was not continued)",
   ),
   error: z.string().nullable(),
   started_at: timestamp.nullable(),
@@ -298,7 +298,13 @@ const exportOutput = z.object({
   status: z.enum(EXPORT_STATUSES),
   next_run_at: timestamp.nullable(),
   last_run: runView.nullable(),
-  rows_exported: z.number().int().nullable(),
+  rows_exported: z
+    .number()
+    .int()
+    .nullable()
+    .describe(
+      "Rows of the last successful run; a webhook run that failed or was paused sets it to the rows its receiver acknowledged (a CSV file or PostgreSQL table keeps the last successful run's)",
+    ),
   audience_stale: z
     .boolean()
     .describe(
