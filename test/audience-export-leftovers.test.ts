@@ -11,6 +11,7 @@ import { loadEnv } from '../src/env.ts';
 import { openDatabase } from '../src/db/orm.ts';
 import { createLogger } from '../src/logger.ts';
 import { startServer, type RunningServer } from '../src/server.ts';
+import { sealLegacyWebhookUrls } from '../src/modules/audiences/audiences-exports.service.ts';
 
 /*
  * Audience exports: into the embedded demo warehouse itself, what a webhook run that failed or was
@@ -297,6 +298,47 @@ describe('webhook exports', () => {
       expect(rerun.last_run.status).toBe('succeeded');
       expect(rerun.last_run.progress.resumed_from_batch).toBe(3);
       expect(hook.requests.map((r) => r.batch).slice(3)).toEqual([3, 4, 5, 6, 7, 8, 9]);
+    } finally {
+      await hook.close();
+    }
+  }, 120_000);
+
+  it('seals a webhook URL saved before query values were sealed, once, and still sends to it', async () => {
+    const hook = await receiver();
+    try {
+      const { id, runId } = await webhookExport(hook.url('/in'));
+      await finished(id, runId);
+      const legacy = hook.url('/in?token=LEGACY-SECRET&x=1');
+      // As an earlier version wrote it: the whole URL in `url`, no sealed_url.
+      const em = server.deps.orm.em.fork();
+      await em.execute(
+        `update audience_exports set destination_config = (destination_config - 'sealed_url') || cast(? as jsonb)
+          where id = ?`,
+        [JSON.stringify({ url: legacy }), id],
+      );
+      const stored = async () =>
+        (
+          (await em.execute(`select destination_config from audience_exports where id = ?`, [id])) as {
+            destination_config: Record<string, unknown>;
+          }[]
+        )[0].destination_config;
+      if (inject('databaseUrl')) {
+        // A server starting over the same database seals it.
+        const restarted = await startTestServer();
+        await restarted.close();
+      } else expect(await sealLegacyWebhookUrls(server.deps)).toBeGreaterThanOrEqual(1);
+      const sealed = await stored();
+      expect(sealed.url).toBe(hook.url('/in?token=••••••&x=••••••'));
+      expect(server.deps.secrets.decrypt(String(sealed.sealed_url))).toBe(legacy);
+      expect(JSON.stringify(sealed)).not.toContain('LEGACY-SECRET');
+      // Once: a second start leaves it as it is.
+      await sealLegacyWebhookUrls(server.deps);
+      expect(await stored()).toEqual(sealed);
+      expect((await exportOf(api, audience, id)).destination.url).toBe(hook.url('/in?token=••••••&x=••••••'));
+      const again = await api('PUT', `/exports/${id}`, { body: { run: true } });
+      const rerun = await finished(id, again.body.run.run_id);
+      expect(rerun.last_run.status, rerun.last_run.error).toBe('succeeded');
+      expect(hook.requests.at(-1)!.url).toBe('/in?token=LEGACY-SECRET&x=1');
     } finally {
       await hook.close();
     }

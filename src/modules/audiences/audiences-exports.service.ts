@@ -468,6 +468,38 @@ export async function exportFile(scope: CallerScope, exportId: string) {
   };
 }
 
+/**
+ * Webhook URLs saved before query values were sealed keep them in `url` in plain text, and a
+ * migration has no key to seal them with: the server seals them at start, once per export (an export
+ * with `sealed_url`, or with no query value, is left alone; two servers starting together write the
+ * same sealed URL, the later one left alone by the condition). Runs send to the sealed URL as before.
+ */
+export async function sealLegacyWebhookUrls(deps: AppDeps): Promise<number> {
+  const em = deps.orm.em.fork() as EntityManager;
+  const rows = (await em.execute(
+    `select id, destination_config from audience_exports
+      where destination_type = 'webhook' and destination_config->>'sealed_url' is null
+        and destination_config->>'url' like '%?%'`,
+  )) as { id: string; destination_config: Record<string, unknown> | string }[];
+  let sealed = 0;
+  for (const row of rows) {
+    const config = (
+      typeof row.destination_config === 'string' ? JSON.parse(row.destination_config) : row.destination_config
+    ) as Record<string, unknown>;
+    const url = String(config.url);
+    const shown = maskUrl(url);
+    if (shown === url) continue;
+    const changed = await em.execute(
+      `update audience_exports set destination_config = cast(? as jsonb)
+        where id = ? and destination_config->>'sealed_url' is null`,
+      [JSON.stringify({ ...config, url: shown, sealed_url: deps.secrets.encrypt(url) }), row.id],
+      'run',
+    );
+    sealed += Number((changed as { affectedRows?: number }).affectedRows ?? 0);
+  }
+  return sealed;
+}
+
 // ---- schedules ----
 
 /**
