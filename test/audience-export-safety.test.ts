@@ -1,7 +1,7 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
@@ -129,17 +129,25 @@ describe('C1: a paused or failing CSV run', () => {
       const started = await api('PUT', `/exports/${id}`, { body: { status: 'active', run: true } });
       expect(started.status, JSON.stringify(started.body)).toBe(200);
       const runId = started.body.run.run_id;
-      // Paused while rows are being written (the first run a moment after it started, the second
-      // once it reported rows): writes are pending on the file stream.
-      if (attempt % 2 === 0) await new Promise((resolve) => setTimeout(resolve, 800));
-      else
-        await until(
-          'rows written',
-          async () => (await api('GET', `/${audienceId}/exports`)).body.exports.find((e: any) => e.id === id),
-          (e) => e?.last_run?.run_id === runId && Number(e.last_run.progress?.rows_exported ?? 0) > 0,
-          60_000,
-          20,
-        );
+      // Paused while rows are being written, watched on the file itself (the run takes well under a
+      // second on a quiet machine, less than its first progress report): once the partial file
+      // exists, and once it holds a few megabytes. Writes are then pending on the file stream.
+      const dir = dirname(exportFilePath(server.deps, tenant.organization.id, id));
+      const partial = () =>
+        existsSync(dir) ? readdirSync(dir).find((f) => f.startsWith(id) && f.endsWith('.part')) : undefined;
+      const written = attempt % 2 === 0 ? 0 : 4 << 20;
+      // A run that finished first (its file in place) is seen here too, and proves nothing below.
+      await until(
+        'rows written',
+        async () => {
+          const name = partial();
+          const size = name ? (statSync(join(dir, name), { throwIfNoEntry: false })?.size ?? -1) : -1;
+          return { size, finished: existsSync(join(dir, `${id}.csv`)) };
+        },
+        ({ size, finished }) => size >= written || finished,
+        60_000,
+        2,
+      );
       const paused = await api('PUT', `/exports/${id}`, { body: { status: 'paused' } });
       expect(paused.status, JSON.stringify(paused.body)).toBe(200);
       const finished = await exportFinished(id, runId);
@@ -150,7 +158,6 @@ describe('C1: a paused or failing CSV run', () => {
       expect(finished.status).toBe('paused');
       expect(finished.file).toBeNull();
       // The run's handler has ended once nothing is left in the directory but finished files.
-      const dir = dirname(exportFilePath(server.deps, tenant.organization.id, id));
       await until(
         '.part removed',
         async () => (existsSync(dir) ? readdirSync(dir) : []),
