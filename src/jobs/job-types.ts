@@ -21,12 +21,17 @@ export interface JobContext {
   progress(progress: Record<string, unknown>): Promise<void>;
   /**
    * The point of no return, for a handler whose last step makes its work visible (a file moved into
-   * place): the run is recorded succeeded now, so a cancel arriving later finds it finished and
-   * changes nothing, instead of a cancelled run beside a delivered file. Throws JobCancelledError
-   * when the run was cancelled first. A failure after it fails the run for good; the handler's
-   * result is still recorded when it returns.
+   * place): the run is recorded succeeded now, with its final `progress` and, in the same
+   * transaction, what `alongside` writes (the work's own record: a run read as ended comes with its
+   * outcome), so a cancel arriving later finds it finished and changes nothing, instead of a
+   * cancelled run beside a delivered file. Throws JobCancelledError when the run was cancelled
+   * first. A failure after it fails the run for good; the handler's result is still recorded when it
+   * returns.
    */
-  succeed(): Promise<void>;
+  succeed(options?: {
+    progress?: Record<string, unknown>;
+    alongside?: (em: EntityManager) => Promise<unknown>;
+  }): Promise<void>;
 }
 
 export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (

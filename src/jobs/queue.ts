@@ -243,9 +243,21 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
           throw new JobCancelledError(runId);
         }
       },
-      async succeed() {
+      async succeed({ progress, alongside } = {}) {
         if (own.status === 'succeeded') return;
-        if ((await updateRun(own, { status: 'succeeded', error: null, finishedAt: now() })) === 0) {
+        const claimed = await fork().transactional(async (em) => {
+          const changed = await em.nativeUpdate(JobRun, own, {
+            status: 'succeeded',
+            error: null,
+            finishedAt: now(),
+            updatedAt: now(),
+            ...(progress ? { progress } : {}),
+          } as never);
+          if (changed === 0) return false;
+          await alongside?.(em);
+          return true;
+        });
+        if (!claimed) {
           flight.controller.abort();
           throw new JobCancelledError(runId);
         }

@@ -71,12 +71,16 @@ interface Source {
 
 type Progress = (rows: number, extra?: Record<string, unknown>, force?: boolean) => Promise<void>;
 
+/** Records a complete CSV run and its file together, just before the file moves into place. */
+type CompleteCsv = (rows: number, file: { filePath: string; fileSize: number }) => Promise<void>;
+
 async function writeCsv(
   deps: AppDeps,
   exp: AudienceExportEntity,
   source: Source,
   context: JobContext,
   progress: Progress,
+  complete: CompleteCsv,
 ) {
   const config = exp.destinationConfig as {
     delimiter?: string;
@@ -117,7 +121,7 @@ async function writeCsv(
     // 'error' that nothing listens to, which would end the whole process. It also applies backpressure.
     await pipeline(chunks(), file.createWriteStream(), { signal: context.signal });
     // A pause from here on finds the run finished: the file and the run's status agree.
-    await context.succeed();
+    await complete(rows, { filePath: path, fileSize: (await stat(partial)).size });
     await rename(partial, path);
   } catch (error) {
     await file.close().catch(() => undefined);
@@ -694,21 +698,39 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       });
     }
     let lastWrite = 0;
+    const progressOf = (rows: number, extra: Record<string, unknown> = {}) => ({
+      rows_exported: rows,
+      percent: total ? Math.min(100, Math.round((rows / total) * 100)) : null,
+      ...base,
+      ...extra,
+    });
     const progress = async (rows: number, extra: Record<string, unknown> = {}, force = false) => {
       if (!force && Date.now() - lastWrite < PROGRESS_EVERY_MS) return;
       lastWrite = Date.now();
-      await context.progress({
-        rows_exported: rows,
-        percent: total ? Math.min(100, Math.round((rows / total) * 100)) : null,
-        ...base,
-        ...extra,
-      });
+      await context.progress(progressOf(rows, extra));
     };
+    const completeCsv: CompleteCsv = (rows, file) =>
+      context.succeed({
+        progress: progressOf(rows),
+        alongside: (tx) =>
+          tx.nativeUpdate(
+            AudienceExport,
+            { id: exp.id, organization: context.organizationId },
+            {
+              lastRunStatus: 'succeeded',
+              lastError: null,
+              rowsExported: rows,
+              ...file,
+              updatedAt: new Date(),
+            },
+          ),
+      });
     // The delivery and where it starts are recorded before the first batch: a run that fails before
     // sending one still hands the acknowledged batches on to the next.
     await progress(0, delivery ? { batches_sent: delivery.from } : {}, true);
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
-    if (exp.destinationType === 'csv') outcome = await writeCsv(deps, exp, source, context, progress);
+    if (exp.destinationType === 'csv')
+      outcome = await writeCsv(deps, exp, source, context, progress, completeCsv);
     else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
     else {
       delivered = { rows: 0, batches: 0 };
