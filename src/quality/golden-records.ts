@@ -251,8 +251,11 @@ export async function buildGoldenRecords(
   if (previous !== null) profiles = previous + (await refreshChangedProfiles(runner, options, table));
   else {
     await runner.query(`drop table if exists ${table}`);
-    profiles = (await runner.query(`create table ${table} as ${select}`)).rowCount ?? 0;
+    await runner.query(`create table ${table} as ${select}`);
     await runner.query(`alter table ${table} add primary key (cluster_id)`);
+    // Counted, not taken from the statement's row count, which PGlite does not report for `create
+    // table as` (the graph's build counts its tables the same way).
+    profiles = toNumber((await runner.query(`select count(*) as n from ${table}`)).rows[0]?.n) ?? 0;
   }
   await runner.query(
     `comment on table ${table} is ${quoteLiteral(`${stamp(runs[0]?.run_id)}, profiles ${profiles}`)}`,
