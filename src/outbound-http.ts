@@ -2,6 +2,7 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { isIP, type BlockList, type LookupFunction } from 'node:net';
 import { Agent, buildConnector, fetch as undiciFetch, type RequestInit, type Response } from 'undici';
 import { AppError } from './app-error.ts';
+import { SECRET_MASK as MASK, isMaskedSecret } from './auth/secret-box.ts';
 import type { Env } from './env.ts';
 import { normalizeAddress, parseNetworkList } from './warehouse/network-guard.ts';
 
@@ -118,10 +119,6 @@ export function hasUrlCredentials(url: string | URL): boolean {
   }
 }
 
-/** How a secret is shown; a form sent back with it means "keep the stored value". */
-const MASK = '••••••';
-const MASKED = /^[*•]+$/;
-
 /** A URL cut at its query and fragment, each kept as written. */
 function urlParts(url: string) {
   const hash = url.indexOf('#');
@@ -190,7 +187,7 @@ export function urlQueryValues(url: string): string[] {
 
 const isMasked = (value: string) => {
   try {
-    return MASKED.test(decodeURIComponent(value));
+    return isMaskedSecret(decodeURIComponent(value));
   } catch {
     return false;
   }

@@ -6,6 +6,12 @@ import { join } from 'node:path';
  * Encryption at rest for stored secrets (database passwords, VCS tokens, LLM keys): AES-256-GCM,
  * one random IV per value, stored as `v1:<iv>:<tag>:<ciphertext>` in base64.
  */
+/** How a stored secret is shown; a form that sends it back means "keep the stored value". */
+export const SECRET_MASK = '••••••';
+
+/** Whether a value sent back is a mask (ours, or asterisks) rather than a new secret. */
+export const isMaskedSecret = (value: string) => /^[*•]+$/.test(value);
+
 export class SecretBox {
   readonly #key: Buffer;
 

@@ -235,10 +235,6 @@ export class MysqlWarehouse implements Warehouse {
   }
 
   /**
-   * User SQL: checked by the MySQL guard, then streamed inside READ ONLY with the timeout; rows and
-   * bytes are counted as they arrive and the connection is dropped at either cap.
-   */
-  /**
    * A 400 when user SQL calls a stored function of the source. The guard cannot see what a function
    * does, and the catalog cannot tell either: SQL_DATA_ACCESS (NO SQL, READS SQL DATA) and
    * IS_DETERMINISTIC are declarations MySQL does not enforce, and a function that truly reads no table
@@ -271,6 +267,10 @@ export class MysqlWarehouse implements Warehouse {
     }
   }
 
+  /**
+   * User SQL: checked by the MySQL guard, then streamed inside READ ONLY with the timeout; rows and
+   * bytes are counted as they arrive and the connection is dropped at either cap.
+   */
   async readOnlyQuery(sql: string, options: ReadOptions = {}): Promise<QueryResult> {
     const statement = assertMysqlReadOnly(sql);
     const cap = Math.min(options.limit ?? this.settings.rowCap, this.settings.rowCap);

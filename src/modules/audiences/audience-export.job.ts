@@ -35,6 +35,7 @@ import {
 } from './audiences.entity.ts';
 import { csvLine, exportSelect, qualifiedName } from './audiences-sql.ts';
 import { audienceTarget, enqueueMaterialization } from './audience-materialize.job.ts';
+import { SECRET_MASK } from '../../auth/secret-box.ts';
 
 export const EXPORT_KIND = 'audience-export';
 
@@ -235,7 +236,7 @@ export function headerProblem(name: string, value: string): string | null {
 function redacted(error: unknown, secrets: string[]): Error {
   let message = error instanceof Error ? error.message : String(error);
   for (const secret of secrets.filter((v) => v.length >= 3).sort((a, b) => b.length - a.length))
-    message = message.split(secret).join('••••••');
+    message = message.split(secret).join(SECRET_MASK);
   message = maskUrlSecrets(message);
   return error instanceof PermanentJobError ? new PermanentJobError(message) : new Error(message);
 }

@@ -26,6 +26,7 @@ import {
 } from './audiences.entity.ts';
 import type { DestinationInput } from './audiences.schemas.ts';
 import { audienceWarehouseConfig, findAudience } from './audiences.service.ts';
+import { SECRET_MASK, isMaskedSecret } from '../../auth/secret-box.ts';
 
 const SCHEDULE_MS: Record<ExportSchedule, number | null> = {
   manual: null,
@@ -91,7 +92,7 @@ function maskedDestination(exp: AudienceExportEntity): Record<string, unknown> {
       ...rest,
       // Stored masked; an export saved before its query values were sealed has them in `url`.
       url: maskUrl(String(rest.url)),
-      headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, '••••••'])),
+      headers: Object.fromEntries(Object.keys((headers ?? {}) as object).map((k) => [k, SECRET_MASK])),
     };
   return rest;
 }
@@ -208,8 +209,6 @@ function checkMapping(
   return mapping.map((m) => ({ source: m.source, destination: m.destination }));
 }
 
-const MASKED = /^[*•]+$/;
-
 /** Refuses to keep a stored secret for a destination that now points elsewhere. */
 function movedSecret(secret: string, path: (string | number)[]): AppError {
   const message = `The destination moves to another host: give the ${secret} again`;
@@ -240,7 +239,7 @@ async function storedDestination(
   if (input.type === 'postgres') {
     const { password, ...rest } = input;
     // Where it leads is checked when a run connects (the warehouse registry asks the server who it is).
-    if (password && !MASKED.test(password))
+    if (password && !isMaskedSecret(password))
       return { ...rest, password: scope.deps.secrets.encrypt(password) };
     // An empty password says "none": the way to move a destination that had one to a server without.
     const stored =
@@ -256,7 +255,7 @@ async function storedDestination(
       throw new AppError('BAD_REQUEST', message, { issues: [{ path: ['destination', 'url'], message }] });
     }
     for (const [name, value] of Object.entries(input.headers ?? {})) {
-      const problem = MASKED.test(value) ? headerProblem(name, '') : headerProblem(name, value);
+      const problem = isMaskedSecret(value) ? headerProblem(name, '') : headerProblem(name, value);
       if (problem)
         throw new AppError('BAD_REQUEST', problem, {
           issues: [{ path: ['destination', 'headers', name], message: problem }],
@@ -278,7 +277,7 @@ async function storedDestination(
       throw movedSecret(`value of query parameter ${restored[0]}`, ['destination', 'url']);
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(input.headers ?? {})) {
-      if (MASKED.test(value) && oldHeaders[name]) {
+      if (isMaskedSecret(value) && oldHeaders[name]) {
         if (!sameHost) throw movedSecret(`value of header ${name}`, ['destination', 'headers', name]);
         headers[name] = oldHeaders[name];
       } else headers[name] = scope.deps.secrets.encrypt(value);

@@ -5,6 +5,7 @@ import { OrganizationSettings } from '../workspaces/workspaces.entity.ts';
 import { currentWorkspace, targetSchemaOf, type WorkspaceEntity } from '../workspaces/workspaces.service.ts';
 import { SchemaConfig } from './schemas.entity.ts';
 import type { ReverseEtlDestination } from './reverse-etl.schemas.ts';
+import { isMaskedSecret } from '../../auth/secret-box.ts';
 
 /*
  * Reverse-ETL connections are defined in the admin settings (`reverse_etl_connections`, at the
@@ -17,8 +18,6 @@ const SETTINGS_KEY = 'reverse_etl_connections';
 type Stored = Record<string, unknown>;
 type Destination = Record<string, unknown> & { name: string; type: string };
 
-const MASKED = /^[*•]+$/;
-
 /** The secret field of a destination type, and what must match for a stored secret to be kept. */
 const SECRET_OF: Record<string, { field: string; identity: string[] } | undefined> = {
   postgres: { field: 'password', identity: ['host', 'port', 'database', 'user'] },
@@ -29,7 +28,7 @@ function sealOne(scope: Scope, next: Destination, previous: Destination[]): Dest
   if (!secret) return next;
   const setFlag = `${secret.field}_set`;
   const { [secret.field]: given, [setFlag]: flag, ...rest } = next;
-  if (typeof given === 'string' && given !== '' && !MASKED.test(given))
+  if (typeof given === 'string' && given !== '' && !isMaskedSecret(given))
     return { ...rest, [secret.field]: scope.deps.secrets.encrypt(given) } as Destination;
   // A masked destination sent back keeps its secret, but only for the same server or URL.
   const before = previous.find(

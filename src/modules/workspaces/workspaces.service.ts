@@ -23,6 +23,7 @@ import {
   type ConnectionConfigInput,
 } from './workspaces.schemas.ts';
 import { concurrentEdit } from '../../db/concurrent-edit.ts';
+import { isMaskedSecret } from '../../auth/secret-box.ts';
 
 export type { TargetSchema } from '../schemas/schemas.schemas.ts';
 export type { WorkspaceEntity } from './workspaces.entity.ts';
@@ -379,7 +380,7 @@ export function storeConnectionConfig(
 ): StoredConnectionConfig {
   const { password_set: passwordSet, password, ...config } = input;
   let sealed: string | undefined;
-  if (password && !/^[*•]+$/.test(password)) sealed = scope.deps.secrets.encrypt(password);
+  if (password && !isMaskedSecret(password)) sealed = scope.deps.secrets.encrypt(password);
   else if (passwordSet !== false && previous?.password) sealed = previous.password;
   return sealed ? { ...config, password: sealed } : { ...config };
 }
