@@ -32,6 +32,14 @@ export interface JobContext {
     progress?: Record<string, unknown>;
     alongside?: (em: EntityManager) => Promise<unknown>;
   }): Promise<void>;
+  /**
+   * Replaces the run's progress with what the attempt leaves behind as it ends without succeeding
+   * (its handler is failing, or the run was cancelled while it ran, whose progress `progress`
+   * refuses), e.g. the rows a destination really holds after a rollback. Written only while the row
+   * is still this attempt's (no sweep or later attempt took it over); never throws
+   * JobCancelledError. Returns whether it was written.
+   */
+  recordLastProgress(progress: Record<string, unknown>): Promise<boolean>;
 }
 
 export type JobHandler<P extends Record<string, unknown> = Record<string, unknown>> = (

@@ -263,6 +263,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
         }
         own.status = 'succeeded';
       },
+      async recordLastProgress(progress) {
+        // A cancel ends the row's status, not the attempt's claim on it: the retry count still names
+        // this attempt until another one claims the row.
+        const statuses = [own.status, 'cancelled'] as JobRunStatus[];
+        return (await updateRun({ ...own, status: { $in: statuses } }, { progress })) > 0;
+      },
     };
     logger.info({ runId, kind, attempt: context.attempt }, 'job run started');
     try {
