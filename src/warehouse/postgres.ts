@@ -181,7 +181,13 @@ export class WarehouseRegistry {
       types: typeParsers,
       // Every new physical connection, before anyone uses it: the address a pool keeps may later
       // belong to another server. One query per connection, none per statement.
-      onConnect: (client) => this.#checkIdentity(entry, client),
+      onConnect: (client) => {
+        // A connection lost while it is checked out (an export's stream mid-read) fails its query,
+        // and pg also emits the error on the client, where pg-pool listens only while the client is
+        // idle: unheard, it would end the whole process.
+        client.on('error', () => {});
+        return this.#checkIdentity(entry, client);
+      },
     });
     // An idle connection dropped by the server must not crash the process; the next query reconnects.
     pool.on('error', () => {});
