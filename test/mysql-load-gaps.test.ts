@@ -296,6 +296,36 @@ describe.skipIf(unavailable)(`MySQL load gaps ${unavailable ? `(skipped: ${unava
     expect(await target.sql(`select v from "${first.rawSchema}".t`)).toEqual([{ v: upper }]);
   });
 
+  it('knows a source server by its own word: another spelling of its address loads into the same copy', async () => {
+    const first = await ownSource('spelling', [
+      'create table t (id int primary key, v varchar(20))',
+      "insert into t values (1, 'a')",
+    ]);
+    const loaded = await first.load('full');
+    expect(loaded.status, loaded.error).toBe('succeeded');
+    const [claim] = await target.sql<{ source: string; server: string }>(
+      `select source, server from "${first.rawSchema}"._dimas_source`,
+    );
+    expect(claim.source).toBe(`127.0.0.1:3306/${first.db.name}`);
+    // MariaDB names itself by server_uid, MySQL by server_uuid.
+    expect(claim.server).toMatch(new RegExp(`^server_uu?id \\S+/${first.db.name}$`));
+
+    // The same server written as an IPv4-mapped IPv6 address: the same source, the copy is shared.
+    const shared = { ...first.db, create: async () => {}, drop: async () => {} };
+    const mapped = await ownSource('spelling', [], () => ({ host: '::ffff:127.0.0.1' }), shared);
+    const viaMapped = await mapped.load('full');
+    expect(viaMapped.status, viaMapped.error).toBe('succeeded');
+
+    // A record written before servers were identified compares by address until its holder loads again.
+    await target.sql(`update "${first.rawSchema}"._dimas_source set server = null`);
+    const refused = await mapped.start('full');
+    expect(refused.status, JSON.stringify(refused.body)).toBe(409);
+    expect(refused.body.message).toContain(`loads source ::ffff:127.0.0.1:3306/${first.db.name}`);
+    expect((await first.load('incremental')).status).toBe('succeeded');
+    expect((await mapped.load('full')).status).toBe('succeeded');
+    expect(await target.sql(`select v from "${first.rawSchema}".t`)).toEqual([{ v: 'a' }]);
+  });
+
   it('refuses source queries that call a stored function, whatever it declares; built-in functions run', async () => {
     const lock = `dimas_gap_${Date.now()}`;
     const src = await ownSource('storedfn', [

@@ -26,10 +26,12 @@ import type { IntrospectedTable, Warehouse, WarehouseTransaction } from './wareh
  * date columns are never NOT NULL in the raw copy; a primary key that then holds a NULL is not
  * created (the table's `without_primary_key` says why) and incremental loads of that table run in full.
  *
- * The raw schema records the source it holds (`<raw>._dimas_source`: host, port, database, and the
- * workspace that loaded it first): a workspace whose source is another database (`Shop` and `shop` on
- * one server, or two servers) is refused with a 409 instead of overwriting that copy; raw_schema in
- * its source config gives it a schema of its own.
+ * The raw schema records the source it holds (`<raw>._dimas_source`: the server as it names itself,
+ * the database, the address it was reached at, and the workspace that loaded it first): a workspace
+ * whose source is another database (`Shop` and `shop` on one server, or two servers) is refused with a
+ * 409 instead of overwriting that copy, while another spelling of the same server's address
+ * (`localhost`, `127.0.0.1`) is the same source; raw_schema in its source config gives it a schema of
+ * its own.
  *
  * A zero or invalid date (`0000-00-00`, `2024-02-30`) is no cursor position: the cursor value is the
  * highest valid one, and each table says how many rows it read with an invalid one. A table dropped
@@ -129,37 +131,54 @@ export interface RawSchemaLoader {
 }
 
 interface RawSchemaClaim extends RawSchemaLoader {
+  /** The address the loading workspace configured, for people to read. */
   source: string;
+  /** The server as it names itself, and the database: what decides whether two sources are one. */
+  server: string | null;
+}
+
+/** A source database: the address it was reached at, and who it is. */
+interface SourceIdentity {
+  address: string;
+  server: string;
 }
 
 /**
- * The source a raw copy comes from: host, port and database as configured. MySQL database names are
- * case-sensitive on most servers (`Shop` and `shop` are two databases) while the raw schema's name is
- * lowercase, and two servers may hold databases of one name: both would load into one raw schema.
+ * The source a raw copy comes from. MySQL database names are case-sensitive on most servers (`Shop`
+ * and `shop` are two databases) while the raw schema's name is lowercase, and two servers may hold
+ * databases of one name: both would load into one raw schema. The server is told by its own word,
+ * not by the host spelling (`localhost` and `127.0.0.1` are one server; two servers behind one name
+ * over time are two).
  */
-const sourceIdentity = (config: ConnectionConfig) =>
-  `${config.host.toLowerCase()}:${portOf(config)}/${config.database}`;
+async function sourceIdentity(source: MysqlWarehouse): Promise<SourceIdentity> {
+  const { config } = source;
+  return {
+    address: `${config.host.toLowerCase()}:${portOf(config)}/${config.database}`,
+    server: `${await source.serverIdentity()}/${config.database}`,
+  };
+}
 
 /**
- * Why `loader` may not load `config`'s source into the raw schema that `claim` holds, else null. The
+ * Why `loader` may not load `source` into the raw schema that `claim` holds, else null. The
  * workspace that holds it may change its source (a moved server); another workspace may load the same
- * source (the same rows); a different source of another workspace would overwrite its tables.
+ * source (the same rows); a different source of another workspace would overwrite its tables. A claim
+ * recorded before servers were identified compares by address.
  */
 function claimConflict(
   raw: string,
   claim: RawSchemaClaim | undefined,
-  config: ConnectionConfig,
+  source: SourceIdentity,
   loader: RawSchemaLoader,
 ): AppError | null {
-  const source = sourceIdentity(config);
-  if (!claim || claim.workspace_id === loader.workspace_id || claim.source === source) return null;
+  if (!claim || claim.workspace_id === loader.workspace_id) return null;
+  if (claim.server ? claim.server === source.server : claim.source === source.address) return null;
   const holder =
     claim.organization_id === loader.organization_id
       ? `workspace ${claim.workspace_name} (source ${claim.source})`
       : `a workspace of another organization (source ${claim.source})`;
   return new AppError(
     'CONFLICT',
-    `Raw schema ${raw} of the target holds the copy loaded by ${holder}; workspace ${loader.workspace_name} loads source ${source}, a different database, and would overwrite its tables. Set raw_schema in the source config of workspace ${loader.workspace_name} to a schema of its own (or drop schema ${raw} in the target if that copy is no longer needed)`,
+    `Raw schema ${raw} of the target holds the copy loaded by ${holder}; workspace ${loader.workspace_name} loads source ${source.address}, a different database, and would overwrite its tables. Set raw_schema in the source config of workspace ${loader.workspace_name} to a schema of its own (or drop schema ${raw} in the target if that copy is no longer needed)`,
     { reason: 'RAW_SCHEMA_TAKEN' },
   );
 }
@@ -167,19 +186,19 @@ function claimConflict(
 const readClaim = async (tx: WarehouseTransaction, raw: string) =>
   (
     await tx.query<RawSchemaClaim & Record<string, unknown>>(
-      `select source, workspace_id, workspace_name, organization_id from ${quoteIdent(raw)}.${SOURCE_TABLE}`,
+      `select * from ${quoteIdent(raw)}.${SOURCE_TABLE}`,
     )
-  ).rows[0];
+  ).rows.map((row) => ({ ...row, server: row.server ?? null }))[0];
 
 /**
- * The raw schema recorded as holding `config`'s source, or a 409 when another source's copy is there.
+ * The raw schema recorded as holding `source`, or a 409 when another source's copy is there.
  * A raw schema from before the record is claimed by its next load (nothing is renamed); one that a
  * deleted workspace loaded stays that workspace's copy until someone drops it (the 409 says so).
  */
 async function claimRawSchema(
   tx: WarehouseTransaction,
   raw: string,
-  config: ConnectionConfig,
+  source: SourceIdentity,
   loader: RawSchemaLoader,
 ) {
   await tx.query('select pg_advisory_xact_lock(hashtext($1))', [`dimas-raw-schema:${raw}`]);
@@ -188,34 +207,39 @@ async function claimRawSchema(
        one boolean primary key default true check (one), source text not null, workspace_id text not null,
        workspace_name text not null, organization_id text not null, claimed_at timestamptz not null default now())`,
   );
+  // Records written before servers were identified have no server until their holder loads again.
+  await tx.query(`alter table ${quoteIdent(raw)}.${SOURCE_TABLE} add column if not exists server text`);
   const claim = await readClaim(tx, raw);
-  const conflict = claimConflict(raw, claim, config, loader);
+  const conflict = claimConflict(raw, claim, source, loader);
   if (conflict) throw conflict;
   // Another workspace loading the same source leaves the record to the first one.
   if (claim && claim.workspace_id !== loader.workspace_id) return;
   await tx.query(
-    `insert into ${quoteIdent(raw)}.${SOURCE_TABLE} (source, workspace_id, workspace_name, organization_id)
-     values ($1, $2, $3, $4)
-     on conflict (one) do update set source = excluded.source, workspace_name = excluded.workspace_name`,
-    [sourceIdentity(config), loader.workspace_id, loader.workspace_name, loader.organization_id],
+    `insert into ${quoteIdent(raw)}.${SOURCE_TABLE} (source, server, workspace_id, workspace_name, organization_id)
+     values ($1, $2, $3, $4, $5)
+     on conflict (one) do update
+       set source = excluded.source, server = excluded.server, workspace_name = excluded.workspace_name`,
+    [source.address, source.server, loader.workspace_id, loader.workspace_name, loader.organization_id],
   );
 }
 
 /**
  * The 409 a load would end with because the raw schema holds another source's copy, checked before
- * the load is queued; null when it may load (or the target cannot be read now: the load checks again).
+ * the load is queued; null when it may load (or the target or source cannot be read now: the load
+ * checks again).
  */
 export async function rawSchemaConflict(
   target: Warehouse,
-  config: ConnectionConfig,
+  source: MysqlWarehouse,
   loader: RawSchemaLoader,
 ): Promise<AppError | null> {
-  const raw = rawSchemaOf(config);
+  const raw = rawSchemaOf(source.config);
   try {
+    const identity = await sourceIdentity(source);
     return await target.transaction(async (tx) => {
       const found = await tx.query(`select to_regclass($1) as t`, [`${quoteIdent(raw)}.${SOURCE_TABLE}`]);
       if (!found.rows[0].t) return null;
-      return claimConflict(raw, await readClaim(tx, raw), config, loader);
+      return claimConflict(raw, await readClaim(tx, raw), identity, loader);
     });
   } catch {
     return null;
@@ -313,6 +337,7 @@ export async function extractLoad(
   const schema = await source.introspect();
   const tables = schema.tables.filter((t) => t.kind === 'table' || t.kind === 'view');
   const columnsOf = await source.sourceColumns(tables);
+  const identity = await sourceIdentity(source);
   // A raw table is named after its source table alone: two source databases with a table of one name
   // would overwrite each other's copy.
   const sharing = new Map<string, IntrospectedTable[]>();
@@ -324,7 +349,7 @@ export async function extractLoad(
          table_name text primary key, cursor_column text, cursor_value text, signature text not null,
          mode text not null, rows_loaded bigint not null, loaded_at timestamptz not null default now())`,
     );
-    await claimRawSchema(tx, raw, source.config, options.loader);
+    await claimRawSchema(tx, raw, identity, options.loader);
   });
   const names = new Set(tables.map((t) => t.name));
   const result: LoadResult = {

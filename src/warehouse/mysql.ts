@@ -156,6 +156,28 @@ export class MysqlWarehouse implements Warehouse {
     );
   }
 
+  /**
+   * The server as it names itself, whatever host spelling reached it: MySQL's `server_uuid` (kept in
+   * its data directory), MariaDB's `server_uid` (derived from the machine's hardware address and the
+   * port); a server with neither is named by its own host name and port.
+   */
+  async serverIdentity(): Promise<string> {
+    return this.#readOnly(
+      this.settings.statementTimeoutMs,
+      async (c) => {
+        const rows = await this.#rows<{ Variable_name: string; Value: string }>(
+          c,
+          "show global variables where variable_name in ('server_uuid', 'server_uid', 'hostname', 'port')",
+        );
+        const value = Object.fromEntries(rows.map((r) => [r.Variable_name.toLowerCase(), r.Value]));
+        if (value.server_uuid) return `server_uuid ${value.server_uuid}`;
+        if (value.server_uid) return `server_uid ${value.server_uid}`;
+        return `hostname ${value.hostname}:${value.port}`;
+      },
+      'connect',
+    );
+  }
+
   async catalogs() {
     return this.#readOnly(
       this.settings.statementTimeoutMs,

@@ -119,7 +119,14 @@ export async function startSourceLoad(scope: CallerScope, mode: LoadMode): Promi
       },
     );
   const target = await warehouses(scope.deps).open(targetConfig, `${workspace.id}:target`);
-  const conflict = await rawSchemaConflict(target, source, loaderOf(workspace));
+  // A source that cannot be opened now is the load's to report (it checks the raw schema again).
+  const sourceWarehouse = await warehouses(scope.deps)
+    .open(source, `${workspace.id}:source`)
+    .catch(() => null);
+  const conflict =
+    sourceWarehouse instanceof MysqlWarehouse
+      ? await rawSchemaConflict(target, sourceWarehouse, loaderOf(workspace))
+      : null;
   if (conflict) throw conflict;
   const { run, created } = await scope.deps.jobs.enqueue(
     SOURCE_LOAD_KIND,
