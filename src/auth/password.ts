@@ -5,16 +5,37 @@ import { generateToken } from './tokens.ts';
 // argon2id (the library's default algorithm) with OWASP's recommended memory and time costs.
 const ARGON2_OPTIONS = { memoryCost: 19456, timeCost: 2, parallelism: 1 } as const;
 
+/**
+ * The form a password is hashed and judged in: NFKC (NIST SP 800-63B §5.1.1.2), so one password typed
+ * on two keyboards or input methods (a precomposed `é` or `e` + combining accent, full-width letters,
+ * a ligature) is one password.
+ */
+const normalized = (password: string) => password.normalize('NFKC');
+
 export function hashPassword(password: string): Promise<string> {
-  return hash(password, ARGON2_OPTIONS);
+  return hash(normalized(password), ARGON2_OPTIONS);
 }
 
-export async function verifyPassword(passwordHash: string, password: string): Promise<boolean> {
-  try {
-    return await verify(passwordHash, password);
-  } catch {
-    return false;
-  }
+/**
+ * Whether `password` is the one `passwordHash` was made from: `'match'`, `'mismatch'`, or
+ * `'match-unnormalized'` for a hash made before passwords were normalized from characters that
+ * normalization changes (the caller re-hashes it, so the other spellings match from then on).
+ */
+export async function checkPassword(
+  passwordHash: string,
+  password: string,
+): Promise<'match' | 'match-unnormalized' | 'mismatch'> {
+  const attempt = async (candidate: string) => {
+    try {
+      return await verify(passwordHash, candidate);
+    } catch {
+      return false;
+    }
+  };
+  if (await attempt(normalized(password))) return 'match';
+  // A second hash only for the few passwords that normalization changes.
+  if (normalized(password) !== password && (await attempt(password))) return 'match-unnormalized';
+  return 'mismatch';
 }
 
 // ---- the password policy ----
@@ -22,8 +43,8 @@ export async function verifyPassword(passwordHash: string, password: string): Pr
 // The one policy for every password that is set: user creation (admin, super admin, organization and
 // environment setup), change-password, an administrator's reset, the seeded accounts and
 // SUPERADMIN_PASSWORD at start. In the spirit of NIST SP 800-63B (§3.1.1.2): length rather than
-// composition rules, nothing trimmed, every character allowed; refused are the passwords an attacker
-// tries first:
+// composition rules, nothing trimmed, every character allowed, judged (and hashed) in NFKC form;
+// refused are the passwords an attacker tries first:
 //   1. fewer than 12 characters (Unicode code points);
 //   2. repetitive: one character or a short pattern repeated ('            ', 'aaaaaaaaaaaa', 'abcabcabcabc');
 //   3. sequential: characters stepping evenly or by a repeated pattern ('123456789012', 'abcdefghijkl',
@@ -83,6 +104,7 @@ export function passwordPolicyIssues(
 ): AppErrorIssue[] {
   const issues: AppErrorIssue[] = [];
   const issue = (message: string) => issues.push({ path: [field], message });
+  password = normalized(password);
   const units = [...password.toLowerCase()];
   if ([...password].length < MIN_PASSWORD_LENGTH)
     issue(`must have at least ${MIN_PASSWORD_LENGTH} characters`);

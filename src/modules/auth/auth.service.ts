@@ -7,10 +7,10 @@ import type { CallerScope, ClientScope, Scope } from '../../deps.ts';
 import { effectivePermissions } from '../../auth/permissions.ts';
 import type { Principal } from '../../auth/principal.ts';
 import {
+  checkPassword,
   hashPassword,
   passwordPolicyError,
   passwordPolicyIssues,
-  verifyPassword,
 } from '../../auth/password.ts';
 import { createSession, deleteSession, deleteUserSessions } from '../../auth/session.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
@@ -56,7 +56,17 @@ function principalInfo(principal: Principal) {
 let dummyHash: Promise<string> | undefined;
 /** Verifying against a throwaway hash keeps a wrong username as slow as a wrong password. */
 const burnPasswordCheck = async (password: string) =>
-  verifyPassword(await (dummyHash ??= hashPassword('not-a-real-password-0')), password);
+  checkPassword(await (dummyHash ??= hashPassword('not-a-real-password-0')), password);
+
+/** Whether `password` is the user's; a hash made before passwords were normalized is made again. */
+async function passwordMatches(em: EntityManager, user: UserEntity, password: string): Promise<boolean> {
+  const result = await checkPassword(user.passwordHash, password);
+  if (result === 'match-unnormalized') {
+    user.passwordHash = await hashPassword(password);
+    await em.flush();
+  }
+  return result !== 'mismatch';
+}
 
 const INVALID_LOGIN = 'Invalid username, organization or password';
 
@@ -122,7 +132,7 @@ export async function login(
     await burnPasswordCheck(input.password);
     return recordFailure(scope, key);
   }
-  if (!(await verifyPassword(user.passwordHash, input.password))) return recordFailure(scope, key);
+  if (!(await passwordMatches(scope.em, user, input.password))) return recordFailure(scope, key);
   return completeLogin(scope, user, key);
 }
 
@@ -139,7 +149,7 @@ export async function superAdminLogin(scope: ClientScope, input: { username: str
     await burnPasswordCheck(input.password);
     return recordFailure(scope, key);
   }
-  if (!(await verifyPassword(user.passwordHash, input.password))) return recordFailure(scope, key);
+  if (!(await passwordMatches(scope.em, user, input.password))) return recordFailure(scope, key);
   return completeLogin(scope, user, key);
 }
 
@@ -222,14 +232,15 @@ export async function changePassword(
   input: { current_password: string; new_password: string },
 ) {
   const user = await ownUser(scope);
-  if (!(await verifyPassword(user.passwordHash, input.current_password)))
+  if (!(await passwordMatches(scope.em, user, input.current_password)))
     throw new AppError('BAD_REQUEST', 'The current password is wrong', {
       issues: [{ path: ['current_password'], message: 'does not match' }],
     });
   const organization = user.organization ? await findOrganization(scope.em, user.organization.id) : null;
   const account = { username: user.username, domain: organization?.domain };
   const issues = passwordPolicyIssues(account, input.new_password, 'new_password');
-  if (input.new_password === input.current_password)
+  // Compared as the hash compares them: the same password in another Unicode form is the same.
+  if ((await checkPassword(user.passwordHash, input.new_password)) !== 'mismatch')
     issues.push({ path: ['new_password'], message: 'must differ from the current password' });
   if (issues.length) throw passwordPolicyError(issues, 'The new password');
   user.passwordHash = await hashPassword(input.new_password);
