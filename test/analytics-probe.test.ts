@@ -1,5 +1,6 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { AppError } from '../src/app-error.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
@@ -36,7 +37,19 @@ beforeAll(async () => {
         from generate_series(1, 400) as i;
     create table mkt.wide as
       select i as id, (i % 13)::float8 as val, ${WIDE_COLUMNS}
-        from generate_series(1, 10000) as i;`);
+        from generate_series(1, 10000) as i;
+    create table mkt.trial as select id, plan, spend, 1 as divisor from mkt.orders;
+    create domain mkt.region_t as text;
+    create domain mkt.tier_t as float8 check (value >= 0);
+    create domain mkt.amount_t as numeric(12,2);
+    create domain mkt.price_t as mkt.amount_t;
+    create table mkt.typed (id integer primary key, region mkt.region_t not null, tier mkt.tier_t,
+                            price mkt.price_t, spend float8);
+    insert into mkt.typed
+      select i, case when i % 2 = 0 then 'north' else 'south' end,
+             case when i % 10 = 0 then 'NaN' when i % 10 = 5 then 'Infinity' else (1 + i % 2)::float8 end,
+             (i % 50) * 1.5, 50 + (i * 37) % 23 + case when i % 2 = 0 then 4 else 0 end
+        from generate_series(1, 400) as i;`);
   // A short statement timeout: mining must answer well within it.
   server = await startTestServer({ WAREHOUSE_STATEMENT_TIMEOUT_MS: '3000' });
   tenant = await createTenant(server);
@@ -304,5 +317,286 @@ describe('mining', () => {
     expect(mined.body.total.n).toBe(10_000);
     expect(mined.body.total.mean).toBeCloseTo(59_988 / 10_000, 12);
     expect(mined.body.segments).toHaveLength(5);
+  });
+});
+
+describe('a result beside settings it was not computed with', () => {
+  // Welch on mkt.trial (spend by plan, 200 rows each): p ≈ 0.27, significant at alpha 0.5, not at 0.05.
+  const trial = {
+    table: 'trial',
+    metric: { expression: 'spend / divisor' },
+    segment: { column: 'plan', groups: ['pro', 'basic'] },
+    test: 'welch_t',
+    minimum_detectable_effect: 0.2,
+  };
+
+  async function run(id: string, settings: Record<string, unknown> = {}) {
+    const started = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, ...settings } });
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(status.body.run.id).toBe(started.body.run_id);
+    return status.body;
+  }
+
+  /**
+   * A run that fails on the data alone: one row divides by zero (the settings' checks read no row, so
+   * they pass); the hypothesis itself is untouched.
+   */
+  async function failingRun(id: string, settings: Record<string, unknown>) {
+    await warehouse.sql('update mkt.trial set divisor = 0 where id = 1');
+    try {
+      const status = await run(id, settings);
+      expect(status.status, JSON.stringify(status)).toBe('failed');
+      expect(status.error).toMatch(/division by zero/);
+      return status;
+    } finally {
+      await warehouse.sql('update mkt.trial set divisor = 1 where id = 1');
+    }
+  }
+
+  /** What GET and status show of the result must agree. */
+  async function shown(id: string) {
+    const hypothesis = (await api('GET', `/hypotheses/${id}`)).body;
+    const status = (await api('GET', `/status/${id}`)).body;
+    for (const key of ['result', 'p_value', 'significant']) expect(status[key], key).toEqual(hypothesis[key]);
+    return hypothesis;
+  }
+
+  it('a failed re-run at another alpha: significance, interval and power are those at the alpha shown', async () => {
+    const id = await create({ ...trial, alpha: 0.5 });
+    expect((await run(id)).status).toBe('tested');
+    const before = await shown(id);
+    expect(before.p_value).toBeGreaterThan(0.05);
+    expect(before.p_value).toBeLessThan(0.5);
+    expect(before).toMatchObject({ alpha: 0.5, significant: true, result: { ci: { level: 0.5 } } });
+    expect(before.result.power).toMatchObject({ effect_size: 0.2, alpha: 0.5 });
+
+    await failingRun(id, { alpha: 0.05 });
+    const after = await shown(id);
+    expect(after).toMatchObject({
+      status: 'failed',
+      test: 'welch_t',
+      alpha: 0.05,
+      p_value: before.p_value,
+      significant: false,
+      tested_at: before.tested_at,
+    });
+    expect(after.result.statistic).toBe(before.result.statistic);
+    expect(after.result.ci.level).toBe(0.95);
+    expect(after.result.ci.upper - after.result.ci.lower).toBeGreaterThan(
+      before.result.ci.upper - before.result.ci.lower,
+    );
+    expect(after.result.power).toMatchObject({ effect_size: 0.2, alpha: 0.05 });
+    expect(after.result.power.value).toBeLessThan(before.result.power.value);
+    const refused = await api('POST', '/insights', { body: { hypothesis_id: id } });
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ reason: 'NOT_TESTED' });
+    expect(refused.body.message).toMatch(/welch_t at alpha 0.05\) failed/);
+
+    // The same data tested at 0.05 gives what was shown after the failure.
+    expect((await run(id)).status).toBe('tested');
+    const fresh = await shown(id);
+    // (Within rounding: the warehouse may sum the rows in another order.)
+    expect(fresh).toMatchObject({ alpha: 0.05, significant: false });
+    expect(fresh.p_value).toBeCloseTo(before.p_value, 12);
+    expect(fresh.result.ci.level).toBe(0.95);
+    expect(after.result.ci.lower).toBeCloseTo(fresh.result.ci.lower, 9);
+    expect(after.result.ci.upper).toBeCloseTo(fresh.result.ci.upper, 9);
+    expect(after.result.power.value).toBeCloseTo(fresh.result.power.value, 9);
+    const notSignificant = await api('POST', '/insights', { body: { hypothesis_id: id } });
+    expect(notSignificant.status).toBe(409);
+    expect(notSignificant.body.reason).toBe('NOT_SIGNIFICANT');
+    expect(notSignificant.body.message).toMatch(/alpha = 0.05;/);
+
+    // A failed re-run with another test: the welch_t result is no result of mann_whitney_u.
+    await failingRun(id, { test: 'mann_whitney_u' });
+    expect(await shown(id)).toMatchObject({
+      test: 'mann_whitney_u',
+      status: 'failed',
+      result: null,
+      p_value: null,
+      significant: null,
+      tested_at: null,
+    });
+    // Back to welch_t, that result holds again.
+    await failingRun(id, { test: 'welch_t' });
+    expect(await shown(id)).toMatchObject({ test: 'welch_t', p_value: fresh.p_value, significant: false });
+  });
+
+  it('settings stored without a run (the queue refused it): the view and insight creation read the result at them', async () => {
+    const id = await create({ ...trial, alpha: 0.05 });
+    expect((await run(id)).status).toBe('tested');
+    expect((await shown(id)).significant).toBe(false);
+    const jobs = server.deps.jobs;
+    const queueDown = () =>
+      vi
+        .spyOn(jobs, 'enqueue')
+        .mockRejectedValueOnce(new AppError('SERVICE_UNAVAILABLE', 'the job queue is not available'));
+    try {
+      queueDown();
+      const refused = await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, alpha: 0.5 } });
+      expect(refused.status, JSON.stringify(refused.body)).toBe(503);
+      // The new alpha is stored, the run never queued: the last result reads at 0.5.
+      const at05 = await shown(id);
+      expect(at05).toMatchObject({ status: 'tested', alpha: 0.5, significant: true });
+      expect(at05.result.ci.level).toBe(0.5);
+      const insight = await api('POST', '/insights', { body: { hypothesis_id: id } });
+      expect(insight.status, JSON.stringify(insight.body)).toBe(200);
+      expect(insight.body.p_value).toBe(at05.p_value);
+
+      queueDown();
+      expect(
+        (await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, alpha: 0.01 } })).status,
+      ).toBe(503);
+      expect(await shown(id)).toMatchObject({ status: 'tested', alpha: 0.01, significant: false });
+      const notSignificant = await api('POST', '/insights', { body: { hypothesis_id: id } });
+      expect(notSignificant.status).toBe(409);
+      expect(notSignificant.body.reason).toBe('NOT_SIGNIFICANT');
+      expect(notSignificant.body.message).toMatch(/alpha = 0.01;/);
+
+      queueDown();
+      expect(
+        (await api('POST', '/hypotheses/test', { body: { hypothesis_id: id, test: 'mann_whitney_u' } }))
+          .status,
+      ).toBe(503);
+      expect(await shown(id)).toMatchObject({ status: 'tested', result: null, significant: null });
+      const untested = await api('POST', '/insights', { body: { hypothesis_id: id } });
+      expect(untested.status).toBe(409);
+      expect(untested.body).toMatchObject({
+        reason: 'NOT_TESTED',
+        message: 'The hypothesis has no result of its test, mann_whitney_u; test it first',
+      });
+    } finally {
+      vi.restoreAllMocks();
+    }
+  });
+});
+
+describe('domain columns are judged by their base type', () => {
+  // mkt.typed: region is a domain over text, tier over float8 (with NaN and Infinity), price a domain
+  // over a domain over numeric(12,2).
+  it('a float domain as a segment column or a category: NaN and ±Infinity are missing, as in float8', async () => {
+    const id = await create({
+      table: 'typed',
+      metric: { expression: 'spend' },
+      segment: { column: 'tier' },
+      test: 'welch_t',
+      mining_columns: ['tier', 'region'],
+    });
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } })).status).toBe(200);
+    const welch = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(welch.body.status, JSON.stringify(welch.body)).toBe('tested');
+    const [counts] = await warehouse.sql<{ one: number; two: number }>(
+      `select count(*) filter (where tier = 1)::int as one, count(*) filter (where tier = 2)::int as two
+         from mkt.typed`,
+    );
+    expect(welch.body.result.sample_sizes.groups).toEqual([
+      { group: '1', n: counts.one },
+      { group: '2', n: counts.two },
+    ]);
+
+    const mined = await api('GET', `/results/mining/${id}`, { query: { min_support: 0 } });
+    expect(mined.status, JSON.stringify(mined.body)).toBe(200);
+    const tiers = mined.body.segments
+      .filter((s: { segment: Record<string, unknown> }) => 'tier' in s.segment && !('region' in s.segment))
+      .map((s: { segment: { tier: string | null } }) => s.segment.tier)
+      .sort();
+    expect(tiers).toEqual(['1', '2', null]);
+
+    const chi = await create({
+      table: 'typed',
+      metric: { expression: 'tier' },
+      segment: { column: 'region' },
+      test: 'chi_square',
+    });
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: chi } })).status).toBe(200);
+    const chiStatus = await api('GET', `/status/${chi}`, { query: { wait_ms: 20_000 } });
+    expect(chiStatus.body.status, JSON.stringify(chiStatus.body)).toBe('tested');
+    expect(chiStatus.body.result.details.categories).toEqual(['1', '2']);
+  });
+
+  it('a numeric domain is numeric, a text domain a segment candidate, in checks, defaults and generation', async () => {
+    // A correlation needs a numeric segment column: a domain over a domain over numeric is one.
+    const id = await create({
+      table: 'typed',
+      metric: { expression: 'spend' },
+      segment: { column: 'price' },
+      test: 'pearson',
+    });
+    const hypothesis = (await api('GET', `/hypotheses/${id}`)).body;
+    // The text domain with two values is a default mining candidate; price (50 values) is not.
+    expect(hypothesis.mining_columns).toEqual(['region']);
+    expect((await api('POST', '/hypotheses/test', { body: { hypothesis_id: id } })).status).toBe(200);
+    const status = await api('GET', `/status/${id}`, { query: { wait_ms: 20_000 } });
+    expect(status.body.status, JSON.stringify(status.body)).toBe('tested');
+    expect(status.body.result.sample_sizes.total).toBe(400);
+
+    // A text domain is no number.
+    const text = await api('POST', '/hypotheses', {
+      body: {
+        statement: 'probe',
+        table: 'typed',
+        metric: { expression: 'spend' },
+        segment: { column: 'region' },
+        test: 'spearman',
+      },
+    });
+    expect(text.status).toBe(400);
+    expect(text.body.message).toMatch(/segment column must be numeric \(it is text\)/);
+
+    const generated = await api('POST', '/hypotheses/generate', {
+      body: { business_context: 'price and spend by region', tables: ['typed'], count: 10, save: false },
+    });
+    expect(generated.status, JSON.stringify(generated.body)).toBe(200);
+    const pairs = generated.body.hypotheses.map(
+      (h: { metric: { expression: string }; segment: { column?: string } }) =>
+        `${h.metric.expression} by ${h.segment.column}`,
+    );
+    expect(pairs).toEqual(expect.arrayContaining(['price by region', 'spend by region']));
+  });
+});
+
+describe('mining columns', () => {
+  it('refuses a given column of more distinct values than a default candidate may hold (400, naming it)', async () => {
+    const [{ distinct }] = await warehouse.sql<{ distinct: number }>(
+      'select count(distinct spend)::int as distinct from mkt.orders',
+    );
+    expect(distinct).toBeGreaterThan(20);
+    const res = await api('POST', '/hypotheses', {
+      body: {
+        statement: 'probe',
+        table: 'orders',
+        metric: { expression: 'seats' },
+        segment: { column: 'plan', groups: ['pro', 'basic'] },
+        mining_columns: ['plan', 'spend'],
+      },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect(res.body.reason).toBe('MINING_COLUMN_CARDINALITY');
+    expect(res.body.message).toBe(
+      `a mining column may hold at most 20 distinct values (each is a segment); spend has ${distinct} in the first 10,000 rows of mkt.orders`,
+    );
+    expect(res.body.issues).toEqual([
+      { path: ['mining_columns', 1], message: `spend has ${distinct} distinct values` },
+    ]);
+
+    // Within the bound (plan: 2 values, seats: 4), whatever the column's type, the columns are kept.
+    const kept = await create({
+      metric: { expression: 'spend' },
+      segment: { column: 'plan', groups: ['pro', 'basic'] },
+      mining_columns: ['seats', 'plan'],
+    });
+    expect((await api('GET', `/hypotheses/${kept}`)).body.mining_columns).toEqual(['seats', 'plan']);
+    expect((await api('GET', `/results/mining/${kept}`)).status).toBe(200);
+  });
+
+  it('leaves a segment column of many values out of the default candidates', async () => {
+    // A correlation's segment column is a number of many values: no mining column.
+    const id = await create({
+      metric: { expression: 'seats' },
+      segment: { column: 'spend' },
+      test: 'pearson',
+    });
+    expect((await api('GET', `/hypotheses/${id}`)).body.mining_columns).toEqual(['plan']);
   });
 });

@@ -51,6 +51,14 @@ function buildSpearmanSql(input: CorrelationInput) {
   return { sql, params: [] as unknown[] };
 }
 
+/** The interval of r (or rho) at level 1 − alpha through Fisher's z; none for n ≤ 3 or |r| = 1. */
+export function fisherInterval(n: number, r: number, alpha: number): StatTestResult['ci'] {
+  if (!(n > 3 && Math.abs(r) < 1)) return undefined;
+  const half = normalUpperQuantile(alpha / 2) / Math.sqrt(n - 3);
+  const zr = Math.atanh(r);
+  return { of: 'r', level: 1 - alpha, lower: Math.tanh(zr - half), upper: Math.tanh(zr + half) };
+}
+
 /**
  * t = r·√((n−2)/(1−r²)) on n−2 df for both coefficients (for Spearman the usual large-sample
  * approximation, as SciPy's spearmanr). The interval of r comes from Fisher's z (SE 1/√(n−3)).
@@ -69,12 +77,7 @@ function correlationFromR(
   const df = n - 2;
   const t = Math.abs(r) >= 1 ? Math.sign(r) * Infinity : r * Math.sqrt(df / (1 - r * r));
   const pValue = Math.abs(r) >= 1 ? 0 : studentTTwoSided(t, df);
-  let ci: StatTestResult['ci'];
-  if (n > 3 && Math.abs(r) < 1) {
-    const half = normalUpperQuantile(alpha / 2) / Math.sqrt(n - 3);
-    const zr = Math.atanh(r);
-    ci = { of: 'r', level: 1 - alpha, lower: Math.tanh(zr - half), upper: Math.tanh(zr + half) };
-  }
+  const ci = fisherInterval(n, r, alpha);
   return {
     test,
     statistic: t,

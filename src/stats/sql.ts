@@ -112,12 +112,26 @@ export function numericMetricSql(metric: MetricSpec): string {
 }
 
 /**
- * `expr` read as a category (a segment's group, a chi-square category, a mining segment) when its type
- * is `type`: NaN and ±Infinity become NULL in the types that hold them, so they count as missing there
- * too, as in numericMetricSql, instead of forming a group "NaN" of their own (a NaN column next to real
- * groups made a two-group test fail, or a chi-square test report an association with missingness).
- * Other types keep every value: a text column's 'NaN' is a value its writer chose. numeric is compared
- * as text: its 'Infinity' literal does not parse before PostgreSQL 14.
+ * The type `oid` (with `typmod`) as format_type spells it, or, for a domain, its base type: a domain over
+ * a domain is followed to the end (pg_type.typbasetype names the next step, typtypmod its modifier). A
+ * domain holds its base type's values and operators, so it is judged as that type; its own name says
+ * nothing about them. A scalar subquery, correlated with the outer query through `oid` and `typmod`.
+ */
+export function baseTypeSql(oid: string, typmod = 'NULL'): string {
+  return (
+    `(WITH RECURSIVE d(oid, typmod) AS (SELECT (${oid})::oid, (${typmod})::int ` +
+    `UNION ALL SELECT t.typbasetype, t.typtypmod FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype = 'd') ` +
+    `SELECT pg_catalog.format_type(d.oid, d.typmod) FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype <> 'd')`
+  );
+}
+
+/**
+ * `expr` read as a category (a segment's group, a chi-square category, a mining segment) when its base
+ * type (baseTypeSql) is `type`: NaN and ±Infinity become NULL in the types that hold them, so they count
+ * as missing there too, as in numericMetricSql, instead of forming a group "NaN" of their own (a NaN
+ * column next to real groups made a two-group test fail, or a chi-square test report an association with
+ * missingness). Other types keep every value: a text column's 'NaN' is a value its writer chose. numeric
+ * is compared as text: its 'Infinity' literal does not parse before PostgreSQL 14.
  */
 function categoryOfType(expr: string, type: string): string {
   if (type === 'double precision' || type === 'real')
@@ -139,7 +153,8 @@ export async function categoriesSql(
 ): Promise<string[]> {
   if (!exprs.length) return [];
   const types = exprs.map(
-    (expr, i) => `pg_typeof((SELECT ${expr} FROM ${qualifiedTable(source)} LIMIT 0))::text AS t${i}`,
+    (expr, i) =>
+      `${baseTypeSql(`pg_typeof((SELECT ${expr} FROM ${qualifiedTable(source)} LIMIT 0))`)} AS t${i}`,
   );
   const [row] = await query(`SELECT ${types.join(', ')}`, []);
   return exprs.map((expr, i) => categoryOfType(expr, String(row[`t${i}`])));

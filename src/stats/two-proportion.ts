@@ -37,6 +37,12 @@ async function buildTwoProportionSql(query: StatsQuery, input: TwoGroupInput) {
   return { sql, params };
 }
 
+/** The Wald interval of the difference of proportions at level 1 − alpha (unpooled standard error `se`). */
+export function waldInterval(diff: number, se: number, alpha: number): StatTestResult['ci'] {
+  const margin = normalUpperQuantile(alpha / 2) * se;
+  return { of: 'difference_of_proportions', level: 1 - alpha, lower: diff - margin, upper: diff + margin };
+}
+
 /**
  * z uses the pooled proportion (the null hypothesis says both are equal); the interval of the
  * difference uses the unpooled (Wald) standard error, since it describes the difference as observed.
@@ -54,7 +60,6 @@ function twoProportionFromCounts(groups: [GroupCounts, GroupCounts], alpha = DEF
   const diff = pa - pb;
   const z = diff / se0;
   const se = Math.sqrt((pa * (1 - pa)) / a.n + (pb * (1 - pb)) / b.n);
-  const margin = normalUpperQuantile(alpha / 2) * se;
   return {
     test: 'two_proportion_z',
     statistic: z,
@@ -67,7 +72,7 @@ function twoProportionFromCounts(groups: [GroupCounts, GroupCounts], alpha = DEF
         { group: b.g, n: b.n },
       ],
     },
-    ci: { of: 'difference_of_proportions', level: 1 - alpha, lower: diff - margin, upper: diff + margin },
+    ci: waldInterval(diff, se, alpha),
     details: {
       pooled_proportion: pooled,
       standard_error_pooled: se0,

@@ -51,6 +51,12 @@ async function buildWelchSql(query: StatsQuery, input: TwoGroupInput) {
   return { sql, params };
 }
 
+/** The interval of the mean difference at level 1 − alpha, from the figures a result keeps. */
+export function welchInterval(diff: number, se: number, df: number, alpha: number): StatTestResult['ci'] {
+  const margin = studentTUpperQuantile(alpha / 2, df) * se;
+  return { of: 'mean_difference', level: 1 - alpha, lower: diff - margin, upper: diff + margin };
+}
+
 function welchFromMoments(groups: [GroupMoments, GroupMoments], alpha = DEFAULT_ALPHA): StatTestResult {
   const [a, b] = groups;
   if (a.n < 2 || b.n < 2) {
@@ -65,7 +71,6 @@ function welchFromMoments(groups: [GroupMoments, GroupMoments], alpha = DEFAULT_
   const t = diff / se;
   const df = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1));
   const pooledSd = Math.sqrt(((a.n - 1) * a.variance + (b.n - 1) * b.variance) / (a.n + b.n - 2));
-  const margin = studentTUpperQuantile(alpha / 2, df) * se;
   return {
     test: 'welch_t',
     statistic: t,
@@ -78,7 +83,7 @@ function welchFromMoments(groups: [GroupMoments, GroupMoments], alpha = DEFAULT_
         { group: b.g, n: b.n },
       ],
     },
-    ci: { of: 'mean_difference', level: 1 - alpha, lower: diff - margin, upper: diff + margin },
+    ci: welchInterval(diff, se, df, alpha),
     details: {
       df,
       mean_difference: diff,

@@ -22,6 +22,7 @@ import {
   resolveTargetTable,
   segmentCandidates,
   validateHypothesis,
+  withBaseTypes,
 } from './analytics-validate.ts';
 
 /*
@@ -371,7 +372,10 @@ export async function generateHypotheses(
     const chosen = all.filter((t) => named.has(t.name));
     tables = chosen.length ? chosen : all;
   }
-  tables = tables.slice(0, MAX_TABLES);
+  // Named tables come base-typed from resolveTargetTable already; introspected ones not.
+  tables = input.tables?.length
+    ? tables.slice(0, MAX_TABLES)
+    : await withBaseTypes(warehouse, tables.slice(0, MAX_TABLES));
   if (!tables.length)
     throw new AppError(
       'CONFLICT',
@@ -484,8 +488,13 @@ export async function generateHypotheses(
           test: p.test,
           alpha: 0.05,
           minimumDetectableEffect: null,
+          // The screened low-cardinality columns only, the segment column first when it is one of them:
+          // a proposal's segment column (the model's choice) may hold far too many values to mine.
           miningColumns: [
-            ...new Set([...(p.segment.column ? [p.segment.column] : []), ...p.segmentColumns]),
+            ...new Set([
+              ...(p.segment.column && p.segmentColumns.includes(p.segment.column) ? [p.segment.column] : []),
+              ...p.segmentColumns,
+            ]),
           ].slice(0, 12),
           origin: 'generated',
           status: 'draft',

@@ -1,5 +1,5 @@
 import { AppError } from '../../app-error.ts';
-import { assertExpression } from '../../stats/sql.ts';
+import { assertExpression, baseTypeSql } from '../../stats/sql.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
 import { parseSqlExpression } from '../../warehouse/sql-guard.ts';
@@ -18,6 +18,38 @@ const NUMERIC_TYPE = /^(smallint|integer|bigint|numeric|decimal|real|double prec
 const SEGMENT_TYPE = /^(text|character varying|character|boolean|smallint|integer|bigint|date)\b/;
 
 export const isNumericType = (type: string) => NUMERIC_TYPE.test(type);
+
+/**
+ * The tables with each column's type replaced by its base type when it is a domain (baseTypeSql, from
+ * the warehouse's catalog in one query), so that every check of a column's type here (numeric, a
+ * segment type, boolean) judges a domain as the type it holds. Introspection reports the domain's own
+ * name, which no list of type names can know. Tables without a domain column are returned as they are.
+ */
+export async function withBaseTypes(
+  warehouse: Warehouse,
+  tables: IntrospectedTable[],
+): Promise<IntrospectedTable[]> {
+  if (!tables.length) return tables;
+  const rows = await warehouse.aggregate(
+    `SELECT n.nspname AS schema, c.relname AS table, a.attname AS name, ` +
+      `${baseTypeSql('a.atttypid', 'a.atttypmod')} AS type ` +
+      `FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid ` +
+      `JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ` +
+      `JOIN pg_catalog.pg_type t ON t.oid = a.atttypid ` +
+      `WHERE t.typtype = 'd' AND a.attnum > 0 AND NOT a.attisdropped ` +
+      `AND (n.nspname, c.relname) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+    { params: [tables.map((t) => t.schema), tables.map((t) => t.name)] },
+  );
+  if (!rows.length) return tables;
+  const base = new Map(rows.map((r) => [`${r.schema}\0${r.table}\0${r.name}`, String(r.type)]));
+  return tables.map((table) => ({
+    ...table,
+    columns: table.columns.map((c) => {
+      const type = base.get(`${table.schema}\0${table.name}\0${c.name}`);
+      return type ? { ...c, type } : c;
+    }),
+  }));
+}
 
 /** `schema.table`, or a bare name looked up in the target schemas in order; only the configured schemas count. */
 export async function resolveTargetTable(
@@ -41,7 +73,8 @@ export async function resolveTargetTable(
         .map((s) => schema.tables.find((t) => t.schema === s && t.name === tableName))
         .find(Boolean);
   if (!found) throw notThere();
-  return found;
+  const [typed] = await withBaseTypes(warehouse, [found]);
+  return typed;
 }
 
 /** The columns an expression reads, each of which must be a column of `table`. */
@@ -134,6 +167,8 @@ export async function validateHypothesis(
       ' LIMIT 0',
     { limit: 1 },
   );
+  // A domain's base type already: PostgreSQL describes a result column of a domain type by its base
+  // type and modifier (the row description a query's columns come with).
   const metricType = probe.columns[0]?.type ?? 'unknown';
   if (input.metric.kind === 'boolean' && metricType !== 'boolean')
     // The tests read such a metric as `(expression)::boolean`: a type without that cast (a float, a
@@ -189,6 +224,11 @@ export interface ColumnProfile {
 }
 
 export const PROFILE_SAMPLE_ROWS = 10_000;
+/**
+ * The most distinct values a mining column may hold (in the sample): each value is a segment, and at
+ * depth 2 each pair of values of two columns; past a few dozen the segments are too many to read and
+ * too small to mean anything, and the GROUPING SETS query grows with them.
+ */
 const MAX_SEGMENT_VALUES = 20;
 
 /** Columns that can split a population: the segment-friendly types, minus keys and identifiers. */
@@ -200,22 +240,79 @@ export function segmentCandidates(table: IntrospectedTable): { name: string; typ
 }
 
 /**
- * Distinct counts of the candidate columns over a bounded sample (the first rows the scan meets): a
- * cheap screen, not an exact census. Returns the columns with 2 … MAX_SEGMENT_VALUES values.
+ * Distinct counts of the columns over a bounded sample (the first rows the scan meets): a cheap
+ * screen, not an exact census. At most 40 columns are counted.
  */
-export async function lowCardinalityColumns(
+async function distinctCounts(
   warehouse: Warehouse,
   table: IntrospectedTable,
-  candidates: { name: string; type: string }[],
+  columns: { name: string; type: string }[],
 ): Promise<ColumnProfile[]> {
-  const list = candidates.slice(0, 40);
+  const list = columns.slice(0, 40);
   if (!list.length) return [];
   // Generated from quoted identifiers only: no user text, so no SQL guard parse of a wide statement.
   const [row = {}] = await warehouse.aggregate(
     `SELECT count(*)::float8 AS n, ${list.map((c, i) => `count(DISTINCT ${quoteIdent(c.name)})::float8 AS d${i}`).join(', ')} ` +
       `FROM (SELECT ${list.map((c) => quoteIdent(c.name)).join(', ')} FROM ${qualified(table)} LIMIT ${PROFILE_SAMPLE_ROWS}) s`,
   );
-  return list
-    .map((c, i) => ({ name: c.name, type: c.type, distinct: Number(row[`d${i}`] ?? 0) }))
-    .filter((c) => c.distinct >= 2 && c.distinct <= MAX_SEGMENT_VALUES);
+  return list.map((c, i) => ({ name: c.name, type: c.type, distinct: Number(row[`d${i}`] ?? 0) }));
+}
+
+/** The candidate columns with 2 … MAX_SEGMENT_VALUES distinct values in the sample (distinctCounts). */
+export async function lowCardinalityColumns(
+  warehouse: Warehouse,
+  table: IntrospectedTable,
+  candidates: { name: string; type: string }[],
+): Promise<ColumnProfile[]> {
+  return (await distinctCounts(warehouse, table, candidates)).filter(
+    (c) => c.distinct >= 2 && c.distinct <= MAX_SEGMENT_VALUES,
+  );
+}
+
+/**
+ * A hypothesis' mining columns: the ones given, each refused (400, naming it and its count) when it
+ * holds more distinct values than a default candidate may; without any, the defaults: the segment
+ * column first, then the table's low-cardinality columns the hypothesis does not read, at most 12.
+ * The segment column too is left out of the defaults past that bound (a correlation's numeric column,
+ * a column of many values of which two groups are compared).
+ */
+export async function miningColumnsOf(
+  warehouse: Warehouse,
+  table: IntrospectedTable,
+  input: { given?: string[]; segmentColumn?: string; read: string[] },
+): Promise<string[]> {
+  if (input.given) {
+    const counted = await distinctCounts(
+      warehouse,
+      table,
+      input.given.map((name) => columnOf(table, name, 'mining column')),
+    );
+    const tooMany = counted.filter((c) => c.distinct > MAX_SEGMENT_VALUES);
+    if (tooMany.length)
+      throw new AppError(
+        'BAD_REQUEST',
+        `a mining column may hold at most ${MAX_SEGMENT_VALUES} distinct values (each is a segment); ` +
+          tooMany.map((c) => `${c.name} has ${c.distinct}`).join(', ') +
+          ` in the first ${PROFILE_SAMPLE_ROWS.toLocaleString('en-US')} rows of ${table.schema}.${table.name}`,
+        {
+          reason: 'MINING_COLUMN_CARDINALITY',
+          issues: tooMany.map((c) => ({
+            path: ['mining_columns', input.given!.indexOf(c.name)],
+            message: `${c.name} has ${c.distinct} distinct values`,
+          })),
+        },
+      );
+    return input.given;
+  }
+  const segment = input.segmentColumn ? columnOf(table, input.segmentColumn, 'segment column') : undefined;
+  const candidates = segmentCandidates(table).filter(
+    (c) => !input.read.includes(c.name) && c.name !== segment?.name,
+  );
+  const counted = await distinctCounts(warehouse, table, [...(segment ? [segment] : []), ...candidates]);
+  // The segment column is kept with fewer than 2 values in the sample (it splits the population by
+  // definition, or the table is still empty); the others are only candidates.
+  return counted
+    .filter((c) => c.distinct <= MAX_SEGMENT_VALUES && (c.name === segment?.name || c.distinct >= 2))
+    .map((c) => c.name)
+    .slice(0, 12);
 }

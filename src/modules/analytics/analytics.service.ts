@@ -6,20 +6,18 @@ import { isRunActive, type JobRunView } from '../../jobs/queue.ts';
 import { runMining } from '../../stats/mining.ts';
 import { adHocQuery, workspaceWarehouse } from '../sources/sources.service.ts';
 import { UUID, currentWorkspace } from '../workspaces/workspaces.service.ts';
+import { intervalAt } from '../../stats/engine.ts';
 import {
   Hypothesis,
   Insight,
   type HypothesisEntity,
   type InsightEntity,
   type StoredSegment,
+  type StoredTestResult,
 } from './analytics.entity.ts';
+import { powerAt } from './analytics-power.ts';
 import { miningSpecOf, warehouseStatsQuery } from './analytics-spec.ts';
-import {
-  lowCardinalityColumns,
-  resolveTargetTable,
-  segmentCandidates,
-  validateHypothesis,
-} from './analytics-validate.ts';
+import { miningColumnsOf, resolveTargetTable, validateHypothesis } from './analytics-validate.ts';
 
 // ---- ad-hoc SQL ----
 
@@ -29,7 +27,42 @@ export const execute = (scope: CallerScope, input: { sql: string; limit?: number
 
 // ---- hypotheses ----
 
+/**
+ * The last result as it holds at the hypothesis' settings now, which may have changed since it was
+ * computed: a re-run with another test or alpha stores them as it is asked for, and may then fail,
+ * stay queued, or never be queued. A result of another test is no result of this one (null). Of the
+ * same test, the p-value stands (alpha does not enter it, nor the statistic or the effect): significance
+ * is p < the current alpha, and the interval and the power are those at the current alpha, recomputed
+ * from the figures the result keeps. The hypothesis' views and insight creation read it, so a result is
+ * never shown, or relied on, beside settings it does not hold for.
+ */
+function currentResult(h: HypothesisEntity) {
+  const stored = h.result;
+  if (!stored || stored.test !== h.test || h.pValue == null) return null;
+  const alpha = Number(h.alpha);
+  const pValue = Number(h.pValue);
+  const { ci, power, ...result }: StoredTestResult = stored;
+  const atAlpha = ci && ci.level !== 1 - alpha ? intervalAt(stored, alpha) : ci;
+  const mde = h.minimumDetectableEffect == null ? null : Number(h.minimumDetectableEffect);
+  const powerAtAlpha =
+    mde === null
+      ? undefined
+      : power && power.alpha === alpha && power.effect_size === mde
+        ? power
+        : { effect_size: mde, alpha, value: powerAt(stored, mde, alpha) };
+  return {
+    result: {
+      ...result,
+      ...(atAlpha ? { ci: atAlpha } : {}),
+      ...(powerAtAlpha ? { power: powerAtAlpha } : {}),
+    } as StoredTestResult,
+    pValue,
+    significant: pValue < alpha,
+  };
+}
+
 function hypothesisView(h: HypothesisEntity) {
+  const current = currentResult(h);
   const segment: StoredSegment = {};
   if (h.segment.column) segment.column = h.segment.column;
   if (h.segment.condition) segment.condition = h.segment.condition;
@@ -48,10 +81,10 @@ function hypothesisView(h: HypothesisEntity) {
     origin: h.origin,
     status: h.status,
     last_run_id: h.lastRunId ?? null,
-    result: h.result ?? null,
-    p_value: h.pValue == null ? null : Number(h.pValue),
-    significant: h.significant ?? null,
-    tested_at: h.testedAt ?? null,
+    result: current?.result ?? null,
+    p_value: current?.pValue ?? null,
+    significant: current?.significant ?? null,
+    tested_at: current ? (h.testedAt ?? null) : null,
     error: h.lastError ?? null,
     created_at: h.createdAt,
     updated_at: h.updatedAt,
@@ -93,20 +126,11 @@ export async function createHypothesis(scope: CallerScope, input: CreateHypothes
     test: input.test,
     miningColumns: input.mining_columns,
   });
-  let miningColumns = input.mining_columns;
-  if (!miningColumns) {
-    // Default candidates: the segment column first, then the table's low-cardinality columns.
-    const found = await lowCardinalityColumns(
-      warehouse,
-      table,
-      segmentCandidates(table).filter(
-        (c) => !checked.columns.includes(c.name) || c.name === input.segment.column,
-      ),
-    );
-    miningColumns = [
-      ...new Set([...(input.segment.column ? [input.segment.column] : []), ...found.map((c) => c.name)]),
-    ].slice(0, 12);
-  }
+  const miningColumns = await miningColumnsOf(warehouse, table, {
+    given: input.mining_columns,
+    segmentColumn: input.segment.column,
+    read: checked.columns,
+  });
   const hypothesis = scope.em.create(Hypothesis, {
     organization: organizationOf(scope.principal),
     workspace,
@@ -349,20 +373,26 @@ export async function createInsight(
   input: { hypothesis_id: string; title?: string; description: string },
 ) {
   const hypothesis = await findHypothesis(scope, input.hypothesis_id);
-  const result = hypothesis.result;
-  if (hypothesis.status !== 'tested' || !result || hypothesis.pValue == null)
+  // The result and its significance as the hypothesis shows them, at its current test and alpha.
+  const current = currentResult(hypothesis);
+  const status = hypothesis.status;
+  if (status !== 'tested' || !current)
     throw new AppError(
       'CONFLICT',
-      hypothesis.status === 'queued' || hypothesis.status === 'running'
+      status === 'queued' || status === 'running'
         ? 'The hypothesis test is still running; create the insight when it has finished'
-        : 'The hypothesis has no test result; test it first',
+        : status === 'failed'
+          ? `The last test of this hypothesis (${hypothesis.test} at alpha ${Number(hypothesis.alpha)}) failed; an insight needs a successful test: test it again`
+          : hypothesis.result
+            ? `The hypothesis has no result of its test, ${hypothesis.test}; test it first`
+            : 'The hypothesis has no test result; test it first',
       { reason: 'NOT_TESTED' },
     );
-  const pValue = Number(hypothesis.pValue);
-  if (!hypothesis.significant)
+  const { result, pValue } = current;
+  if (!current.significant)
     throw new AppError(
       'CONFLICT',
-      `The result is not significant: p = ${pValue.toPrecision(4)} is not below alpha = ${hypothesis.alpha}; an insight needs a significant result`,
+      `The result is not significant: p = ${pValue.toPrecision(4)} is not below alpha = ${Number(hypothesis.alpha)}; an insight needs a significant result`,
       { reason: 'NOT_SIGNIFICANT' },
     );
   const insight = scope.em.create(Insight, {
