@@ -2,12 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { Workspace } from '../src/modules/workspaces/workspaces.entity.ts';
 
 /*
  * POST /api/pipelines/test-model counts what dbt's own tests of the generated project return, as the
  * monitoring runner does: unique and accepted_values count values (the rows holding them are told in
  * the message), accepted_values compares in the column's type, relationships counts rows. A test the
- * database refuses is that test's error; the others still run.
+ * database refuses is that test's error; the others still run. Such a test (a list of no dates on a
+ * date column) is refused when saved; a schema.json stored before may hold one, and still runs.
  */
 const warehouse = scratchDatabase('pprobe');
 const config = (schemas: string[]) => pgConfig(warehouse.name, { schemas });
@@ -27,6 +29,8 @@ const targetSchema = {
         { name: 'segment_id', type: 'integer', tests: { relationships: { to: 'segments', field: 'id' } } },
       ],
     },
+    // segment_id's relationships test names a table of the target schema (dbt's ref('segments')).
+    { name: 'segments', primary_key: ['id'], columns: [{ name: 'id', type: 'integer', nullable: false }] },
   ],
 };
 
@@ -56,8 +60,25 @@ beforeAll(async () => {
     name: workspace,
     source_config: config(['app']),
     target_config: config(['mart']),
-    target_schema: targetSchema,
   });
+  const refused = await api('POST', `/api/workspaces/${workspace}/config`, {
+    body: { target_schema: targetSchema },
+  });
+  expect(refused.status).toBe(400);
+  expect(refused.body.issues).toEqual([
+    {
+      path: ['target_schema', 'tables', 0, 'columns', 3, 'tests', 'accepted_values', 0],
+      message:
+        'accepted_values does not apply to column people.joined of type date: "someday" is not an ISO date or timestamp',
+    },
+  ]);
+  // Stored as a schema.json saved before the rule was: in the database.
+  const em = server.deps.orm.em.fork();
+  const { id } = await em.findOneOrFail(Workspace, { name: workspace, organization: tenant.organization.id });
+  await em.execute(`update workspaces set target_schema = ?::jsonb where id = ?`, [
+    JSON.stringify(targetSchema),
+    id,
+  ]);
   const steps: [string, unknown][] = [
     ['tables', { source_table: 'people', relationship: 'primary' }],
     ['connection', { connection: { source_field: 'people.id', target_field: 'id' } }],

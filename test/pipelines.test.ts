@@ -34,6 +34,9 @@ const schema = (tierTests: Record<string, unknown>) => ({
         { name: 'segment_id', type: 'integer', tests: { relationships: { to: 'segments', field: 'id' } } },
       ],
     },
+    // What segment_id refers to: a relationships test names a table of the target schema (it is
+    // written as ref('segments')); mart.segments is created by hand below and never mapped.
+    { name: 'segments', primary_key: ['id'], columns: [{ name: 'id', type: 'integer', nullable: false }] },
   ],
 });
 

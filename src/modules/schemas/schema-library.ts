@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { targetSchemaSchema, type TargetSchema } from './schemas.schemas.ts';
+import { newTestProblems } from './column-test-problems.ts';
 
 const LIBRARY_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'seeds', 'schemas');
 
@@ -15,6 +16,10 @@ async function load(): Promise<Map<string, TargetSchema>> {
     const parsed = targetSchemaSchema.safeParse(JSON.parse(await readFile(join(LIBRARY_DIR, file), 'utf8')));
     // A broken template is a packaging defect; failing loudly beats serving half a library.
     if (!parsed.success) throw new Error(`Library template ${file} is invalid: ${parsed.error.message}`);
+    // Workspace creation and setup-environment store a template as it is: its tests obey the rule too.
+    const problems = newTestProblems(parsed.data, null);
+    if (problems.length)
+      throw new Error(`Library template ${file} is invalid: ${problems.map((p) => p.message).join('; ')}`);
     templates.set(file.replace(/\.json$/, ''), parsed.data);
   }
   return templates;

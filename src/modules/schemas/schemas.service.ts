@@ -8,7 +8,6 @@ import type { StaleConnection } from '../workspaces/workspace-extensions.ts';
 import { libraryTemplate, libraryTemplates, schemaSummary } from './schema-library.ts';
 import { targetSchemaSchema, type TargetColumn, type TargetSchema } from './schemas.schemas.ts';
 import { concurrentEdit } from '../../db/concurrent-edit.ts';
-import { newTestProblems, refuseProblems } from './quality-configs.service.ts';
 
 export async function listTemplates() {
   return {
@@ -100,11 +99,10 @@ export const saveWorkspaceSchema = concurrentEdit(async function saveWorkspaceSc
   schema: TargetSchema,
 ) {
   const workspace = await currentWorkspace(scope);
-  // The rule of PUT …/test, for tests new to the stored document (see newTestProblems).
-  refuseProblems(newTestProblems(schema, targetSchemaOf(workspace)), ['schema']);
   const stale = await replaceTargetSchema(scope, workspace, schema, {
     template: workspace.schemaTemplate ?? null,
     customized: true,
+    issuesAt: (path) => ['schema', ...path],
   });
   return withStale(workspace, stale);
 });
@@ -136,13 +134,11 @@ export const addColumn = concurrentEdit(async function addColumn(
     throw new AppError('BAD_REQUEST', 'The column is not valid', {
       issues: parsed.error.issues.map((i) => ({ path: i.path as (string | number)[], message: i.message })),
     });
-  refuseProblems(
-    newTestProblems(parsed.data, schema).map((p) => ({ ...p, path: p.path.slice(4) })),
-    ['column'],
-  );
   const stale = await replaceTargetSchema(scope, workspace, parsed.data, {
     template: workspace.schemaTemplate ?? null,
     customized: true,
+    // The new column is the only one that can hold a new problem: tables.t.columns.c.tests… → tests…
+    issuesAt: (path) => ['column', ...path.slice(4)],
   });
   return withStale(workspace, stale);
 });

@@ -134,6 +134,7 @@ export const saveConfig = concurrentEdit(async function saveConfig(
       template:
         input.schema_template !== undefined ? input.schema_template : (workspace.schemaTemplate ?? null),
       customized: true,
+      issuesAt: (path) => ['target_schema', ...path],
     });
   else if (template)
     // No schema yet: the named template is assigned, as template_name does at creation.

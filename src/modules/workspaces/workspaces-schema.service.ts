@@ -3,6 +3,7 @@ import type { CallerScope } from '../../deps.ts';
 import { organizationOf } from '../../auth/tenancy.ts';
 import { libraryTemplate, libraryTemplates } from '../schemas/schema-library.ts';
 import type { TargetSchema } from '../schemas/schemas.schemas.ts';
+import { newTestProblems, refuseProblems } from '../schemas/column-test-problems.ts';
 import { reconcileSchema, type StaleConnection } from './workspace-extensions.ts';
 import { invalidateWorkspaceCaches } from './workspaces-cache.ts';
 import { Workspace, type WorkspaceEntity } from './workspaces.entity.ts';
@@ -77,15 +78,29 @@ export async function availableSchemas(scope: CallerScope) {
 }
 
 /**
- * The one way a workspace's schema changes: mappings are reconciled first (connections to vanished
- * fields flagged and reported), then the schema is stored.
+ * The one way a workspace's schema changes: its column tests are held to the rule of PUT …/test
+ * (newTestProblems: every new problem at once, 400, nothing stored), mappings are reconciled
+ * (connections to vanished fields flagged and reported), then the schema is stored. `issuesAt` places
+ * a problem's path within the document at its place in the caller's request.
  */
 export async function replaceTargetSchema(
   scope: CallerScope,
   workspace: WorkspaceEntity,
   schema: TargetSchema | null,
-  origin: { template: string | null; customized: boolean },
+  origin: {
+    template: string | null;
+    customized: boolean;
+    issuesAt?: (path: (string | number)[]) => (string | number)[];
+  },
 ): Promise<StaleConnection[]> {
+  // Before anything is reconciled or flushed; a test the stored document already had is let through.
+  if (schema) {
+    const at = origin.issuesAt ?? ((path) => path);
+    refuseProblems(
+      newTestProblems(schema, targetSchemaOf(workspace)).map((p) => ({ ...p, path: at(p.path) })),
+      [],
+    );
+  }
   const stale = await reconcileSchema(scope, workspace, schema);
   workspace.targetSchema = schema;
   workspace.schemaTemplate = schema ? origin.template : null;
@@ -115,6 +130,8 @@ export const assignTargetSchema = concurrentEdit(async function assignTargetSche
     stale = await replaceTargetSchema(scope, workspace, structuredClone(schema), {
       template: source.schemaTemplate ?? null,
       customized: true,
+      // A test stored in the other workspace before the rule is new here: it is refused like any.
+      issuesAt: () => ['from_workspace'],
     });
   }
   return { ...schemaCheck(workspace), stale_connections: stale };
