@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { createTenant, unique, until, type Tenant } from './helpers/api.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { createJobQueue, type JobQueue, type JobRunView } from '../src/jobs/queue.ts';
+import { createJobQueue, type JobContext, type JobQueue, type JobRunView } from '../src/jobs/queue.ts';
 import { JobRun } from '../src/jobs/job-run.entity.ts';
 import { jobQueueConnection } from '../src/server.ts';
 
@@ -210,6 +210,51 @@ describe('job queue', () => {
     cancelled.open();
     await expect.poll(() => outcomes).toContain('JobCancelledError');
     expect((await jobs.getRun(early.id, tenant.organization.id))?.status).toBe('cancelled');
+  });
+
+  it("records a failing or cancelled attempt's last progress, never over a later attempt's row", async () => {
+    const kind = unique('last-');
+    const contexts: JobContext[] = [];
+    const cancelled = gate();
+    const seen: { second?: unknown; stale?: boolean; afterCancel?: boolean } = {};
+    await jobs.register<{ cancel: boolean }>(
+      kind,
+      async (payload, context) => {
+        contexts.push(context);
+        // What the failing first attempt left, before this one reports.
+        if (context.attempt === 2)
+          seen.second = (await jobs.getRun(context.runId, context.organizationId))?.progress;
+        await context.progress({ rows: 10 });
+        if (payload.cancel) {
+          await cancelled.opened;
+          // progress refuses a cancelled run; the attempt's last word is still recorded.
+          await context.progress({ rows: 20 }).catch(() => undefined);
+          seen.afterCancel = await context.recordLastProgress({ rows: 0, why: 'rolled back' });
+          throw new Error('cancelled');
+        }
+        if (context.attempt === 1) {
+          expect(await context.recordLastProgress({ rows: 0, attempt: 1 })).toBe(true);
+          throw new Error('first attempt fails');
+        }
+        // The first attempt's context, after this attempt claimed the row: it must not write over it.
+        seen.stale = await contexts[0].recordLastProgress({ rows: 0, attempt: 'stale' });
+        await context.progress({ rows: 10, attempt: 2 });
+      },
+      { retryLimit: 1, retryDelaySeconds: 1, retryBackoff: false },
+    );
+    const retried = (await jobs.enqueue(kind, { cancel: false }, org())).run;
+    const done = await waitFor(jobs, retried.id, (r) => r.status === 'succeeded');
+    expect(seen.second).toEqual({ rows: 0, attempt: 1 });
+    expect(seen.stale).toBe(false);
+    expect(done.progress).toEqual({ rows: 10, attempt: 2 });
+
+    const paused = (await jobs.enqueue(kind, { cancel: true }, org())).run;
+    await waitFor(jobs, paused.id, (r) => r.progress.rows === 10);
+    expect((await jobs.cancel(paused.id, tenant.organization.id))?.status).toBe('cancelled');
+    cancelled.open();
+    await expect.poll(() => seen.afterCancel).toBe(true);
+    const ended = await jobs.getRun(paused.id, tenant.organization.id);
+    expect(ended).toMatchObject({ status: 'cancelled', progress: { rows: 0, why: 'rolled back' } });
   });
 
   it('keeps a run across a queue restart: the next process finishes it', async () => {

@@ -333,6 +333,8 @@ interface Checkpoint {
   deliveryId: string;
   sourceTable: string | null;
   batches: number;
+  /** The rows of those batches. */
+  rows: number;
 }
 
 function checkpointOf(runId: string, status: string, progress: unknown, sameRun: boolean): Checkpoint | null {
@@ -348,6 +350,7 @@ function checkpointOf(runId: string, status: string, progress: unknown, sameRun:
     deliveryId: p.delivery_id,
     sourceTable: typeof p.source_table === 'string' ? p.source_table : null,
     batches: Number(p.batches_sent ?? 0),
+    rows: Number(p.rows_exported ?? 0),
   };
 }
 
@@ -386,23 +389,25 @@ function resumePoint(
   last: Checkpoint | null,
   id: string,
   table: string,
-): { from: number; runId: string | null; because: string | null } {
-  if (!last) return { from: 0, runId: null, because: null };
+): { from: number; rows: number; runId: string | null; because: string | null } {
+  if (!last) return { from: 0, rows: 0, runId: null, because: null };
   const who = last.sameRun ? 'an earlier attempt of this run' : `run ${last.runId}`;
   const sent = `${last.batches} batch${last.batches === 1 ? '' : 'es'}`;
   if (last.deliveryId === id) {
     if (last.status === 'succeeded' && !last.sameRun)
       return {
         from: 0,
+        rows: 0,
         runId: null,
         because: `${who} delivered this materialization completely: it is sent again under the same idempotency keys`,
       };
     return last.batches > 0
-      ? { from: last.batches, runId: last.runId, because: null }
-      : { from: 0, runId: null, because: null };
+      ? { from: last.batches, rows: last.rows, runId: last.runId, because: null }
+      : { from: 0, rows: 0, runId: null, because: null };
   }
   return {
     from: 0,
+    rows: 0,
     runId: null,
     because:
       last.sourceTable && last.sourceTable !== table
@@ -446,10 +451,11 @@ async function sendWebhook(
   let batchIndex = 0;
   let rows = 0;
   for await (const batch of source.warehouse.stream(source.sql, { batchSize: c.batch_size ?? 500 })) {
+    // Acknowledged before (already counted in `delivered`): a failure while they are read again
+    // must not record fewer.
     if (batchIndex < delivery.from) {
       batchIndex++;
       rows += batch.length;
-      Object.assign(delivered, { rows, batches: batchIndex });
       continue;
     }
     const key = `${exp.id}:${delivery.id}:${batchIndex}`;
@@ -492,27 +498,23 @@ interface Delivered {
 }
 
 /**
- * A webhook run that failed or was paused: its run's progress says how many rows the receiver has
- * (`rows_exported`, `batches_sent`), the batch acknowledged as a pause landed included. A paused run
- * is cancelled and the queue refuses its progress, so the row is written here, only while it is this
- * attempt's (its retry count) and no attempt after it can have written it.
+ * The export's `rows_exported` (and CSV file) after a run that did not succeed: the rows the
+ * destination holds from it when it holds any (`reached`: a webhook's acknowledged batches, a file or
+ * table in place), else the figure as it was before the run, which is what the destination still
+ * holds: it is written back because a CSV run that failed after recording its success (the file not
+ * moved into place) had already set its own.
  */
-async function recordDelivered(
-  em: EntityManager,
-  context: JobContext,
-  delivered: Delivered,
-  total: number | null | undefined,
-) {
-  const progress = {
-    rows_exported: delivered.rows,
-    batches_sent: delivered.batches,
-    percent: total ? Math.min(100, Math.round((delivered.rows / total) * 100)) : null,
+function exportedAfterFailure(
+  exp: AudienceExportEntity,
+  reached: { rows: number } | null,
+): Partial<AudienceExportEntity> {
+  if (reached) return { rowsExported: reached.rows };
+  return {
+    rowsExported: exp.rowsExported ?? null,
+    ...(exp.destinationType === 'csv'
+      ? { filePath: exp.filePath ?? null, fileSize: exp.fileSize ?? null }
+      : {}),
   };
-  await em.execute(
-    `update job_runs set progress = coalesce(progress, '{}'::jsonb) || cast(? as jsonb), updated_at = now()
-      where id = ? and organization_id = ? and retry_count = ? and status in ('running', 'cancelled')`,
-    [JSON.stringify(progress), context.runId, context.organizationId, context.attempt - 1],
-  );
 }
 
 async function record(
@@ -648,6 +650,10 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
   let audience = exp.audience;
   let table: string | null = null;
   let delivered: Delivered | null = null;
+  /** A CSV or PostgreSQL run's rows once the destination holds them (file in place, transaction committed). */
+  let landed: { rows: number } | null = null;
+  /** The run's progress at a row count, from the first report on. */
+  let progressAt: ((rows: number, extra?: Record<string, unknown>) => Record<string, unknown>) | null = null;
   try {
     if (!(await isFeatureEnabledFor(em, context.organizationId, 'audience_exports')))
       throw new Error('Audience exports are disabled for this organization (feature audience_exports)');
@@ -691,6 +697,8 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       const id = deliveryId(table, exp);
       const point = resumePoint(await lastDelivery(deps, em, exp, context), id, table);
       delivery = { id, from: point.from };
+      // The receiver holds the resumed batches whatever this run does.
+      delivered = { rows: point.rows, batches: point.from };
       Object.assign(base, {
         delivery_id: id,
         resumed_from_batch: point.from,
@@ -705,6 +713,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       ...base,
       ...extra,
     });
+    progressAt = progressOf;
     const progress = async (rows: number, extra: Record<string, unknown> = {}, force = false) => {
       if (!force && Date.now() - lastWrite < PROGRESS_EVERY_MS) return;
       lastWrite = Date.now();
@@ -728,15 +737,13 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       });
     // The delivery and where it starts are recorded before the first batch: a run that fails before
     // sending one still hands the acknowledged batches on to the next.
-    await progress(0, delivery ? { batches_sent: delivery.from } : {}, true);
+    await progress(delivered?.rows ?? 0, delivery ? { batches_sent: delivery.from } : {}, true);
     let outcome: { rows: number; filePath?: string; fileSize?: number; batches?: number };
     if (exp.destinationType === 'csv')
-      outcome = await writeCsv(deps, exp, source, context, progress, completeCsv);
-    else if (exp.destinationType === 'postgres') outcome = await writePostgres(deps, exp, source, progress);
-    else {
-      delivered = { rows: 0, batches: 0 };
-      outcome = await sendWebhook(deps, exp, source, context, delivery!, progress, delivered);
-    }
+      outcome = landed = await writeCsv(deps, exp, source, context, progress, completeCsv);
+    else if (exp.destinationType === 'postgres')
+      outcome = landed = await writePostgres(deps, exp, source, progress);
+    else outcome = await sendWebhook(deps, exp, source, context, delivery!, progress, delivered!);
     const final = {
       rows_exported: outcome.rows,
       ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
@@ -754,16 +761,22 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     // the 'cancelled' the pause recorded. An attempt aborted otherwise (taken over, queue stopping)
     // fails as before, for the queue to decide.
     const run = context.signal.aborted ? await deps.jobs.getRun(context.runId, context.organizationId) : null;
-    // The rows a webhook's receiver has: the export shows them until a run delivers again (a CSV or
-    // PostgreSQL destination keeps what the last successful run wrote).
-    const sent = delivered ? { rowsExported: delivered.rows } : {};
-    // Best effort: the run's own error is what must reach the run and the export.
-    if (delivered) await recordDelivered(em, context, delivered, audience.rowCount).catch(() => undefined);
+    // The run's progress says what the destination holds from it: the batches a webhook's receiver
+    // acknowledged (a pause's included), a file or table only once in place; a removed partial file
+    // or a rolled-back transaction holds none of the rows the run had counted. Best effort: the run's
+    // own error is what must reach the run and the export.
+    if (progressAt)
+      await context
+        .recordLastProgress(
+          progressAt((delivered ?? landed)?.rows ?? 0, delivered ? { batches_sent: delivered.batches } : {}),
+        )
+        .catch(() => undefined);
+    const exported = exportedAfterFailure(exp, landed ?? (delivered?.batches ? delivered : null));
     if (run?.status === 'cancelled') {
       await record(em, exp.id, context.organizationId, {
         lastRunStatus: 'cancelled',
         lastError: 'cancelled while it ran',
-        ...sent,
+        ...exported,
       });
       throw new JobCancelledError(context.runId);
     }
@@ -772,7 +785,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     await record(em, exp.id, context.organizationId, {
       lastRunStatus: 'failed',
       lastError: error instanceof Error ? error.message : String(error),
-      ...sent,
+      ...exported,
     });
     throw error;
   }

@@ -280,7 +280,7 @@ const runView = z.object({
   run_id: z.string(),
   status: z.string(),
   progress: jsonObject.describe(
-    "rows_exported, total_rows (the audience's members), rows_without_identifier (left out, see the audience), rows_merged (rows sharing a member's identifier values), percent, source_table (the materialization sent), audience_stale with audience_materialized_at and audience_definition_changed_at (the audience's definition changed since that materialization); scheduled runs that materialized first: materialize_run_id, materialized_because; webhooks: batches_sent (acknowledged; rows_exported counts their rows, also after a failure or pause), delivery_id (the data and its cut: the middle of the idempotency keys <export>:<delivery>:<batch>), resumed_from_batch and resumed_from_run_id (batches an earlier attempt or run of the same delivery had delivered, not sent again), restarted_because (why an earlier delivery was not continued)",
+    "rows_exported (while the run is under way, rows written so far; once it failed or was cancelled, the rows the destination holds from it: 0 for a CSV or PostgreSQL run, whose partial file is removed and transaction rolled back, the acknowledged batches' rows for a webhook), total_rows (the audience's members), rows_without_identifier (left out, see the audience), rows_merged (rows sharing a member's identifier values), percent, source_table (the materialization sent), audience_stale with audience_materialized_at and audience_definition_changed_at (the audience's definition changed since that materialization); scheduled runs that materialized first: materialize_run_id, materialized_because; webhooks: batches_sent (acknowledged; rows_exported counts their rows, also after a failure or pause), delivery_id (the data and its cut: the middle of the idempotency keys <export>:<delivery>:<batch>), resumed_from_batch and resumed_from_run_id (batches an earlier attempt or run of the same delivery had delivered, not sent again), restarted_because (why an earlier delivery was not continued)",
   ),
   error: z.string().nullable(),
   started_at: timestamp.nullable(),
@@ -303,7 +303,7 @@ const exportOutput = z.object({
     .int()
     .nullable()
     .describe(
-      "Rows of the last successful run; a webhook run that failed or was paused sets it to the rows its receiver acknowledged (a CSV file or PostgreSQL table keeps the last successful run's)",
+      "The rows the destination holds from the latest run that delivered any: a successful run's rows, or the rows a webhook's receiver acknowledged to a run that then failed or was paused (resumed batches included). A run that left nothing there leaves it as it was: a failed CSV run (its partial file removed) or PostgreSQL run (its transaction rolled back), a webhook run that failed before any batch was acknowledged. Null until a run delivered",
     ),
   audience_stale: z
     .boolean()
