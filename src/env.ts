@@ -71,6 +71,8 @@ const envSchema = z.object({
   LLM_MODE: z.enum(LLM_MODES).default('offline'),
   // A running job whose worker has not written a heartbeat for this long is retried elsewhere.
   JOB_HEARTBEAT_TIMEOUT_SECONDS: z.coerce.number().int().min(2).default(60),
+  /** Runs of one job kind a process works on at once; unset: 4 on PostgreSQL, 1 embedded. */
+  JOB_CONCURRENCY: z.coerce.number().int().min(1).max(32).optional(),
   // Identity graphs up to this many identifiers (and twice as many pairs) get their components in
   // the job's process (~40 bytes each); larger ones in the warehouse, so that the process does not
   // grow with them.

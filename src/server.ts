@@ -19,6 +19,9 @@ import { registerMappingJobs } from './modules/mappings/mappings.jobs.ts';
 import { registerMonitoringJobs } from './modules/monitoring/monitoring.jobs.ts';
 import { registerSourceJobs } from './modules/sources/sources.jobs.ts';
 
+/** Runs of one kind a server on PostgreSQL works on at once (JOB_CONCURRENCY). */
+const DEFAULT_JOB_CONCURRENCY = 4;
+
 export interface RunningServer {
   url: string;
   deps: AppDeps;
@@ -63,6 +66,9 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       logger,
       connection: jobQueueConnection(db),
       heartbeatTimeoutSeconds: env.JOB_HEARTBEAT_TIMEOUT_SECONDS,
+      // The embedded database serves one transaction at a time: runs side by side would only queue
+      // behind each other's statements there.
+      concurrency: env.JOB_CONCURRENCY ?? (db.kind === 'embedded' ? 1 : DEFAULT_JOB_CONCURRENCY),
     }),
     startedAt: new Date(),
     controlPlane: await readControlPlaneIdentity(db.orm),

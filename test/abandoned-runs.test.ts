@@ -194,7 +194,7 @@ describe('a run whose worker died', () => {
     expect(hypothesis.error).toMatch(/stopped responding/);
     const insight = await analytics('POST', '/insights', { body: { hypothesis_id: hypothesisId } });
     expect(insight.status).toBe(409);
-    expect(insight.body.message).toMatch(/test it first/);
+    expect(insight.body.message).toMatch(/failed; an insight needs a successful test/);
     // A new test runs as usual.
     const started = await analytics('POST', '/hypotheses/test', { body: { hypothesis_id: hypothesisId } });
     expect(started.status, JSON.stringify(started.body)).toBe(200);

@@ -56,7 +56,7 @@ export interface JobKindOptions {
   retryDelayMaxSeconds?: number;
   /** An attempt running longer is failed (and retried) by pg-boss. */
   timeoutSeconds?: number;
-  /** Runs of this kind one process works on at the same time. */
+  /** Runs of this kind one process works on at the same time (default: the queue's `concurrency`). */
   concurrency?: number;
   /**
    * Called when the queue ends a run failed that its handler could not end: its worker stopped

@@ -36,6 +36,11 @@ export interface JobQueueDeps {
   heartbeatTimeoutSeconds?: number;
   /** How often pg-boss looks for due cron ticks (1–45; pg-boss's default 30). Tests shorten it. */
   cronCheckSeconds?: number;
+  /**
+   * Runs of one kind this process works on at once, for kinds that set no `concurrency` of their own
+   * (default 1): one tenant's long export or materialization then leaves workers to the others.
+   */
+  concurrency?: number;
 }
 
 const KIND_DEFAULTS: Required<Omit<JobKindOptions, 'onAbandoned'>> = {
@@ -450,7 +455,7 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       const { onAbandoned, ...kindOptions } = options;
       const registration: Registration = {
         handler: handler as JobHandler<any>,
-        options: { ...KIND_DEFAULTS, ...kindOptions },
+        options: { ...KIND_DEFAULTS, concurrency: deps.concurrency ?? 1, ...kindOptions },
         onAbandoned,
         workerIds: [],
       };

@@ -159,8 +159,10 @@ export async function registerMonitoringJobs(deps: AppDeps): Promise<void> {
         runId: context.runId,
       });
     },
-    // A build replaces the graph in one transaction, so a retry starts from a clean state.
-    { retryLimit: 1, retryDelaySeconds: 10, timeoutSeconds: 4 * 3600 },
+    // A build replaces the graph in one transaction, so a retry starts from a clean state. One build
+    // at a time per process: each may hold IDENTITY_IN_PROCESS_IDENTIFIERS' worth of labels in memory,
+    // and the server's memory bound (README) is for one.
+    { retryLimit: 1, retryDelaySeconds: 10, timeoutSeconds: 4 * 3600, concurrency: 1 },
   );
   // One look per tick in the whole cluster (the queue's scheduler), whichever process takes it.
   await deps.jobs.schedule('monitoring-due', DUE_MONITORING_CRON, async () => {
