@@ -78,7 +78,7 @@ const api = bindCall(
 );
 
 describe('unified profiles on the demo', () => {
-  it('resolves customers and CRM contacts together and builds one profile per cluster', async () => {
+  it('resolves customers and CRM contacts together and builds one profile per cluster that holds a record', async () => {
     const created = await api('POST', '/api/monitoring/identity-graph/create-schema');
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const run = await finished(created.body.build.run_id);
@@ -91,7 +91,17 @@ describe('unified profiles on the demo', () => {
     const expected = await independentClusters();
     expect(graph.body.identifiers).toBe(expected.identifiers);
     expect(graph.body.clusters).toBe(expected.clusters);
+    // Every cluster holds a record (the independent union-find makes clusters of the records' own
+    // identifiers), and no identifier is flagged, so no record is left outside the profiles.
+    expect(graph.body.flagged_identifiers).toBe(0);
     expect(result.profiles).toBe(expected.clusters);
+    expect(result.records_without_profile).toBe(0);
+    expect(graph.body.unified_profiles).toEqual({
+      table: 'analytics_identity.unified_profiles',
+      profiles: expected.clusters,
+      records_without_profile: 0,
+      records_without_profile_by_source: {},
+    });
     expect(result.profile_table).toBe('analytics_identity.unified_profiles');
     expect(result.profile_fields.map((f: any) => f.name)).toEqual(
       expect.arrayContaining(['email', 'phone', 'country']),

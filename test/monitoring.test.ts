@@ -356,14 +356,28 @@ describe('identity graph', () => {
     });
     expect(alerts.status).toBe(200);
     const identity = alerts.body.alerts.filter((a: any) => a.kind === 'identity');
-    expect(identity.map((a: any) => a.check)).toEqual(['cluster_size_limit']);
+    expect(identity.map((a: any) => a.check).sort()).toEqual([
+      'cluster_size_limit',
+      'records_without_profile',
+    ]);
     // ann (4 identifiers) and bob + carl (6) are over the limit.
-    expect(identity[0]).toMatchObject({
+    expect(identity.find((a: any) => a.check === 'cluster_size_limit')).toMatchObject({
       measured: 2,
       threshold: 3,
       table_name: 'shop_identity.identity_clusters',
     });
+    // Their identifiers stay unmerged and flagged, so their records are in no unified profile: ann's
+    // customer 1 and event 100; customers 2 and 3, event 102 and prospect 1 of bob and carl.
     const stats = await api('GET', '/identity-graph/workspace');
+    expect(stats.body.unified_profiles).toMatchObject({
+      records_without_profile: 6,
+      records_without_profile_by_source: { 'shop.customers': 3, 'shop.events': 2, 'shop.prospects': 1 },
+    });
+    expect(identity.find((a: any) => a.check === 'records_without_profile')).toMatchObject({
+      measured: 6,
+      threshold: 0,
+      table_name: 'shop_identity.unified_profiles',
+    });
     expect(stats.body.largest_cluster.size).toBe(3);
   });
 

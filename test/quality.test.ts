@@ -19,7 +19,11 @@ import {
   runColumnTests,
 } from '../src/quality/rules.ts';
 import type { CopyOutRunner, SqlRunner } from '../src/quality/sql.ts';
-import { buildGoldenRecords, type ProfileSource } from '../src/quality/golden-records.ts';
+import {
+  buildGoldenRecords,
+  recordedProfileCounts,
+  type ProfileSource,
+} from '../src/quality/golden-records.ts';
 import { scratchDatabase } from './helpers/scratch-db.ts';
 import { until } from './helpers/api.ts';
 import { transactionRunner } from '../src/modules/monitoring/monitoring-metrics.ts';
@@ -620,8 +624,15 @@ describe('identity graph', () => {
       },
     });
     expect(stats.last_built_at).toBeInstanceOf(Date);
+    // Near max_degree 3 is from 3 neighbours (ceil(0.8 × 3)): only the flagged support line has as many.
+    const near = await db.query(
+      `select count(*)::int as n from ${schema}.identity_nodes where flagged is null and degree >= 3`,
+    );
+    expect(near.rows[0].n).toBe(0);
+    expect(stats).toMatchObject({ identifiers_near_max_degree: 0, near_max_degree_from: 3 });
     expect(evaluateIdentityHealth(schema, stats).map((c) => [c.check, c.status])).toEqual([
       ['cluster_size_limit', 'pass'],
+      ['degree_near_limit', 'pass'],
     ]);
 
     // Those came from the build's run row: a reader does not count the graph. The row holds what
@@ -1045,6 +1056,9 @@ describe('identity graph', () => {
       [from, to],
     );
 
+  /** A profile build's counts when no identifier is flagged: every record is in a profile. */
+  const inEveryProfile = { recordsWithoutProfile: 0, recordsWithoutProfileBySource: {} };
+
   /**
    * A graph build and the unified profiles after it in one transaction, as the build job runs
    * them: the profiles are refreshed when the graph's build was incremental.
@@ -1089,12 +1103,27 @@ describe('identity graph', () => {
   async function expectRecordedStatistics(schema: string, context: string) {
     const columns = `identifiers::bigint, flagged_nodes::bigint, identifiers_by_type, edges::bigint,
       ignored_edges::bigint, clusters::bigint, largest_cluster::bigint, singletons::bigint,
-      cluster_size_distribution, largest_cluster_id::bigint`;
+      cluster_size_distribution, largest_cluster_id::bigint, identifiers_near_max_degree::bigint`;
     const recorded = await db.query(
-      `select ${columns} from ${schema}.identity_runs order by run_id desc limit 1`,
+      `select ${columns}, near_max_degree_from from ${schema}.identity_runs order by run_id desc limit 1`,
     );
-    const counted = await db.query(`select ${columns} from (${graphStatisticsSql(names(schema))}) s`);
-    expect(recorded.rows[0], context).toEqual(counted.rows[0]);
+    const { near_max_degree_from: nearFrom, ...figures } = recorded.rows[0];
+    const counted = await db.query(
+      `select ${columns} from (${graphStatisticsSql(names(schema), nearFrom)}) s`,
+    );
+    expect(figures, context).toEqual(counted.rows[0]);
+  }
+
+  /** The graph's records whose every identifier is flagged, by source table, counted plainly. */
+  async function recordsWithOnlyFlaggedIdentifiers(schema: string) {
+    const { rows } = await db.query(
+      `select source_table, count(*)::int as n from (
+         select r.source_table, r.record_key from ${schema}.identity_records r
+         join ${schema}.identity_nodes n on n.node_id = r.node_id
+         group by 1, 2 having bool_and(n.flagged is not null)) x
+       group by 1 order by 1`,
+    );
+    return Object.fromEntries(rows.map((r) => [r.source_table as string, r.n as number]));
   }
 
   it('reads only the rows written since the last build, and counts a rewritten one once', async () => {
@@ -1511,7 +1540,7 @@ describe('identity graph', () => {
         { name: 'city_first', rule: 'first_non_null', columns: both('city') },
       ],
     });
-    expect(built).toEqual({ profiles: 2, mode: 'full' });
+    expect(built).toEqual({ profiles: 2, mode: 'full', ...inEveryProfile });
     const { rows } = await db.query(
       `select email, name, city_recent, city_priority, city_first, lineage from ${graph}.unified_profiles order by email`,
     );
@@ -1666,7 +1695,7 @@ describe('identity graph', () => {
       ).rows[0];
     const nameOf = async (email: string) => (await profileOf(email))?.name;
 
-    expect(await build(false)).toEqual({ graph: 'full', profiles: 4, mode: 'full' });
+    expect(await build(false)).toEqual({ graph: 'full', profiles: 4, mode: 'full', ...inEveryProfile });
     // b9 is in the clusters of m@ and y@, and belongs to m@'s: y@'s holds no record, so no profile.
     expect(await nameOf('m@p.io')).toBe('Mia');
     expect(await profileOf('y@p.io')).toBeUndefined();
@@ -1680,7 +1709,12 @@ describe('identity graph', () => {
     // b9's new row brings c@, a new person, whose identifier comes first: b9 moves to c@'s cluster,
     // so m@'s cluster, which no new record touched, is left without a record and its profile goes.
     // a3 merges y@'s cluster into a@'s; w@ gets a new most frequent name; n@ is a new person.
-    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    expect(await build(true)).toEqual({
+      graph: 'incremental',
+      profiles: 5,
+      mode: 'incremental',
+      ...inEveryProfile,
+    });
     const refreshed = await profiles();
     expect(await profileOf('m@p.io')).toBeUndefined();
     expect(await profileOf('c@p.io')).toMatchObject({
@@ -1703,18 +1737,33 @@ describe('identity graph', () => {
     });
     expect(await profileOf('u@p.io')).toEqual(untouched);
     // Nothing new: the profiles stay as they are.
-    expect(await build(true)).toEqual({ graph: 'incremental', profiles: 5, mode: 'incremental' });
+    expect(await build(true)).toEqual({
+      graph: 'incremental',
+      profiles: 5,
+      mode: 'incremental',
+      ...inEveryProfile,
+    });
     expect(await profiles()).toEqual(refreshed);
 
-    expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full' });
+    expect(await build(false)).toEqual({ graph: 'full', profiles: 5, mode: 'full', ...inEveryProfile });
     expect(await profiles()).toEqual(refreshed);
 
     // Another plan than the one the profiles were built with: rebuilt whole.
     const nameOnly = profileOptions.fields.slice(1);
-    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
+    expect(await build(true, nameOnly)).toEqual({
+      graph: 'incremental',
+      profiles: 5,
+      mode: 'full',
+      ...inEveryProfile,
+    });
     // Profiles of an older graph than the previous build's (a build that wrote none came between).
     await updateIdentities(db, options);
-    expect(await build(true, nameOnly)).toEqual({ graph: 'incremental', profiles: 5, mode: 'full' });
+    expect(await build(true, nameOnly)).toEqual({
+      graph: 'incremental',
+      profiles: 5,
+      mode: 'full',
+      ...inEveryProfile,
+    });
   });
 
   it('keeps a graph and its profiles built incrementally over random appends equal to full builds, guards included', async () => {
@@ -1788,8 +1837,10 @@ describe('identity graph', () => {
       return `${built.graph}/${built.mode}`;
     };
     // Each profile named by its cluster's identifiers: the two builds number clusters differently.
+    // The counts the profile build recorded (records in no profile among them) go with them.
     const state = async (schema: string) => ({
       ...(await graphState(schema)),
+      counts: await recordedProfileCounts(db, schema),
       profiles: (
         await db.query(
           `select (select string_agg(id_value, ' ' order by id_value) from ${schema}.identity_nodes n
@@ -1805,6 +1856,8 @@ describe('identity graph', () => {
     await build('idg_guarded', true);
     const modes: string[] = [];
     const guardedWhileFlagged: string[] = [];
+    /** Records in no profile after each incremental refresh under the guards. */
+    const guardedWithout: number[] = [];
     for (let round = 0; round < 8; round++) {
       await append(2 + Math.floor(next() * 4), 1 + Math.floor(next() * 4));
       for (const graph of ['idg_random', 'idg_guarded'] as const) {
@@ -1813,6 +1866,12 @@ describe('identity graph', () => {
         );
         const mode = await build(graph, true);
         await expectRecordedStatistics(graph, `${graph}, round ${round}, ${mode}`);
+        const counts = await recordedProfileCounts(db, graph);
+        expect(counts!.recordsWithoutProfileBySource, `${graph}, round ${round}, ${mode}`).toEqual(
+          await recordsWithOnlyFlaggedIdentifiers(graph),
+        );
+        if (graph === 'idg_guarded' && mode === 'incremental/incremental')
+          guardedWithout.push(counts!.recordsWithoutProfile);
         if (graph === 'idg_random') modes.push(mode);
         else if (flagged.rows[0].n > 0) guardedWhileFlagged.push(mode);
         await build(graph, false);
@@ -1823,6 +1882,142 @@ describe('identity graph', () => {
     // Under the guards some builds fall back to full ones; some stay incremental beside flagged identifiers.
     expect(guardedWhileFlagged).toContain('incremental/incremental');
     expect(guardedWhileFlagged).toContain('full/full');
+    // Some refreshes carried records in no profile.
+    expect(
+      guardedWithout.some((n) => n > 0),
+      JSON.stringify(guardedWithout),
+    ).toBe(true);
+  });
+
+  it('counts the records in no profile, those whose every identifier is flagged, incrementally as in full', async () => {
+    // A support line over max_degree 2 (three people's e-mails beside it), on two records of hub_a
+    // that carry nothing else and on x1 of hub_b, whose key repeats over rows (no unique index).
+    // d@ has two neighbours, at max_degree: near the limit, unflagged.
+    const support = '555 000 0000';
+    await db.query('create table qt.hub_a (id text primary key, email text, phone text, name text)');
+    await db.query(
+      `insert into qt.hub_a values ('h1', 'a@h.io', $1, 'Ann'), ('h2', 'b@h.io', $1, 'Bob'),
+         ('h3', 'c@h.io', $1, 'Cy'), ('h4', null, $1, 'Front desk'), ('h5', ' ', $1, 'Back office'),
+         ('n1', 'd@h.io', '555 111 0001', 'Di'), ('n2', 'd@h.io', '555 111 0002', 'Di')`,
+      [support],
+    );
+    await db.query('create table qt.hub_b (id text, phone text, name text)');
+    await db.query(`insert into qt.hub_b values ('x1', $1, 'Desk'), ('x2', '555 111 0001', 'Di')`, [support]);
+    const hubSources: ProfileSource[] = [
+      {
+        table: { schema: 'qt', name: 'hub_a' },
+        keyColumn: 'id',
+        identifiers: [
+          { column: 'email', type: 'email' },
+          { column: 'phone', type: 'phone' },
+        ],
+      },
+      {
+        table: { schema: 'qt', name: 'hub_b' },
+        keyColumn: 'id',
+        identifiers: [{ column: 'phone', type: 'phone' }],
+      },
+    ];
+    const build = (schema: string, incremental: boolean) =>
+      graphAndProfiles(
+        { schema, sources: hubSources, maxDegree: 2, maxClusterSize: 10 },
+        {
+          schema,
+          sources: hubSources,
+          fields: [
+            {
+              name: 'name',
+              rule: 'most_frequent',
+              columns: [
+                { source: 0, column: 'name' },
+                { source: 1, column: 'name' },
+              ],
+            },
+          ],
+        },
+        incremental,
+      );
+    /** The source rows' distinct record keys, by table: every one is in a profile or counted outside. */
+    const sourceRecords = async () =>
+      (
+        await db.query(
+          `select (select count(distinct id) from qt.hub_a)::int as a, (select count(distinct id) from qt.hub_b)::int as b`,
+        )
+      ).rows[0];
+    /** Records in profiles: the member records of each profiled cluster (no record spans two here). */
+    const profiledRecords = async (schema: string) =>
+      (
+        await db.query(
+          `select coalesce(sum(v.records), 0)::int as n from ${schema}.unified_profiles p
+           join ${schema}.identity_profiles v on v.cluster_id = p.cluster_id`,
+        )
+      ).rows[0].n;
+
+    const full = await build('idg_hub', false);
+    expect(full).toMatchObject({
+      graph: 'full',
+      mode: 'full',
+      recordsWithoutProfile: 3,
+      recordsWithoutProfileBySource: { 'qt.hub_a': 2, 'qt.hub_b': 1 },
+    });
+    expect(full.recordsWithoutProfileBySource).toEqual(await recordsWithOnlyFlaggedIdentifiers('idg_hub'));
+    const records = await sourceRecords();
+    expect((await profiledRecords('idg_hub')) + full.recordsWithoutProfile).toBe(records.a + records.b);
+    expect(await recordedProfileCounts(db, 'idg_hub')).toEqual({
+      profiles: full.profiles,
+      recordsWithoutProfile: 3,
+      recordsWithoutProfileBySource: { 'qt.hub_a': 2, 'qt.hub_b': 1 },
+    });
+    const stats = await identityGraphStats(db, 'idg_hub');
+    expect(stats).toMatchObject({ identifiers_near_max_degree: 1, near_max_degree_from: 2 });
+    const health = evaluateIdentityHealth('idg_hub', stats, {
+      profiles: {
+        schema: 'idg_hub',
+        table: 'unified_profiles',
+        recordsWithoutProfileBySource: full.recordsWithoutProfileBySource,
+      },
+    });
+    expect(health.map((c) => [c.check, c.status, c.measured, c.threshold])).toEqual([
+      ['cluster_size_limit', 'pass', 0, 10],
+      ['degree_near_limit', 'fail', 1, 2],
+      ['records_without_profile', 'fail', 3, 0],
+    ]);
+    expect(health[2].message).toContain('qt.hub_a: 2, qt.hub_b: 1');
+
+    // Another desk record on the support line only; x1 gets a row with a phone of its own, so it is
+    // in a profile now; e@ joins the support line (already flagged: the build stays incremental).
+    await db.query(`insert into qt.hub_a values ('h6', null, $1, 'Desk 2'), ('h7', 'e@h.io', $1, 'Eve')`, [
+      support,
+    ]);
+    await db.query(`insert into qt.hub_b values ('x1', '555 222 0001', 'Desk')`);
+    const added = await build('idg_hub', true);
+    expect(added).toMatchObject({
+      graph: 'incremental',
+      mode: 'incremental',
+      recordsWithoutProfile: 3,
+      recordsWithoutProfileBySource: { 'qt.hub_a': 3 },
+    });
+    expect(added.recordsWithoutProfileBySource).toEqual(await recordsWithOnlyFlaggedIdentifiers('idg_hub'));
+    const grown = await sourceRecords();
+    expect((await profiledRecords('idg_hub')) + added.recordsWithoutProfile).toBe(grown.a + grown.b);
+    // A refresh that touches no flagged identifier carries the count over.
+    await db.query(`insert into qt.hub_a values ('n3', 'f@h.io', '555 111 0003', 'Fay')`);
+    expect(await build('idg_hub', true)).toMatchObject({
+      graph: 'incremental',
+      mode: 'incremental',
+      recordsWithoutProfile: 3,
+      recordsWithoutProfileBySource: { 'qt.hub_a': 3 },
+    });
+    // The same figures from a full build beside it, and from the incremental one's statistics.
+    const rebuilt = await build('idg_hub_full', false);
+    expect(rebuilt).toMatchObject({
+      recordsWithoutProfile: 3,
+      recordsWithoutProfileBySource: { 'qt.hub_a': 3 },
+    });
+    expect((await identityGraphStats(db, 'idg_hub')).identifiers_near_max_degree).toBe(
+      (await identityGraphStats(db, 'idg_hub_full')).identifiers_near_max_degree,
+    );
+    await expectRecordedStatistics('idg_hub', 'after the incremental builds');
   });
 
   it('does not merge components beyond the cluster-size limit, and health checks say so', async () => {
@@ -1841,8 +2036,17 @@ describe('identity graph', () => {
     const stats = await identityGraphStats(db, schema);
     expect(stats.recent_runs).toHaveLength(2);
     const health = evaluateIdentityHealth(schema, stats);
+    // Identifiers near max_degree 3: from ceil(0.8 × 3) = 3 neighbours, unflagged.
+    const near = await db.query(
+      `select count(*)::int as n from ${schema}.identity_nodes where flagged is null and degree >= 3`,
+    );
     expect(health.map((c) => [c.check_key, c.status, c.measured])).toEqual([
       [`identity:${schema}.identity_clusters::cluster_size_limit`, 'fail', 1],
+      [
+        `identity:${schema}.identity_nodes::degree_near_limit`,
+        near.rows[0].n > 0 ? 'fail' : 'pass',
+        near.rows[0].n,
+      ],
       // Merged identifiers fell from 44−10 to 44−40: no jump.
       [`identity:${schema}.identity_clusters::merge_jump`, 'pass', (4 - 34) / 34],
     ]);

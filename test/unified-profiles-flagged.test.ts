@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
+import { bindCall, call, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 
 /*
@@ -9,7 +9,8 @@ import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
  * place no record, so their clusters have no members and no profile, in a full build and in the
  * incremental refresh alike; the build's `profiles` counts the rows of the table. A flagged
  * identifier is no person's own either: a profile's phone is never the support line, even where
- * the person's records hold it more often than their own phone.
+ * the person's records hold it more often than their own phone. A record whose every identifier is
+ * flagged is in no profile: the build, the graph's read route and an identity alert count them.
  * One source table in the target database, confirmed in the workspace's settings.
  */
 const warehouse = scratchDatabase('upflag');
@@ -121,6 +122,37 @@ describe('unified profiles of clusters the runaway-merge guards leave without re
     expect(full.find((p: any) => p.email === 'fay@x.io')).toMatchObject({
       lineage: { phone: { table: 'shop.people', record_key: 'f1' } },
     });
+    // a4 carries only the support line, d1–d3 only identifiers of the oversized component: in no
+    // profile. The other six are each in one.
+    expect(result).toMatchObject({
+      records_without_profile: 4,
+      records_without_profile_by_source: { 'shop.people': 4 },
+    });
+    expect(graph.unified_profiles).toEqual({
+      table: 'analytics_identity.unified_profiles',
+      profiles: 4,
+      records_without_profile: 4,
+      records_without_profile_by_source: { 'shop.people': 4 },
+    });
+    // fay@ has two neighbours (her phone and the support line), at max_degree 2: near the limit.
+    expect(graph).toMatchObject({ identifiers_near_max_degree: 1, near_max_degree_from: 2 });
+    const health = Object.fromEntries(result.health.map((h: any) => [h.check, h.status]));
+    expect(health).toMatchObject({ records_without_profile: 'fail', degree_near_limit: 'fail' });
+    const alerts = await api('GET', '/api/api/alerts/active', { query: { workspace: workspaceName } });
+    expect(alerts.status, JSON.stringify(alerts.body)).toBe(200);
+    const identity = alerts.body.alerts.filter((a: any) => a.kind === 'identity');
+    expect(identity.find((a: any) => a.check === 'records_without_profile')).toMatchObject({
+      table_name: 'analytics_identity.unified_profiles',
+      measured: 4,
+      threshold: 0,
+    });
+    expect(identity.find((a: any) => a.check === 'degree_near_limit')).toMatchObject({
+      table_name: 'analytics_identity.identity_nodes',
+      measured: 1,
+      threshold: 2,
+    });
+    // Without a token the figures are refused.
+    expect((await call(server, 'GET', '/api/monitoring/identity-graph/workspace')).status).toBe(401);
   });
 
   it('the incremental refresh makes none either, and equals a full build', async () => {
@@ -138,6 +170,9 @@ describe('unified profiles of clusters the runaway-merge guards leave without re
       profiles: 6,
     });
     expect(added.clusters).toBe(11);
+    // a6 is on the support line beside an e-mail of its own: in a profile; the four stay outside.
+    expect(added.unified_profiles).toMatchObject({ profiles: 6, records_without_profile: 4 });
+    expect(added.last_build.result.records_without_profile).toBe(4);
     const refreshed = await profileRows();
     expect(refreshed.map((p: any) => [p.email, p.phone])).toEqual([
       ['ann@x.io', null],
@@ -152,7 +187,12 @@ describe('unified profiles of clusters the runaway-merge guards leave without re
     expect(again.last_build.result).toMatchObject({ profiles_mode: 'incremental', profiles: 6 });
 
     const rebuilt = await buildWith(settings(false));
-    expect(rebuilt.last_build.result).toMatchObject({ mode: 'full', profiles: 6 });
+    expect(rebuilt.last_build.result).toMatchObject({
+      mode: 'full',
+      profiles: 6,
+      records_without_profile: 4,
+    });
+    expect(rebuilt.unified_profiles).toEqual(added.unified_profiles);
     expect(await profileRows()).toEqual(refreshed);
   });
 });

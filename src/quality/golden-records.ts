@@ -24,7 +24,8 @@ import { qualified, quoteIdent, quoteLiteral, toNumber, type SqlRunner, type Tab
  * value first in byte order, so that two builds of the same rows pick the same value.
  *
  * A record belongs to the cluster of its identifiers; identifiers flagged by the runaway-merge
- * guards (high degree, oversized component) do not place a record anywhere. A record key repeated
+ * guards (high degree, oversized component) do not place a record anywhere, so a record that carries
+ * only flagged ones is in no profile: the build counts those by source table. A record key repeated
  * over rows that no identifier links can span clusters: it belongs to the cluster of its first
  * identifier (value, then type, in byte order). Not the smallest cluster id: an incremental build
  * numbers new identifiers after the old ones, a full build in value order, and the two must agree.
@@ -208,11 +209,94 @@ export function goldenRecordSelect(
   );
 }
 
-export interface ProfileBuild {
+/** What the profile table holds, as its build recorded it. */
+export interface ProfileCounts {
   profiles: number;
+  /**
+   * Records of the graph (`identity_records`) in no profile: every identifier they carry is flagged
+   * by the runaway-merge guards, which place no record (a form with only the support line on it, the
+   * records of a component over `max_cluster_size`). Every other record is in exactly one profile.
+   */
+  recordsWithoutProfile: number;
+  /** The same records by source table (`schema.table`), only tables that have some. */
+  recordsWithoutProfileBySource: Record<string, number>;
+}
+
+export interface ProfileBuild extends ProfileCounts {
   /** `incremental`: only the clusters the graph's incremental build changed were rebuilt. */
   mode: 'full' | 'incremental';
 }
+
+/**
+ * The table's comment: the SELECT's hash, the graph run the profiles were built after and their
+ * counts, so that a refresh counts by what it changed rather than by reading the table, and a reader
+ * of the graph learns them without counting (not every cluster has a profile, nor every record one).
+ */
+const STAMP =
+  /^(dimas unified profiles: plan \w+, graph run \w+), profiles (\d+), records without profile (\{.*\})$/;
+
+function parseStamp(comment: unknown): (ProfileCounts & { head: string }) | null {
+  const recorded = STAMP.exec(String(comment ?? ''));
+  if (!recorded) return null;
+  let bySource: Record<string, number>;
+  try {
+    bySource = JSON.parse(recorded[3]) as Record<string, number>;
+  } catch {
+    return null;
+  }
+  const counts = Object.values(bySource);
+  if (!counts.every((n) => Number.isSafeInteger(n) && n > 0)) return null;
+  return {
+    head: recorded[1],
+    profiles: Number(recorded[2]),
+    recordsWithoutProfile: counts.reduce((a, b) => a + b, 0),
+    recordsWithoutProfileBySource: bySource,
+  };
+}
+
+/** The counts of `<schema>.unified_profiles` as its last build recorded them (null without one). */
+export async function recordedProfileCounts(
+  runner: SqlRunner,
+  schema: string,
+): Promise<ProfileCounts | null> {
+  const { rows } = await runner.query(`select obj_description(to_regclass($1), 'pg_class') as stamp`, [
+    `${quoteIdent(schema)}.${PROFILE_TABLE}`,
+  ]);
+  const stamp = parseStamp(rows[0]?.stamp);
+  return (
+    stamp && {
+      profiles: stamp.profiles,
+      recordsWithoutProfile: stamp.recordsWithoutProfile,
+      recordsWithoutProfileBySource: stamp.recordsWithoutProfileBySource,
+    }
+  );
+}
+
+/**
+ * A scalar subquery: the records in no profile, as a jsonb object of counts by source table. They are
+ * the records of the flagged identifiers that have no unflagged one. Few identifiers are flagged:
+ * their records are looked up by index (the graph's keys are built by then), and each record's other
+ * identifiers by its key, never by a join the planner could turn into a hash of every record.
+ */
+function recordsWithoutProfileSql(schema: string): string {
+  const graph = (name: string) => `${quoteIdent(schema)}.${name}`;
+  const [records, nodes] = [graph('identity_records'), graph('identity_nodes')];
+  return `(select coalesce(jsonb_object_agg(source_table, records), '{}') from (
+     select source_table, count(*) as records from (
+       select distinct r.source_table, r.record_key from ${records} r
+       where r.node_id = any(array(select node_id from ${nodes} where flagged is not null))) f
+     where (select true from ${records} o
+            cross join lateral (select flagged from ${nodes} n where n.node_id = o.node_id limit 1) n
+            where o.record_key = f.record_key and o.source_table = f.source_table and n.flagged is null
+            limit 1) is null
+     group by source_table) c)`;
+}
+
+/** The counts of a jsonb object of them, as the driver returns it. */
+const countsOf = (value: unknown): Record<string, number> =>
+  Object.fromEntries(
+    Object.entries((value ?? {}) as Record<string, unknown>).map(([k, v]) => [k, toNumber(v)!]),
+  );
 
 /**
  * Builds `<schema>.unified_profiles` from the graph, in the transaction of the graph's build that
@@ -233,34 +317,53 @@ export async function buildGoldenRecords(
   const select = goldenRecordSelect(options, qualifiedRelations(options.schema));
   const plan = createHash('sha256').update(select).digest('hex');
   const { rows: runs } = await runner.query(
-    `select run_id, clusters from ${quoteIdent(options.schema)}.identity_runs order by run_id desc limit 2`,
+    `select run_id, clusters, flagged_nodes from ${quoteIdent(options.schema)}.identity_runs
+     order by run_id desc limit 2`,
   );
   const stamp = (run: unknown) => `dimas unified profiles: plan ${plan}, graph run ${String(run ?? 'none')}`;
-  // The stamp ends with the table's row count, so that a refresh counts its profiles by what it
-  // deleted and inserted rather than by reading the table: not every cluster has a profile.
-  let previous: number | null = null;
+  // Without flagged identifiers every record is in a profile: nothing to count.
+  const anyFlagged = !runs[0] || toNumber(runs[0].flagged_nodes) !== 0;
+  let previous: ProfileCounts | null = null;
   if (afterIncrementalGraph && runs.length === 2) {
     const { rows } = await runner.query(`select obj_description(to_regclass($1), 'pg_class') as stamp`, [
       table,
     ]);
-    const recorded = /^(.*), profiles (\d+)$/.exec(String(rows[0]?.stamp ?? ''));
-    if (recorded?.[1] === stamp(runs[1].run_id) && !(await manyClustersChanged(runner, runs[0].clusters)))
-      previous = Number(recorded[2]);
+    const recorded = parseStamp(rows[0]?.stamp);
+    if (recorded?.head === stamp(runs[1].run_id) && !(await manyClustersChanged(runner, runs[0].clusters)))
+      previous = recorded;
   }
   let profiles: number;
-  if (previous !== null) profiles = previous + (await refreshChangedProfiles(runner, options, table));
-  else {
+  let withoutProfile: Record<string, number>;
+  if (previous !== null) {
+    const refreshed = await refreshChangedProfiles(runner, options, table, anyFlagged);
+    profiles = previous.profiles + refreshed.profilesAdded;
+    withoutProfile = refreshed.mayHaveMovedRecords
+      ? countsOf((await runner.query(`select ${recordsWithoutProfileSql(options.schema)} as c`)).rows[0]?.c)
+      : previous.recordsWithoutProfileBySource;
+  } else {
     await runner.query(`drop table if exists ${table}`);
     await runner.query(`create table ${table} as ${select}`);
     await runner.query(`alter table ${table} add primary key (cluster_id)`);
     // Counted, not taken from the statement's row count, which PGlite does not report for `create
-    // table as` (the graph's build counts its tables the same way).
-    profiles = toNumber((await runner.query(`select count(*) as n from ${table}`)).rows[0]?.n) ?? 0;
+    // table as` (the graph's build counts its tables the same way); the records in no profile with them.
+    const { rows } = await runner.query(
+      `select (select count(*) from ${table}) as n,
+         ${anyFlagged ? recordsWithoutProfileSql(options.schema) : `'{}'::jsonb`} as without`,
+    );
+    profiles = toNumber(rows[0]?.n) ?? 0;
+    withoutProfile = countsOf(rows[0]?.without);
   }
   await runner.query(
-    `comment on table ${table} is ${quoteLiteral(`${stamp(runs[0]?.run_id)}, profiles ${profiles}`)}`,
+    `comment on table ${table} is ${quoteLiteral(
+      `${stamp(runs[0]?.run_id)}, profiles ${profiles}, records without profile ${JSON.stringify(withoutProfile)}`,
+    )}`,
   );
-  return { profiles, mode: previous === null ? 'full' : 'incremental' };
+  return {
+    profiles,
+    recordsWithoutProfile: Object.values(withoutProfile).reduce((a, b) => a + b, 0),
+    recordsWithoutProfileBySource: withoutProfile,
+    mode: previous === null ? 'full' : 'incremental',
+  };
 }
 
 /**
@@ -285,12 +388,19 @@ async function manyClustersChanged(runner: SqlRunner, clusters: unknown): Promis
  * are rebuilt too, each from all of its records. The graph is read by index lookups of the changed
  * clusters (`= any(array(…))`, as the incremental build reads it), never by a join the planner
  * could turn into a scan of the graph. Answers how many profiles it added (less those it removed).
+ *
+ * And whether a record may have entered or left the records in no profile (`anyFlagged`: the graph
+ * has flagged identifiers). An incremental build flags no identifier and unflags none, and only adds
+ * rows: only a record with a new row changes, and only if it has a flagged identifier, now or before
+ * (then still). Every such record is either among the touched ones, through an unflagged identifier,
+ * or carries a flagged identifier of a changed cluster; when neither shows one, the count stands.
  */
 async function refreshChangedProfiles(
   runner: SqlRunner,
   options: GoldenRecordOptions,
   table: string,
-): Promise<number> {
+  anyFlagged: boolean,
+): Promise<{ profilesAdded: number; mayHaveMovedRecords: boolean }> {
   const q = (sql: string) => runner.query(sql);
   const graph = (name: string) => `${quoteIdent(options.schema)}.${name}`;
   const [records, nodes] = [graph('identity_records'), graph('identity_nodes')];
@@ -307,6 +417,16 @@ async function refreshChangedProfiles(
   await q(
     `create temp table _gr_touched on commit drop as ${recordsOf(`${CHANGED_CLUSTERS} where not gone`)}`,
   );
+  const moved =
+    anyFlagged &&
+    (
+      await q(
+        `select exists (select from ${nodes} where cluster_id = any(array(
+             select cluster_id from ${CHANGED_CLUSTERS} where not gone)) and flagged is not null)
+           or exists (select from (${rowsOf('_gr_touched')}) r
+             where (select flagged from ${nodes} n where n.node_id = r.node_id) is not null) as moved`,
+      )
+    ).rows[0]?.moved === true;
   await q(
     `create temp table _gr_clusters on commit drop as
      select cluster_id from ${CHANGED_CLUSTERS} where not gone
@@ -339,7 +459,7 @@ async function refreshChangedProfiles(
       members: '_gr_members',
     })}`,
   );
-  return (inserted.rowCount ?? 0) - (deleted.rowCount ?? 0);
+  return { profilesAdded: (inserted.rowCount ?? 0) - (deleted.rowCount ?? 0), mayHaveMovedRecords: moved };
 }
 
 /** How a build records its profile plan (in its summary), so the project can regenerate the SQL. */

@@ -17,6 +17,7 @@ import {
   stageSelectSql,
   graphStatisticsSql,
   incrementalStatisticsSql,
+  nearMaxDegreeFrom,
 } from './identity-schema.ts';
 
 // Building the identity graph: a full rebuild, or an incremental update that falls back to one.
@@ -282,15 +283,16 @@ async function recordRun(
     statistics?: string;
   },
 ): Promise<ResolutionResult> {
+  const nearFrom = nearMaxDegreeFrom(maxDegree);
   const { rows } = await q(
     `insert into ${t.runs} (started_at, finished_at, identifiers, edges, ignored_edges, flagged_nodes, clusters,
        largest_cluster, singletons, merged_identifiers, oversized_components, largest_oversized_component,
        iterations, max_degree, max_cluster_size, source_xmin, source_snapshot, identifiers_by_type,
-       largest_cluster_id, cluster_size_distribution)
+       largest_cluster_id, cluster_size_distribution, identifiers_near_max_degree, near_max_degree_from)
      select $1, $2, s.identifiers, s.edges, s.ignored_edges, s.flagged_nodes, s.clusters, s.largest_cluster,
        s.singletons, s.identifiers - s.clusters, $3, $4, $8, $5, $6, $7, $9, s.identifiers_by_type,
-       s.largest_cluster_id, s.cluster_size_distribution
-     from (${run.statistics ?? graphStatisticsSql(t)}) s
+       s.largest_cluster_id, s.cluster_size_distribution, s.identifiers_near_max_degree, $10
+     from (${run.statistics ?? graphStatisticsSql(t, nearFrom)}) s
      returning *`,
     [
       run.startedAt,
@@ -302,6 +304,7 @@ async function recordRun(
       run.sourceXmin,
       run.iterations,
       run.snapshot,
+      nearFrom,
     ],
   );
   const r = rows[0];
@@ -312,6 +315,8 @@ async function recordRun(
     edges: toNumber(r.edges)!,
     ignored_edges: toNumber(r.ignored_edges)!,
     flagged_nodes: toNumber(r.flagged_nodes)!,
+    identifiers_near_max_degree: toNumber(r.identifiers_near_max_degree)!,
+    near_max_degree_from: nearFrom,
     clusters: toNumber(r.clusters)!,
     largest_cluster: toNumber(r.largest_cluster)!,
     singletons: toNumber(r.singletons)!,
@@ -385,8 +390,10 @@ async function incrementalBuild(
   if (options.sources.some((s) => !s.keyColumn)) return 'source_without_record_key';
   const last = await q(
     `select run_id, identifiers, max_degree, max_cluster_size, source_xmin, source_snapshot,
-       identifiers_by_type is not null and cluster_size_distribution is not null as has_statistics
+       identifiers_by_type is not null and cluster_size_distribution is not null
+         and identifiers_near_max_degree is not null and near_max_degree_from = $1 as has_statistics
      from ${t.runs} order by run_id desc limit 1`,
+    [nearMaxDegreeFrom(maxDegree)],
   );
   const previous = last.rows[0];
   if (!previous) return 'no_previous_build';
@@ -607,6 +614,9 @@ async function incrementalBuild(
         before: '_id_before',
         after: `${t.clusters} where cluster_id = any(array(
           select new from _id_remap union select node_id from _id_obs where first_seen))`,
+        degrees: '_id_degree',
+        maxDegree,
+        nearFrom: nearMaxDegreeFrom(maxDegree),
         newEdges: toNumber(newEdges[0].edges) ?? 0,
         newIgnoredEdges: toNumber(newEdges[0].ignored) ?? 0,
       })

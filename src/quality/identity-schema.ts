@@ -57,6 +57,9 @@ export interface ResolutionResult {
   edges: number;
   ignored_edges: number;
   flagged_nodes: number;
+  /** Unflagged identifiers with at least `near_max_degree_from` neighbours (`nearMaxDegreeFrom`). */
+  identifiers_near_max_degree: number;
+  near_max_degree_from: number;
   clusters: number;
   largest_cluster: number;
   singletons: number;
@@ -184,7 +187,23 @@ const RUN_COLUMNS_ADDED_LATER = [
   ['identifiers_by_type', 'jsonb'],
   ['largest_cluster_id', 'bigint'],
   ['cluster_size_distribution', 'jsonb'],
+  ['identifiers_near_max_degree', 'bigint'],
+  ['near_max_degree_from', 'integer'],
 ] as const;
+
+/**
+ * An identifier with at least this share of `max_degree` neighbours (rounded up) is near the limit:
+ * it still links every record it is on, and wins most_frequent inside the cluster it makes, until it
+ * crosses the limit and is flagged. The build counts the unflagged ones (`identifiers_near_max_degree`)
+ * and the health check `degree_near_limit` fails while there are any, so a person sees them before
+ * they merge more people.
+ */
+const NEAR_MAX_DEGREE_PERCENT = 80;
+
+/** The degree from which an identifier is near `maxDegree` (integer arithmetic: exact at any limit). */
+export function nearMaxDegreeFrom(maxDegree: number): number {
+  return Math.ceil((maxDegree * NEAR_MAX_DEGREE_PERCENT) / 100);
+}
 
 function profilesViewStatement(schema: string): string {
   const t = names(schema);
@@ -450,6 +469,7 @@ export interface IdentityRunSummary {
   largest_cluster: number;
   oversized_components: number;
   iterations: number;
+  max_degree: number;
   max_cluster_size: number;
 }
 
@@ -461,6 +481,9 @@ export interface IdentityGraphStats {
   edges: number;
   ignored_edges: number;
   flagged_identifiers: number;
+  /** Unflagged identifiers with at least `near_max_degree_from` neighbours (null before a build). */
+  identifiers_near_max_degree: number;
+  near_max_degree_from: number | null;
   clusters: number;
   singletons: number;
   largest_cluster: { cluster_id: number; size: number } | null;
@@ -479,16 +502,20 @@ const SIZE_BUCKET = `case when size = 1 then '1' when size = 2 then '2' when siz
 /**
  * The graph's statistics counted from its tables, one row whose columns are named as in
  * `identity_runs`: a build records them with its run, and graphs last built by an earlier
- * version are counted by it when read.
+ * version are counted by it when read. `nearFrom`: the degree from which an unflagged identifier is
+ * counted near the degree limit (`nearMaxDegreeFrom`), in the same scan of the identifiers.
  */
-export function graphStatisticsSql(t: ReturnType<typeof names>): string {
+export function graphStatisticsSql(t: ReturnType<typeof names>, nearFrom: number): string {
+  if (!Number.isSafeInteger(nearFrom)) throw new Error('nearFrom must be an integer');
   return `select n.identifiers, n.flagged as flagged_nodes, n.by_type as identifiers_by_type,
+      n.near as identifiers_near_max_degree,
       e.edges, e.ignored as ignored_edges, c.clusters, c.largest as largest_cluster, c.singletons,
       c.distribution as cluster_size_distribution,
       (select cluster_id from ${t.clusters} order by size desc, cluster_id limit 1) as largest_cluster_id
     from (select coalesce(sum(n), 0) as identifiers, coalesce(sum(flagged), 0) as flagged,
-            coalesce(jsonb_object_agg(id_type, n), '{}') as by_type
-          from (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged
+            coalesce(sum(near), 0) as near, coalesce(jsonb_object_agg(id_type, n), '{}') as by_type
+          from (select id_type, count(*) as n, count(*) filter (where flagged is not null) as flagged,
+                  count(*) filter (where degree >= ${nearFrom} and flagged is null) as near
                 from ${t.nodes} group by id_type) x) n,
          (select count(*) as edges, count(*) filter (where ignored) as ignored from ${t.edges}) e,
          (select coalesce(sum(n), 0) as clusters, coalesce(max(largest), 0) as largest,
@@ -505,7 +532,9 @@ export function graphStatisticsSql(t: ReturnType<typeof names>): string {
  * new identifiers (none flagged: one over the degree limit sends it to a full build), new edges,
  * and clusters that grow or merge, never shrink. So the clusters it touched are taken out with
  * their sizes before (`before`: cluster_id, size) and put back with their sizes after (`after`);
- * the largest cluster is the largest of those after, or the previous one if untouched.
+ * the largest cluster is the largest of those after, or the previous one if untouched. Only the
+ * identifiers whose degree it raised (`degrees`: node_id, old_degree, degree; none crosses the degree
+ * limit, which sends it to a full build) move in or out of those near the limit.
  */
 export function incrementalStatisticsSql(
   t: ReturnType<typeof names>,
@@ -515,12 +544,16 @@ export function incrementalStatisticsSql(
     newNodes: string;
     before: string;
     after: string;
+    degrees: string;
+    maxDegree: number;
+    nearFrom: number;
     newEdges: number;
     newIgnoredEdges: number;
   },
 ): string {
-  const { previousRun, newNodes, before, after, newEdges, newIgnoredEdges } = changes;
-  if (![previousRun, newEdges, newIgnoredEdges].every(Number.isSafeInteger))
+  const { previousRun, newNodes, before, after, degrees, maxDegree, nearFrom, newEdges, newIgnoredEdges } =
+    changes;
+  if (![previousRun, maxDegree, nearFrom, newEdges, newIgnoredEdges].every(Number.isSafeInteger))
     throw new Error('incremental statistics need whole numbers');
   /** A jsonb object of counts plus the `(key, count)` rows of `rows`, without keys counted 0. */
   const added = (counts: string, rows: string) =>
@@ -534,6 +567,9 @@ export function incrementalStatisticsSql(
     now as (select cluster_id, size from ${after})
     select p.identifiers + (select coalesce(sum(n), 0) from fresh) as identifiers,
       p.flagged_nodes + (select coalesce(sum(flagged), 0) from fresh) as flagged_nodes,
+      p.identifiers_near_max_degree + (select count(*) filter (where degree >= ${nearFrom})
+          - count(*) filter (where old_degree >= ${nearFrom}) from ${degrees} where old_degree <= ${maxDegree})
+        as identifiers_near_max_degree,
       ${added('p.identifiers_by_type', 'select id_type, n from fresh')} as identifiers_by_type,
       p.edges + ${newEdges} as edges, p.ignored_edges + ${newIgnoredEdges} as ignored_edges,
       p.clusters - (select count(*) from was) + (select count(*) from now) as clusters,
@@ -566,6 +602,8 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     edges: 0,
     ignored_edges: 0,
     flagged_identifiers: 0,
+    identifiers_near_max_degree: 0,
+    near_max_degree_from: null,
     clusters: 0,
     singletons: 0,
     largest_cluster: null,
@@ -580,10 +618,18 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
      from (select * from ${t.runs} order by run_id desc limit 2) r`,
   );
   const runRows = recorded.rows[0].runs as Record<string, any>[];
-  const row =
-    runRows[0]?.identifiers_by_type != null
-      ? runRows[0]
-      : (await runner.query(graphStatisticsSql(t))).rows[0];
+  const last = runRows[0];
+  const isRecorded =
+    last?.identifiers_by_type != null &&
+    last?.identifiers_near_max_degree != null &&
+    last?.near_max_degree_from != null;
+  // The degree the count was made from: the build's, or the last build's limit's when counted now.
+  const nearFrom = !last
+    ? null
+    : isRecorded
+      ? toNumber(last.near_max_degree_from)!
+      : nearMaxDegreeFrom(toNumber(last.max_degree)!);
+  const row = isRecorded ? last : (await runner.query(graphStatisticsSql(t, nearFrom ?? 1))).rows[0];
   const runs = runRows.map((r): IdentityRunSummary => ({
     run_id: toNumber(r.run_id)!,
     started_at: new Date(String(r.started_at)),
@@ -594,6 +640,7 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     largest_cluster: toNumber(r.largest_cluster)!,
     oversized_components: toNumber(r.oversized_components)!,
     iterations: toNumber(r.iterations)!,
+    max_degree: toNumber(r.max_degree)!,
     max_cluster_size: toNumber(r.max_cluster_size)!,
   }));
   const byType = Object.fromEntries(
@@ -610,6 +657,8 @@ export async function identityGraphStats(runner: SqlRunner, schema: string): Pro
     edges: toNumber(row.edges)!,
     ignored_edges: toNumber(row.ignored_edges)!,
     flagged_identifiers: toNumber(row.flagged_nodes)!,
+    identifiers_near_max_degree: nearFrom === null ? 0 : toNumber(row.identifiers_near_max_degree)!,
+    near_max_degree_from: nearFrom,
     clusters: toNumber(row.clusters)!,
     singletons: toNumber(row.singletons)!,
     largest_cluster:

@@ -501,6 +501,8 @@ export interface IdentityHealthOptions {
   /** Largest allowed relative growth of merged identifiers (identifiers − clusters) between two builds. */
   maxMergeJumpRatio?: number;
   severity?: Severity;
+  /** The unified profiles built after the graph: their records in no profile, by source table. */
+  profiles?: { schema: string; table: string; recordsWithoutProfileBySource: Record<string, number> };
 }
 
 export function evaluateIdentityHealth(
@@ -527,6 +529,27 @@ export function evaluateIdentityHealth(
         : `largest cluster has ${last.largest_cluster} identifiers`,
     ),
   ];
+  // Under the degree guard an identifier links every record it is on: one shared by many people
+  // (a support line, a placeholder e-mail) merges them all until it crosses the limit.
+  const near = stats.identifiers_near_max_degree;
+  const from = stats.near_max_degree_from;
+  if (from !== null)
+    out.push(
+      result(
+        'identity',
+        `${schema}.identity_nodes`,
+        null,
+        'degree_near_limit',
+        near > 0,
+        near,
+        from,
+        severity,
+        near > 0
+          ? `${near} unflagged identifier(s) have ${from} or more neighbours, near max_degree ${last.max_degree}: ` +
+              `they still link the records they are on, until they pass ${last.max_degree} and are flagged`
+          : `no unflagged identifier has ${from} or more neighbours (max_degree ${last.max_degree})`,
+      ),
+    );
   if (previous) {
     const ratio = options.maxMergeJumpRatio ?? 0.5;
     const base = previous.merged_identifiers;
@@ -543,6 +566,26 @@ export function evaluateIdentityHealth(
         ratio,
         severity,
         `merged identifiers went from ${base} to ${last.merged_identifiers}`,
+      ),
+    );
+  }
+  if (options.profiles) {
+    const bySource = Object.entries(options.profiles.recordsWithoutProfileBySource);
+    const without = bySource.reduce((sum, [, n]) => sum + n, 0);
+    out.push(
+      result(
+        'identity',
+        `${options.profiles.schema}.${options.profiles.table}`,
+        null,
+        'records_without_profile',
+        without > 0,
+        without,
+        0,
+        severity,
+        without > 0
+          ? `${without} record(s) are in no unified profile: every identifier they carry is flagged by the ` +
+              `runaway-merge guards (${bySource.map(([table, n]) => `${table}: ${n}`).join(', ')})`
+          : 'every record of the graph is in a unified profile',
       ),
     );
   }

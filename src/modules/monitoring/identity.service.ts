@@ -13,6 +13,7 @@ import {
   DEFAULT_SURVIVORSHIP_RULE,
   PROFILE_TABLE,
   buildGoldenRecords,
+  recordedProfileCounts,
   type ProfileField,
   type ProfileSource,
 } from '../../quality/golden-records.ts';
@@ -354,7 +355,10 @@ export async function createGraphSchema(warehouse: Warehouse, schema: string): P
   });
 }
 
-/** Statistics and the largest clusters with their identifiers (read only). */
+/**
+ * Statistics, the largest clusters with their identifiers and the unified profiles' counts as their
+ * build recorded them (read only).
+ */
 export async function graphStatistics(warehouse: Warehouse, schema: string, timeoutMs: number) {
   return warehouse.transaction(async (tx) => {
     await tx.query('set transaction read only');
@@ -367,6 +371,7 @@ export async function graphStatistics(warehouse: Warehouse, schema: string, time
       records: number;
       identifiers: Record<string, string[]>;
     }[] = [];
+    const profiles = stats.built ? await recordedProfileCounts(runner, schema) : null;
     if (stats.built) {
       const { rows } = await runner.query(
         `select cluster_id, size, records, identifiers from ${quoteIdent(schema)}.identity_profiles
@@ -379,7 +384,7 @@ export async function graphStatistics(warehouse: Warehouse, schema: string, time
         identifiers: (r.identifiers ?? {}) as Record<string, string[]>,
       }));
     }
-    return { stats, largest };
+    return { stats, largest, profiles };
   });
 }
 
@@ -457,7 +462,14 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     return { result: built, profiles: { ...profiles, ms: Math.round(performance.now() - profilesStarted) } };
   });
   const { stats } = await graphStatistics(warehouse, schema, 0);
-  const health = evaluateIdentityHealth(schema, stats, { maxMergeJumpRatio: limits.max_merge_jump_ratio });
+  const health = evaluateIdentityHealth(schema, stats, {
+    maxMergeJumpRatio: limits.max_merge_jump_ratio,
+    profiles: {
+      schema,
+      table: PROFILE_TABLE,
+      recordsWithoutProfileBySource: profiles.recordsWithoutProfileBySource,
+    },
+  });
   const alerts = await recordCheckResults(em, health, {
     organizationId: organization,
     workspaceId: workspace.id,
@@ -472,6 +484,8 @@ export async function buildIdentityGraph(deps: AppDeps, request: BuildRequest) {
     notes: plan.notes,
     profile_table: `${schema}.${PROFILE_TABLE}`,
     profiles: profiles.profiles,
+    records_without_profile: profiles.recordsWithoutProfile,
+    records_without_profile_by_source: profiles.recordsWithoutProfileBySource,
     profiles_mode: profiles.mode,
     profiles_ms: profiles.ms,
     profile_fields: plan.fields.map((f) => ({

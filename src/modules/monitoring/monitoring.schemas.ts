@@ -85,6 +85,7 @@ const runSummary = z.object({
   largest_cluster: z.number().int(),
   oversized_components: z.number().int(),
   iterations: z.number().int(),
+  max_degree: z.number().int(),
   max_cluster_size: z.number().int(),
 });
 
@@ -110,6 +111,17 @@ export const identityGraphOutput = z.object({
   edges: z.number().int(),
   ignored_edges: z.number().int().describe('Edges of over-connected identifiers, not used for merging'),
   flagged_identifiers: z.number().int(),
+  identifiers_near_max_degree: z
+    .number()
+    .int()
+    .describe(
+      'Unflagged identifiers with near_max_degree_from or more neighbours: they still link their records (health check degree_near_limit)',
+    ),
+  near_max_degree_from: z
+    .number()
+    .int()
+    .nullable()
+    .describe("80% of the last build's max_degree, rounded up (null before a build)"),
   clusters: z.number().int(),
   singletons: z.number().int(),
   largest_cluster: z.object({ cluster_id: z.number().int(), size: z.number().int() }).nullable(),
@@ -123,6 +135,20 @@ export const identityGraphOutput = z.object({
     }),
   ),
   recent_runs: z.array(runSummary),
+  unified_profiles: z
+    .object({
+      table: z.string(),
+      profiles: z.number().int(),
+      records_without_profile: z
+        .number()
+        .int()
+        .describe(
+          'Records of the graph in no profile: every identifier they carry is flagged by the runaway-merge guards',
+        ),
+      records_without_profile_by_source: z.record(z.string(), z.number().int()),
+    })
+    .nullable()
+    .describe('The unified profiles as their last build recorded them (null before one)'),
   last_build: buildView,
 });
 

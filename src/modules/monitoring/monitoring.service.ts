@@ -241,7 +241,7 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
     scope.em,
   );
   const warehouse = await warehouses(scope.deps).open(config, `${workspace.id}:target`);
-  const { stats, largest } = await graphStatistics(
+  const { stats, largest, profiles } = await graphStatistics(
     warehouse,
     schema,
     scope.deps.env.WAREHOUSE_STATEMENT_TIMEOUT_MS,
@@ -271,12 +271,20 @@ export async function identityGraphWorkspace(scope: CallerScope, input: { databa
     edges: stats.edges,
     ignored_edges: stats.ignored_edges,
     flagged_identifiers: stats.flagged_identifiers,
+    identifiers_near_max_degree: stats.identifiers_near_max_degree,
+    near_max_degree_from: stats.near_max_degree_from,
     clusters: stats.clusters,
     singletons: stats.singletons,
     largest_cluster: stats.largest_cluster,
     cluster_size_distribution: stats.cluster_size_distribution,
     largest_clusters: largest,
     recent_runs: stats.recent_runs,
+    unified_profiles: profiles && {
+      table: `${schema}.${PROFILE_TABLE}`,
+      profiles: profiles.profiles,
+      records_without_profile: profiles.recordsWithoutProfile,
+      records_without_profile_by_source: profiles.recordsWithoutProfileBySource,
+    },
     last_build: lastBuild,
   };
 }
