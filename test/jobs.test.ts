@@ -257,6 +257,135 @@ describe('job queue', () => {
     expect(ended).toMatchObject({ status: 'cancelled', progress: { rows: 0, why: 'rolled back' } });
   });
 
+  it("ends a run whose worker died with the progress its kind's onAbandoned gives, committed with what the hook writes", async () => {
+    const kind = unique('dead-');
+    const marks = unique('abandoned_marks_');
+    const em = server.deps.orm.em.fork() as EntityManager;
+    await em.execute(`create table ${marks} (run_id uuid primary key)`);
+    const calls: { runId: string; progress: unknown; error: string }[] = [];
+    const connection = jobQueueConnection(server.db);
+    // Two processes sweep for the same dead workers.
+    const queues = [0, 1].map(() =>
+      createJobQueue({
+        orm: server.deps.orm,
+        logger: server.deps.logger,
+        connection,
+        heartbeatTimeoutSeconds: 2,
+      }),
+    );
+    try {
+      for (const queue of queues) {
+        await queue.register<{ hook: string }>(
+          kind,
+          async () => {
+            throw new Error('no worker takes these runs: they have no pg-boss job');
+          },
+          {
+            retryLimit: 1,
+            async onAbandoned(run, tx) {
+              calls.push({ runId: run.runId, progress: run.progress, error: run.error });
+              await tx.execute(`insert into ${marks} (run_id) values (?)`, [run.runId]);
+              if (run.payload.hook === 'throws') throw new Error('the area could not record it');
+              if (run.payload.hook === 'keeps') return;
+              return { rows: 0, why: 'rolled back with its connection' };
+            },
+          },
+        );
+        await queue.start();
+      }
+      /** A run whose worker died an hour ago at `attempt` (0-based) after reporting 10 rows. */
+      const dead = async (hook: string, attempt: number) =>
+        (
+          await em.execute<{ id: string }[]>(
+            `insert into job_runs (id, organization_id, kind, status, payload, progress, retry_count,
+               started_at, created_at, updated_at)
+             values (gen_random_uuid(), ?, ?, 'running', ?, '{"rows": 10}', ?, now() - interval '1 hour',
+               now() - interval '1 hour', now() - interval '1 hour')
+             returning id`,
+            [tenant.organization.id, kind, JSON.stringify({ hook }), attempt],
+          )
+        )[0].id;
+      const last = await dead('returns', 1);
+      // Not its last attempt, but pg-boss holds no job to hand out again: it ends here too.
+      const orphan = await dead('returns', 0);
+      const keeps = await dead('keeps', 1);
+      const throws = await dead('throws', 1);
+      const ended = async (id: string) =>
+        waitFor(jobs, id, (r) => r.status !== 'running' && r.status !== 'queued');
+      const interrupted = expect.stringMatching(
+        /^Interrupted: its worker stopped responding for more than 2 s$/,
+      );
+      for (const id of [last, orphan])
+        expect(await ended(id)).toMatchObject({
+          status: 'failed',
+          error: interrupted,
+          progress: { rows: 0, why: 'rolled back with its connection' },
+        });
+      expect(await ended(keeps)).toMatchObject({ status: 'failed', progress: { rows: 10 } });
+      // A hook that fails leaves no write of its own; the run still ends, its progress as it was.
+      expect(await ended(throws)).toMatchObject({
+        status: 'failed',
+        error: interrupted,
+        progress: { rows: 10 },
+      });
+      const marked = await em.execute<{ run_id: string }[]>(`select run_id from ${marks}`);
+      expect(marked.map((r) => r.run_id).sort()).toEqual([last, orphan, keeps].sort());
+      // Both processes swept again since: each run that ended was recorded once, as its attempt left it.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      for (const id of [last, orphan, keeps])
+        expect(calls.filter((c) => c.runId === id)).toEqual([
+          { runId: id, progress: { rows: 10 }, error: interrupted },
+        ]);
+    } finally {
+      for (const queue of queues) await queue.stop();
+      await em.execute(`drop table ${marks}`);
+    }
+  });
+
+  it('lets an attempt the queue ended failed under it record what it leaves', async () => {
+    const kind = unique('ended-');
+    const queue = createJobQueue({
+      orm: server.deps.orm,
+      logger: server.deps.logger,
+      connection: jobQueueConnection(server.db),
+      heartbeatTimeoutSeconds: 2,
+    });
+    const seen: { written?: boolean } = {};
+    await queue.register(
+      kind,
+      async (_payload, context) => {
+        await context.progress({ rows: 10 });
+        // Its next beat finds the row no longer running and aborts the attempt.
+        await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
+        seen.written = await context.recordLastProgress({ rows: 0, why: 'rolled back' });
+        throw new Error('aborted');
+      },
+      { retryLimit: 0 },
+    );
+    await queue.start();
+    try {
+      const { run } = await queue.enqueue(kind, {}, org());
+      await waitFor(queue, run.id, (r) => r.progress.rows === 10);
+      // What a sweep that took the worker for dead on its last attempt, or a stop past its grace
+      // period, leaves while the handler is still at work.
+      await server.deps.orm.em
+        .fork()
+        .nativeUpdate(
+          JobRun,
+          { id: run.id },
+          { status: 'failed', error: 'Interrupted', finishedAt: new Date() },
+        );
+      await expect.poll(() => seen.written, { timeout: 10_000 }).toBe(true);
+      expect(await queue.getRun(run.id, tenant.organization.id)).toMatchObject({
+        status: 'failed',
+        error: 'Interrupted',
+        progress: { rows: 0, why: 'rolled back' },
+      });
+    } finally {
+      await queue.stop();
+    }
+  });
+
   it('keeps a run across a queue restart: the next process finishes it', async () => {
     const kind = unique('restart-');
     const connection = jobQueueConnection(server.db);

@@ -35,8 +35,9 @@ export interface JobContext {
   /**
    * Replaces the run's progress with what the attempt leaves behind as it ends without succeeding
    * (its handler is failing, or the run was cancelled while it ran, whose progress `progress`
-   * refuses), e.g. the rows a destination really holds after a rollback. Written only while the row
-   * is still this attempt's (no sweep or later attempt took it over); never throws
+   * refuses, or the queue ended it failed: a stop past its grace period, a sweep that took the
+   * worker for dead on its last attempt), e.g. the rows a destination really holds after a rollback.
+   * Written only while the row is still this attempt's (no later attempt claimed it); never throws
    * JobCancelledError. Returns whether it was written.
    */
   recordLastProgress(progress: Record<string, unknown>): Promise<boolean>;
@@ -61,15 +62,24 @@ export interface JobKindOptions {
   /**
    * Called when the queue ends a run failed that its handler could not end: its worker stopped
    * responding on the last attempt (or pg-boss would not retry it). The area records the failure
-   * where it keeps the run's outcome, which the handler would have written.
+   * where it keeps the run's outcome, which the handler would have written, on `em`: it runs inside
+   * the transaction that ends the run, while the row is still that attempt's (locked), so what it
+   * writes commits with the run's end or not at all, and one process calls it once per run (on the
+   * embedded database another connection would wait for this transaction). `run.progress` is the
+   * last progress the attempt recorded, a running count; what it returns replaces it in the update
+   * that ends the run, e.g. the rows a destination holds once the dead worker's transaction rolled
+   * back (nothing: the progress stays). If it throws, the run still ends failed, with its progress
+   * as it was and none of the hook's writes.
    */
-  onAbandoned?: (run: AbandonedRun) => Promise<void>;
+  onAbandoned?: (run: AbandonedRun, em: EntityManager) => Promise<Record<string, unknown> | void>;
 }
 
 interface AbandonedRun {
   runId: string;
   organizationId: string;
   payload: Record<string, unknown>;
+  /** The last progress its attempt recorded. */
+  progress: Record<string, unknown>;
   error: string;
 }
 

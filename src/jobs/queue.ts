@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import PgBoss from 'pg-boss';
 import { CompiledQuery, type Transaction } from 'kysely';
 import type { PGlite } from '@electric-sql/pglite';
-import { raw, UniqueConstraintViolationException, type FilterQuery } from '@mikro-orm/core';
+import { LockMode, raw, UniqueConstraintViolationException, type FilterQuery } from '@mikro-orm/core';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { AppError } from '../app-error.ts';
 import { createEmbeddedPool } from '../db/embedded.ts';
@@ -270,8 +270,10 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       },
       async recordLastProgress(progress) {
         // A cancel ends the row's status, not the attempt's claim on it: the retry count still names
-        // this attempt until another one claims the row.
-        const statuses = [own.status, 'cancelled'] as JobRunStatus[];
+        // this attempt until another one claims the row. So does the queue ending it failed under a
+        // handler still at work (a sweep that took its worker for dead, a stop past its grace
+        // period): what the attempt says it leaves is better known than what the sweep inferred.
+        const statuses = [own.status, 'cancelled', 'failed'] as JobRunStatus[];
         return (await updateRun({ ...own, status: { $in: statuses } }, { progress })) > 0;
       },
     };
@@ -329,30 +331,70 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       if (!registration || inFlight.has(row.id)) continue;
       const final = row.retryCount >= registration.options.retryLimit;
       const message = `Interrupted: its worker stopped responding for more than ${heartbeatTimeoutSeconds} s`;
-      const claimed = await updateRun(
-        { id: row.id, status: 'running', retryCount: row.retryCount, updatedAt: missedBeats() },
-        { status: final ? 'failed' : 'queued', error: message, finishedAt: final ? now() : null },
-      );
+      const attempt = { id: row.id, status: 'running', retryCount: row.retryCount, updatedAt: missedBeats() };
+      const claimed = final
+        ? await endAbandoned(registration, row, attempt, message)
+        : (await updateRun(attempt, { status: 'queued', error: message, finishedAt: null })) > 0;
       if (!claimed) continue;
       logger.warn({ runId: row.id, kind: row.kind, final }, 'job run lost its worker');
       const job = await boss.getJobById(row.kind, row.id);
-      let ended = final;
       if (job?.state === 'active') await boss.fail(row.kind, row.id, { message });
-      else if (!job || ['completed', 'cancelled', 'failed'].includes(job.state))
-        // pg-boss will not hand the job out again: the row must not wait for it.
-        ended =
-          (await updateRun({ id: row.id, status: 'queued' }, { status: 'failed', finishedAt: now() })) > 0 ||
-          final;
-      if (ended && registration.onAbandoned)
-        await registration
-          .onAbandoned({
-            runId: row.id,
-            organizationId: row.organizationId,
-            payload: row.payload ?? {},
-            error: message,
-          })
-          .catch((error) => logger.warn({ err: error, runId: row.id }, 'recording an abandoned run failed'));
+      else if (!final && (!job || ['completed', 'cancelled', 'failed'].includes(job.state)))
+        // pg-boss will not hand the job out again: the row must not wait for it. Its progress is
+        // still the dead attempt's (queued, no attempt claimed it since).
+        await endAbandoned(
+          registration,
+          row,
+          { id: row.id, status: 'queued', retryCount: row.retryCount },
+          message,
+        );
     }
+  }
+
+  /**
+   * Ends an abandoned run failed while `where` (its dead attempt's row) holds, with the kind's
+   * `onAbandoned` in the same transaction: the row is locked first, the hook records the failure in
+   * its area and says what progress the run ends with, and one conditional update ends the run with
+   * it. A hook that fails takes its writes with it; the run still ends, with its progress as it was.
+   * Whether this call ended the run.
+   */
+  async function endAbandoned(
+    registration: Registration,
+    row: Pick<JobRunEntity, 'id' | 'organizationId' | 'payload'>,
+    where: FilterQuery<JobRunEntity>,
+    message: string,
+  ): Promise<boolean> {
+    const end = { status: 'failed', error: message, finishedAt: now(), updatedAt: now() };
+    const hook = registration.onAbandoned;
+    if (hook) {
+      try {
+        return await fork().transactional(async (em) => {
+          const locked = await em.findOne(JobRun, where, {
+            lockMode: LockMode.PESSIMISTIC_WRITE,
+            disableIdentityMap: true,
+          });
+          if (!locked) return false;
+          const progress = await hook(
+            {
+              runId: row.id,
+              organizationId: row.organizationId,
+              payload: row.payload ?? {},
+              progress: locked.progress ?? {},
+              error: message,
+            },
+            em,
+          );
+          const changed = await em.nativeUpdate(JobRun, where, {
+            ...end,
+            ...(progress ? { progress } : {}),
+          } as never);
+          return changed > 0;
+        });
+      } catch (error) {
+        logger.warn({ err: error, runId: row.id }, 'recording an abandoned run failed');
+      }
+    }
+    return (await updateRun(where, end)) > 0;
   }
 
   function scheduleSweeps(): void {

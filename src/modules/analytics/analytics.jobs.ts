@@ -144,8 +144,8 @@ export async function registerAnalyticsJobs(deps: AppDeps): Promise<void> {
       timeoutSeconds: 2 * 3600,
       // Its worker died: the hypothesis must not show that run as running (nor refuse an insight as
       // "still running") until it is tested again.
-      async onAbandoned(run) {
-        await deps.orm.em.fork().nativeUpdate(
+      async onAbandoned(run, em) {
+        await em.nativeUpdate(
           Hypothesis,
           {
             id: String(run.payload.hypothesis_id),

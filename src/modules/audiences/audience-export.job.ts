@@ -61,6 +61,10 @@ export function exportFilePath(deps: AppDeps, organizationId: string, exportId: 
   return join(deps.env.dataDir, 'audience-exports', organizationId, `${exportId}.csv`);
 }
 
+/** Where a run writes its CSV file until the file is complete and moves into place. */
+const partialFilePath = (deps: AppDeps, organizationId: string, exportId: string, runId: string) =>
+  `${exportFilePath(deps, organizationId, exportId)}.${runId}.part`;
+
 interface Source {
   warehouse: Warehouse;
   sql: string;
@@ -91,7 +95,7 @@ async function writeCsv(
   const delimiter = config.delimiter ?? ',';
   const escapeFormulas = config.escape_formulas === true;
   const path = exportFilePath(deps, exp.organization.id, exp.id);
-  const partial = `${path}.${context.runId}.part`;
+  const partial = partialFilePath(deps, exp.organization.id, exp.id, context.runId);
   await mkdir(dirname(path), { recursive: true });
   let rows = 0;
   async function* chunks() {
@@ -517,6 +521,30 @@ function exportedAfterFailure(
   };
 }
 
+/**
+ * What an export run whose worker died left at its destination, from the last progress it recorded
+ * (a running count), as its handler records it on failure: a webhook's receiver holds the batches
+ * it acknowledged (each recorded once acknowledged, with `batches_sent`), which the export shows when
+ * there are any; a CSV run's partial file is never moved into place and a PostgreSQL run's
+ * transaction died with its connection, so they hold none of the rows counted and the export keeps
+ * its figure. A run that had not started to write (still materializing first) keeps its progress.
+ */
+function abandonedDelivery(progress: Record<string, unknown>): {
+  progress: Record<string, unknown> | undefined;
+  acknowledged: number | null;
+} {
+  if (typeof progress.rows_exported !== 'number') return { progress: undefined, acknowledged: null };
+  if (progress.batches_sent !== undefined)
+    return {
+      progress: undefined,
+      acknowledged: Number(progress.batches_sent) > 0 ? progress.rows_exported : null,
+    };
+  return {
+    progress: { ...progress, rows_exported: 0, percent: progress.total_rows ? 0 : null },
+    acknowledged: null,
+  };
+}
+
 async function record(
   em: EntityManager,
   id: string,
@@ -799,18 +827,27 @@ export async function registerExportJob(deps: AppDeps): Promise<void> {
       retryLimit: 2,
       retryDelaySeconds: 2,
       timeoutSeconds: 6 * 3600,
-      // Its worker died on the last attempt: the export records the failure its handler would have.
-      async onAbandoned(run) {
-        await deps.orm.em.fork().nativeUpdate(
+      // Its worker died on the last attempt: the export and the run record what its handler would
+      // have, had it failed.
+      async onAbandoned(run, em) {
+        const exportId = String(run.payload.export_id);
+        const reached = abandonedDelivery(run.progress);
+        await em.nativeUpdate(
           AudienceExport,
+          { id: exportId, organization: run.organizationId, lastRunId: run.runId, lastRunStatus: 'running' },
           {
-            id: String(run.payload.export_id),
-            organization: run.organizationId,
-            lastRunId: run.runId,
-            lastRunStatus: 'running',
+            lastRunStatus: 'failed',
+            lastError: run.error,
+            ...(reached.acknowledged !== null ? { rowsExported: reached.acknowledged } : {}),
+            updatedAt: new Date(),
           },
-          { lastRunStatus: 'failed', lastError: run.error, updatedAt: new Date() },
         );
+        // Nobody else removes the dead attempt's partial file (a CSV export's only). One left behind
+        // only takes disk space: the failure is recorded all the same.
+        await rm(partialFilePath(deps, run.organizationId, exportId, run.runId), { force: true }).catch(
+          () => undefined,
+        );
+        return reached.progress;
       },
     },
   );

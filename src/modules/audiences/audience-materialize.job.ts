@@ -186,8 +186,8 @@ export async function registerMaterializeJob(deps: AppDeps): Promise<void> {
       retryDelaySeconds: 5,
       timeoutSeconds: 6 * 3600,
       // Its worker died on the last attempt: the audience must not show that run as running forever.
-      async onAbandoned(run) {
-        await deps.orm.em.fork().nativeUpdate(
+      async onAbandoned(run, em) {
+        await em.nativeUpdate(
           Audience,
           {
             id: String(run.payload.audience_id),
