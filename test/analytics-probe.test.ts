@@ -4,6 +4,7 @@ import { AppError } from '../src/app-error.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
+import { Hypothesis } from '../src/modules/analytics/analytics.entity.ts';
 
 /*
  * Analytics edge cases over HTTP against a real PostgreSQL warehouse (a scratch database, dropped at
@@ -588,6 +589,47 @@ describe('mining columns', () => {
     });
     expect((await api('GET', `/hypotheses/${kept}`)).body.mining_columns).toEqual(['seats', 'plan']);
     expect((await api('GET', `/results/mining/${kept}`)).status).toBe(200);
+  });
+
+  it('refuses a column given more than once (400, naming it at each repetition) and stores nothing', async () => {
+    const stored = () =>
+      server.deps.orm.em.fork().count(Hypothesis, { organization: tenant.organization.id });
+    const before = await stored();
+    const attempt = (mining_columns: string[]) =>
+      api('POST', '/hypotheses', {
+        body: {
+          statement: 'probe',
+          table: 'orders',
+          metric: { expression: 'spend' },
+          segment: { column: 'plan', groups: ['pro', 'basic'] },
+          mining_columns,
+        },
+      });
+    const once = await attempt(['plan', 'seats', 'plan']);
+    expect(once.status, JSON.stringify(once.body)).toBe(400);
+    expect(once.body.reason).toBe('MINING_COLUMN_REPEATED');
+    expect(once.body.message).toBe(
+      'mining_columns repeat plan: give each column once (each is one candidate segment column)',
+    );
+    expect(once.body.issues).toEqual([
+      { path: ['mining_columns', 2], message: 'plan is given already at 0' },
+    ]);
+
+    const several = await attempt(['seats', 'plan', 'seats', 'plan', 'seats']);
+    expect(several.status, JSON.stringify(several.body)).toBe(400);
+    expect(several.body.message).toMatch(/^mining_columns repeat seats, plan: /);
+    expect(several.body.issues).toEqual([
+      { path: ['mining_columns', 2], message: 'seats is given already at 0' },
+      { path: ['mining_columns', 3], message: 'plan is given already at 1' },
+      { path: ['mining_columns', 4], message: 'seats is given already at 0' },
+    ]);
+    expect(await stored()).toBe(before);
+
+    // Each once, the same columns are kept and mined.
+    const kept = await attempt(['seats', 'plan']);
+    expect(kept.status, JSON.stringify(kept.body)).toBe(200);
+    expect(kept.body.mining_columns).toEqual(['seats', 'plan']);
+    expect((await api('GET', `/results/mining/${kept.body.id}`)).status).toBe(200);
   });
 
   it('leaves a segment column of many values out of the default candidates', async () => {

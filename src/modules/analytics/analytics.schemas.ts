@@ -76,7 +76,7 @@ export const createHypothesisInput = z.object({
     .max(12)
     .optional()
     .describe(
-      'Candidate segment columns for mining; default the segment column and low-cardinality columns. A segment value null stands for NULL and, in a float or numeric column, NaN and ±Infinity',
+      'Candidate segment columns for mining, each given once; default the segment column and low-cardinality columns. A segment value null stands for NULL and, in a float or numeric column, NaN and ±Infinity',
     ),
 });
 

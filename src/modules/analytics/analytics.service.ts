@@ -116,7 +116,33 @@ export interface CreateHypothesisInput {
   mining_columns?: string[];
 }
 
+/**
+ * Mining columns given more than once: the engine refuses them at every mining request, so they are
+ * refused before the hypothesis is stored, each repetition at its place. Names are compared exactly,
+ * as the warehouse tells quoted columns apart by case.
+ */
+function refuseRepeatedMiningColumns(given: string[] | undefined) {
+  const repeats = (given ?? []).flatMap((name, at) => {
+    const first = given!.indexOf(name);
+    return first === at ? [] : [{ name, at, first }];
+  });
+  if (!repeats.length) return;
+  const names = [...new Set(repeats.map((r) => r.name))];
+  throw new AppError(
+    'BAD_REQUEST',
+    `mining_columns repeat ${names.join(', ')}: give each column once (each is one candidate segment column)`,
+    {
+      reason: 'MINING_COLUMN_REPEATED',
+      issues: repeats.map((r) => ({
+        path: ['mining_columns', r.at],
+        message: `${r.name} is given already at ${r.first}`,
+      })),
+    },
+  );
+}
+
 export async function createHypothesis(scope: CallerScope, input: CreateHypothesisInput) {
+  refuseRepeatedMiningColumns(input.mining_columns);
   const { workspace, config, warehouse } = await workspaceWarehouse(scope, 'target');
   const table = await resolveTargetTable(warehouse, config, input.table);
   const checked = await validateHypothesis(warehouse, table, {
