@@ -737,6 +737,7 @@ describe('join proposals', () => {
     columns: columns.map((c, i) => ({
       name: c,
       type: 'text',
+      base_type: 'text',
       nullable: true,
       default: null,
       generated: null,

@@ -256,6 +256,7 @@ describe('profiles feed the matcher', () => {
           ),
           columns: columns.map((c, i) => ({
             ...c,
+            base_type: c.type,
             nullable: true,
             default: null,
             generated: null,

@@ -10,6 +10,11 @@ import { shareOf, type PatternShare, type ValuePattern } from './value-patterns.
 export interface ColumnValues {
   /** The source database's type name. */
   type: string;
+  /**
+   * The type of the values when it is not `type`: a domain's base type (introspection's base_type), by
+   * which the column casts and is judged; absent, `type`.
+   */
+  baseType?: string;
   patterns?: PatternShare[];
   /** Sampled values, when the profile kept them: their absence of a pattern is evidence too. */
   samples?: string[];
@@ -92,9 +97,12 @@ const TO_TEXT: Record<Family, number> = {
   other: 0.4,
 };
 
+/** The type a source column's values are of: a domain is judged as the type it is over. */
+const valuesType = (source: ColumnValues) => source.baseType ?? source.type;
+
 /** How well the families of two types go together, values considered; 0 only for a structure into a scalar. */
 function familyScore(source: ColumnValues, targetType: string): number {
-  const s = typeFamily(source.type);
+  const s = typeFamily(valuesType(source));
   const t = typeFamily(targetType);
   const p = (pattern: ValuePattern) => shareOf(source.patterns, pattern);
   if (s === t) return 1;
@@ -140,7 +148,7 @@ function familyScore(source: ColumnValues, targetType: string): number {
  * knows keeps the family rule: only a structure into a scalar is refused.
  */
 export function canFeed(source: ColumnValues, targetType: string, converts?: Converts): boolean {
-  const cast = castable(source.type, targetType, source.catalogType);
+  const cast = castable(valuesType(source), targetType, source.catalogType);
   if (cast === null) return familyScore(source, targetType) > 0;
   return cast || (converts?.(source, targetType) ?? false);
 }
@@ -195,7 +203,7 @@ export function patternTerm(
   converts?: Converts,
 ): { term: number; evidence: number; pattern: ValuePattern | null } {
   const patterns = source.patterns ?? [];
-  const sourceFamily = typeFamily(source.type);
+  const sourceFamily = typeFamily(valuesType(source));
   // No name or value evidence lifts a pair back that PostgreSQL would refuse to cast.
   if (!canFeed(source, targetType, converts))
     return { term: Number.NEGATIVE_INFINITY, evidence: -1, pattern: null };

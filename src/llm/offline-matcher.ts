@@ -46,6 +46,8 @@ interface SourceColumn {
   name: string;
   /** The source database's type name. */
   type: string;
+  /** A domain's base type (introspection's base_type), which decides casts and families; absent, `type`. */
+  baseType?: string;
   patterns?: PatternShare[];
   nullRate?: number;
   distinctRatio?: number;

@@ -91,6 +91,8 @@ export function buildMatchPrompt(input: MatchPromptInput): { system: string; use
         return {
           name: c.name,
           type: c.type,
+          // A domain's name alone does not say what its values are.
+          base_type: c.baseType,
           primary_key: c.isPrimaryKey || undefined,
           references: c.references ? `${c.references.table}.${c.references.column}` : undefined,
           null_rate: c.nullRate,

@@ -167,6 +167,7 @@ export function sourceTableOf(
       return {
         name: c.name,
         type: c.type,
+        ...(c.base_type !== c.type ? { baseType: c.base_type } : {}),
         isPrimaryKey: table.primary_key.includes(c.name),
         references: references.get(c.name) ?? null,
         patterns: p?.patterns,

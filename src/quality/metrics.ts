@@ -11,8 +11,17 @@ import {
 /** A column as introspection reports it. */
 export interface ColumnInput {
   name: string;
+  /** The type reported back with the column's metrics (a domain by its own name). */
   type: string;
+  /**
+   * The type of the values (introspection's base_type: a domain's base type), which decides the
+   * aggregates; absent, `type`.
+   */
+  base_type?: string;
 }
+
+/** The family a column is measured as: its base type's, so a domain over float8 is a float. */
+const familyOf = (column: ColumnInput): TypeFamily => typeFamily(column.base_type ?? column.type);
 
 export interface MetricsOptions {
   /** Tables estimated above this many rows get approximate distinct counts (default 200,000). */
@@ -107,7 +116,7 @@ const FRESHNESS_NAMES = [
 
 /** The freshness column: the named one, else the best-named timestamp column, else the first one. */
 export function detectTimestampColumn(columns: ColumnInput[]): string | null {
-  const stamps = columns.filter((c) => TIMESTAMP_FAMILIES.includes(typeFamily(c.type)));
+  const stamps = columns.filter((c) => TIMESTAMP_FAMILIES.includes(familyOf(c)));
   for (const name of FRESHNESS_NAMES) {
     const hit = stamps.find((c) => c.name.toLowerCase() === name);
     if (hit) return hit.name;
@@ -134,7 +143,7 @@ export function buildMetricsQuery(
     options.timestampColumn === undefined ? detectTimestampColumn(columns) : options.timestampColumn;
   if (timestampColumn !== null) {
     const col = columns.find((c) => c.name === timestampColumn);
-    const family = col && typeFamily(col.type);
+    const family = col && familyOf(col);
     if (!family || ![...TIMESTAMP_FAMILIES, 'date'].includes(family))
       throw new Error(`Freshness column ${timestampColumn} is not a date or timestamp column of the table`);
   }
@@ -148,7 +157,7 @@ export function buildMetricsQuery(
   let tableParams: [string, string] | undefined;
   const schemaAndName = () => (tableParams ??= [param(table.schema), param(table.name)]);
   const plan: ColumnPlan[] = columns.map((column) => {
-    const family = typeFamily(column.type);
+    const family = familyOf(column);
     const minMax = ORDERED_NUMERIC.includes(family)
       ? 'number'
       : ORDERED_TEXTUAL.includes(family) || (family === 'text' && options.textMinMax)

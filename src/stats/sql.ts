@@ -1,5 +1,6 @@
 import { loadModule, parseSync } from 'libpg-query';
 import { AppError } from '../app-error.ts';
+import { baseTypeSql } from '../warehouse/introspect.ts';
 
 /**
  * Runs one parameterized statement (`$1`, `$2`, … placeholders) on the warehouse and returns its rows.
@@ -109,20 +110,6 @@ export function numericMetricSql(metric: MetricSpec): string {
   return metric.kind === 'boolean'
     ? `(${wrap(metric.sql)}::boolean)::int::float8`
     : `nullif(nullif(nullif(${wrap(metric.sql)}::float8, 'NaN'), 'Infinity'), '-Infinity')`;
-}
-
-/**
- * The type `oid` (with `typmod`) as format_type spells it, or, for a domain, its base type: a domain over
- * a domain is followed to the end (pg_type.typbasetype names the next step, typtypmod its modifier). A
- * domain holds its base type's values and operators, so it is judged as that type; its own name says
- * nothing about them. A scalar subquery, correlated with the outer query through `oid` and `typmod`.
- */
-export function baseTypeSql(oid: string, typmod = 'NULL'): string {
-  return (
-    `(WITH RECURSIVE d(oid, typmod) AS (SELECT (${oid})::oid, (${typmod})::int ` +
-    `UNION ALL SELECT t.typbasetype, t.typtypmod FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype = 'd') ` +
-    `SELECT pg_catalog.format_type(d.oid, d.typmod) FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype <> 'd')`
-  );
 }
 
 /**

@@ -129,7 +129,8 @@ export function diffSchema(
         diff.missing_columns.push({ table: table.name, column: column.name, type: column.type });
         continue;
       }
-      if (portableFamily(have.type) !== column.type.toLowerCase())
+      // A domain holds its base type's values: a domain over text is a text column of the schema.
+      if (portableFamily(have.base_type) !== column.type.toLowerCase())
         diff.type_mismatches.push({
           table: table.name,
           column: column.name,

@@ -1,5 +1,19 @@
 import type { IntrospectedSchema, IntrospectedTable, IntrospectOptions, RelationKind } from './warehouse.ts';
 
+/**
+ * The type `oid` (with `typmod`) as format_type spells it, or, for a domain, its base type: a domain over
+ * a domain is followed to the end (pg_type.typbasetype names the next step, typtypmod its modifier). A
+ * domain holds its base type's values and operators, so it is judged as that type; its own name says
+ * nothing about them. A scalar subquery, correlated with the outer query through `oid` and `typmod`.
+ */
+export function baseTypeSql(oid: string, typmod = 'NULL'): string {
+  return (
+    `(WITH RECURSIVE d(oid, typmod) AS (SELECT (${oid})::oid, (${typmod})::int ` +
+    `UNION ALL SELECT t.typbasetype, t.typtypmod FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype = 'd') ` +
+    `SELECT pg_catalog.format_type(d.oid, d.typmod) FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid WHERE t.typtype <> 'd')`
+  );
+}
+
 /** Runs one catalog query; introspection counts on exactly these calls, never one per table. */
 export type CatalogQuery = <R>(sql: string, params: unknown[]) => Promise<R[]>;
 
@@ -25,16 +39,21 @@ const RELATIONS_SQL = `
    order by n.nspname, c.relname`;
 
 // A generated column keeps its expression in pg_attrdef, where defaults are: read as a default, it would
-// promise that an insert without the column fills it in, while inserting into it is refused.
+// promise that an insert without the column fills it in, while inserting into it is refused. The base
+// type is looked up for domain columns only (case evaluates the subquery for those rows alone).
 const COLUMNS_SQL = `
   select n.nspname as schema, c.relname as table, a.attname as name, a.attnum as position,
-         format_type(a.atttypid, a.atttypmod) as type, not a.attnotnull as nullable,
+         format_type(a.atttypid, a.atttypmod) as type,
+         case when ty.typtype = 'd' then ${baseTypeSql('a.atttypid', 'a.atttypmod')}
+              else format_type(a.atttypid, a.atttypmod) end as base_type,
+         not a.attnotnull as nullable,
          case when a.attgenerated = '' then pg_get_expr(d.adbin, d.adrelid) end as default,
          case when a.attgenerated <> '' then pg_get_expr(d.adbin, d.adrelid) end as generated,
          col_description(c.oid, a.attnum) as description
     from pg_attribute a
     join pg_class c on c.oid = a.attrelid
     join pg_namespace n on n.oid = c.relnamespace
+    join pg_type ty on ty.oid = a.atttypid
     left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
    where n.nspname = any($1::text[]) and c.relkind in ('r', 'p', 'v', 'm', 'f')
      and not c.relispartition and a.attnum > 0 and not a.attisdropped
@@ -69,6 +88,7 @@ interface ColumnRow {
   name: string;
   position: number;
   type: string;
+  base_type: string;
   nullable: boolean;
   default: string | null;
   generated: string | null;
@@ -129,6 +149,7 @@ export async function introspectCatalog(
     tables.get(`${c.schema}.${c.table}`)?.columns.push({
       name: c.name,
       type: c.type,
+      base_type: c.base_type,
       nullable: c.nullable,
       default: c.default,
       generated: c.generated,

@@ -172,6 +172,8 @@ export async function mysqlIntrospect(
     tables.get(key)?.columns.push({
       name: col.name,
       type: mapped.pg,
+      // MySQL has no domains: the mapped type is what the values are.
+      base_type: mapped.pg,
       // As loaded: a date column may receive NULL for dates PostgreSQL has none for (zero dates).
       nullable: col.nullable === 'YES' || mayLoadAsNull(mapped.kind),
       default: defaultOf(col, generated, mariadb),

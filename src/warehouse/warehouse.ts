@@ -7,8 +7,15 @@ export type RelationKind = 'table' | 'view' | 'materialized_view' | 'foreign_tab
 
 interface IntrospectedColumn {
   name: string;
-  /** PostgreSQL spelling, e.g. `character varying(255)`, `timestamp with time zone`. */
+  /** PostgreSQL spelling, e.g. `character varying(255)`, `timestamp with time zone`; a domain by its own name. */
   type: string;
+  /**
+   * The type the column's values are of, spelled as `type`: for a domain, the type it is over (a domain
+   * over a domain followed to the end, from the catalog's pg_type.typbasetype); else `type` itself.
+   * Whatever depends on the values (aggregates, operators, casts, families) decides by it, never by a
+   * domain's name, which no list of type names can know.
+   */
+  base_type: string;
   nullable: boolean;
   /** What an insert without the column fills in; null for a generated column, whose expression is no default. */
   default: string | null;

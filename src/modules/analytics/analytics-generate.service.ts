@@ -373,9 +373,7 @@ export async function generateHypotheses(
     tables = chosen.length ? chosen : all;
   }
   // Named tables come base-typed from resolveTargetTable already; introspected ones not.
-  tables = input.tables?.length
-    ? tables.slice(0, MAX_TABLES)
-    : await withBaseTypes(warehouse, tables.slice(0, MAX_TABLES));
+  tables = input.tables?.length ? tables.slice(0, MAX_TABLES) : withBaseTypes(tables.slice(0, MAX_TABLES));
   if (!tables.length)
     throw new AppError(
       'CONFLICT',

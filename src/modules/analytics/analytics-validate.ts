@@ -1,5 +1,5 @@
 import { AppError } from '../../app-error.ts';
-import { assertExpression, baseTypeSql } from '../../stats/sql.ts';
+import { assertExpression } from '../../stats/sql.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { qualified, quoteIdent } from '../../warehouse/postgres.ts';
 import { parseSqlExpression } from '../../warehouse/sql-guard.ts';
@@ -20,34 +20,14 @@ const SEGMENT_TYPE = /^(text|character varying|character|boolean|smallint|intege
 export const isNumericType = (type: string) => NUMERIC_TYPE.test(type);
 
 /**
- * The tables with each column's type replaced by its base type when it is a domain (baseTypeSql, from
- * the warehouse's catalog in one query), so that every check of a column's type here (numeric, a
- * segment type, boolean) judges a domain as the type it holds. Introspection reports the domain's own
- * name, which no list of type names can know. Tables without a domain column are returned as they are.
+ * The tables with each column's type replaced by its base type (introspection's base_type), so that
+ * every check of a column's type here (numeric, a segment type, boolean) judges a domain as the type
+ * it holds; its own name is nothing a list of type names can know.
  */
-export async function withBaseTypes(
-  warehouse: Warehouse,
-  tables: IntrospectedTable[],
-): Promise<IntrospectedTable[]> {
-  if (!tables.length) return tables;
-  const rows = await warehouse.aggregate(
-    `SELECT n.nspname AS schema, c.relname AS table, a.attname AS name, ` +
-      `${baseTypeSql('a.atttypid', 'a.atttypmod')} AS type ` +
-      `FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid ` +
-      `JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ` +
-      `JOIN pg_catalog.pg_type t ON t.oid = a.atttypid ` +
-      `WHERE t.typtype = 'd' AND a.attnum > 0 AND NOT a.attisdropped ` +
-      `AND (n.nspname, c.relname) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
-    { params: [tables.map((t) => t.schema), tables.map((t) => t.name)] },
-  );
-  if (!rows.length) return tables;
-  const base = new Map(rows.map((r) => [`${r.schema}\0${r.table}\0${r.name}`, String(r.type)]));
+export function withBaseTypes(tables: IntrospectedTable[]): IntrospectedTable[] {
   return tables.map((table) => ({
     ...table,
-    columns: table.columns.map((c) => {
-      const type = base.get(`${table.schema}\0${table.name}\0${c.name}`);
-      return type ? { ...c, type } : c;
-    }),
+    columns: table.columns.map((c) => (c.type === c.base_type ? c : { ...c, type: c.base_type })),
   }));
 }
 
@@ -73,8 +53,7 @@ export async function resolveTargetTable(
         .map((s) => schema.tables.find((t) => t.schema === s && t.name === tableName))
         .find(Boolean);
   if (!found) throw notThere();
-  const [typed] = await withBaseTypes(warehouse, [found]);
-  return typed;
+  return withBaseTypes([found])[0];
 }
 
 /** The columns an expression reads, each of which must be a column of `table`. */

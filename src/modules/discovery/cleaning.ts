@@ -25,6 +25,8 @@ export interface CleaningProposal extends ProposedBy {
 interface CleaningColumn {
   name: string;
   type: string;
+  /** The type of the values (a domain's base type; see ColumnValues); absent, `type`. */
+  baseType?: string;
   patterns?: PatternShare[];
   samples?: string[];
 }
@@ -67,6 +69,8 @@ const isInteger = isOf(INTEGER_TYPES);
 const isDecimal = isOf(NUMERIC_TYPES);
 const isNumber = (type: string) => isInteger(type) || isDecimal(type);
 const isBoolean = isOf(/^bool(ean)?\b/i);
+/** What a column's values are: a domain over text is text to every cleaning function. */
+const valuesType = (column: CleaningColumn) => column.baseType ?? column.type;
 
 const TRUE_TOKENS = ['1', 'on', 't', 'true', 'y', 'yes'];
 const FALSE_TOKENS = ['0', 'f', 'false', 'n', 'no', 'off'];
@@ -155,7 +159,7 @@ export async function proposeCleaning(input: CleaningInput): Promise<CleaningPro
     if (type === 'boolean') draft = booleanDraft(ref, column, target.name);
     else if (type === 'timestamptz') draft = epochDraft(ref, column);
     else if (type === 'text' && targetWords.includes('country')) {
-      if (isText(column.type)) {
+      if (isText(valuesType(column))) {
         const found = await countryCaseOf(split.table, split.column);
         if (found && !found.alreadyCodes)
           draft = {
@@ -169,12 +173,12 @@ export async function proposeCleaning(input: CleaningInput): Promise<CleaningPro
       targetWords.some((w) => ['phone', 'mobile', 'telephone', 'tel', 'fax', 'msisdn'].includes(w))
     ) {
       if (
-        isText(column.type) &&
+        isText(valuesType(column)) &&
         (patternShare(column, 'phone') >= 0.5 || /phone|mobile|tel/i.test(column.name))
       )
         draft = await phoneDraft(input, ref, split.table, column, countryCaseOf);
     } else if (type === 'text' && targetWords.some((w) => w === 'email' || w === 'mail')) {
-      if (isText(column.type) && (patternShare(column, 'email') >= 0.5 || /mail/i.test(column.name)))
+      if (isText(valuesType(column)) && (patternShare(column, 'email') >= 0.5 || /mail/i.test(column.name)))
         draft = {
           kind: 'email_normalised',
           expression: `lower(trim(${ref}))`,
@@ -251,19 +255,19 @@ function booleanDraft(ref: string, column: CleaningColumn, targetName: string): 
   const why = inverted
     ? `${column.name} says the opposite of ${targetName}, so its values are negated`
     : `${column.name}'s yes/no values as a boolean`;
-  if (isBoolean(column.type))
+  if (isBoolean(valuesType(column)))
     return inverted ? { kind: 'inverted_flag', expression: `NOT ${ref}`, description: why } : null;
   const samples = (column.samples ?? []).map((s) => s.trim().toLowerCase()).filter(Boolean);
   const tokens = new Set([...TRUE_TOKENS, ...FALSE_TOKENS]);
   if (samples.length === 0 || !samples.every((s) => tokens.has(s))) return null;
   const kind: CleaningKind = inverted ? 'inverted_flag' : 'boolean_text';
-  if (isInteger(column.type))
+  if (isInteger(valuesType(column)))
     return {
       kind,
       expression: `CASE ${ref} WHEN 1 THEN ${yes} WHEN 0 THEN ${no} END`,
       description: `${why}; 1 and 0 are read, other values become NULL`,
     };
-  if (!isText(column.type)) return null;
+  if (!isText(valuesType(column))) return null;
   const arms = [
     ...TRUE_TOKENS.map((t) => `WHEN ${literal(t)} THEN ${yes}`),
     ...FALSE_TOKENS.map((t) => `WHEN ${literal(t)} THEN ${no}`),
@@ -281,8 +285,8 @@ const SECONDS = [1e8, 1e10] as const; // 1973 … 2286
 const MILLISECONDS = [1e11, 1e13] as const; // 1973 … 2286
 
 function epochDraft(ref: string, column: CleaningColumn): Draft | null {
-  const numeric = isNumber(column.type);
-  if (!numeric && !isText(column.type)) return null;
+  const numeric = isNumber(valuesType(column));
+  if (!numeric && !isText(valuesType(column))) return null;
   const values = (column.samples ?? []).map((s) => s.trim()).filter(Boolean);
   if (values.length === 0 || !values.every((s) => /^[0-9]+(\.[0-9]+)?$/.test(s))) return null;
   const numbers = values.map(Number);
@@ -312,10 +316,10 @@ function centsDraft(
   siblings: CleaningColumn[],
 ): Draft | null {
   const integerText =
-    isText(column.type) &&
+    isText(valuesType(column)) &&
     (column.samples ?? []).length > 0 &&
     (column.samples ?? []).every((s) => /^\s*-?[0-9]+\s*$/.test(s));
-  if (!isInteger(column.type) && !integerText) return null;
+  if (!isInteger(valuesType(column)) && !integerText) return null;
   const sourceWords = words(column.name);
   const nameSays = sourceWords.some((w) => CENTS_WORDS.has(w)) || /cents$/i.test(column.name);
   // Payment systems export integer amounts in the currency's minor unit next to its code (Stripe's
@@ -325,7 +329,7 @@ function centsDraft(
     sourceWords.some((w) => MONEY_WORDS.has(w)) &&
     siblings.some((c) => c !== column && patternShare(c, 'currency_code') >= 0.8);
   if (!nameSays && !valuesSay) return null;
-  const value = isInteger(column.type) ? ref : `trim(${ref})`;
+  const value = isInteger(valuesType(column)) ? ref : `trim(${ref})`;
   return {
     kind: 'cents_to_units',
     expression: `round(${value}::numeric / 100, 2)`,
@@ -429,7 +433,7 @@ async function phoneDraft(
     .filter(
       (c) =>
         c !== column &&
-        isText(c.type) &&
+        isText(valuesType(c)) &&
         (words(c.name).includes('country') || patternShare(c, 'country_code') >= 0.5),
     )
     .map((c) => c.name);

@@ -248,11 +248,13 @@ async function describeUserTypes(
   run: QueryRunner,
   sources: SourceTable[],
 ): Promise<void> {
-  const columns = sources.flatMap((s) => s.columns).filter((c) => !isBuiltInType(c.type));
+  // A domain over a built-in type needs nothing more: introspection gave its base type.
+  const typeOf = (c: SourceTable['columns'][number]) => c.baseType ?? c.type;
+  const columns = sources.flatMap((s) => s.columns).filter((c) => !isBuiltInType(typeOf(c)));
   if (columns.length === 0) return;
   try {
-    const described = await lookupCatalogTypes(run, [...new Set(columns.map((c) => c.type))]);
-    for (const c of columns) c.catalogType = described.get(c.type) ?? null;
+    const described = await lookupCatalogTypes(run, [...new Set(columns.map(typeOf))]);
+    for (const c of columns) c.catalogType = described.get(typeOf(c)) ?? null;
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     scope.deps.logger.warn(

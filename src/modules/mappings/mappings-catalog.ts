@@ -22,6 +22,7 @@ export interface CatalogTable {
   key: string;
   schema: string;
   name: string;
+  /** Each column's base type (a domain's as the type it is over): what joins compare and exports read. */
   columns: Map<string, string>;
 }
 
@@ -32,12 +33,14 @@ export interface SourceCatalog {
 
 const CATALOG_KEY = 'source-catalog';
 
-function buildCatalog(tables: { schema: string; name: string; columns: { name: string; type: string }[] }[]) {
+function buildCatalog(
+  tables: { schema: string; name: string; columns: { name: string; base_type: string }[] }[],
+) {
   const list = tables.map((t) => ({
     key: `${t.schema}.${t.name}`,
     schema: t.schema,
     name: t.name,
-    columns: new Map(t.columns.map((c) => [c.name, c.type])),
+    columns: new Map(t.columns.map((c) => [c.name, c.base_type])),
   }));
   return { tables: list, byKey: new Map(list.map((t) => [t.key, t])) };
 }

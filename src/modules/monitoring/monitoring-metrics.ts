@@ -66,7 +66,7 @@ export async function measureTables(
           return computeTableMetrics(
             tx,
             { schema: table.schema, name: table.name },
-            table.columns.map((c) => ({ name: c.name, type: c.type })),
+            table.columns.map((c) => ({ name: c.name, type: c.type, base_type: c.base_type })),
             {
               estimatedRows: table.estimated_rows,
               ...(freshness !== undefined ? { timestampColumn: freshness } : {}),

@@ -81,7 +81,8 @@ async function sourceTable(scope: CallerScope, tableName: string): Promise<Resol
   if (!table) throw notFound(`Table ${tableName} of the source database`);
   return {
     name: `${table.schema}.${table.name}`,
-    columns: table.columns.map((c) => ({ name: c.name, family: portableFamily(c.type) })),
+    // A domain column is tested as the type it is over (a range on a domain over numeric).
+    columns: table.columns.map((c) => ({ name: c.name, family: portableFamily(c.base_type) })),
   };
 }
 

@@ -11,11 +11,15 @@ const relationKind = z.enum([
   'partitioned_table',
 ]);
 
+const BASE_TYPE =
+  "The type of the column's values: for a domain, the type it is over (a domain over a domain followed to the end), else type itself. Monitoring, discovery, mappings and exports judge the column by it";
+
 const reference = z.object({ schema: z.string(), table: z.string(), column: z.string() });
 
 const sourceColumn = z.object({
   name: z.string(),
   type: z.string().describe('PostgreSQL type, e.g. text, numeric(12,2), timestamp with time zone'),
+  base_type: z.string().describe(BASE_TYPE),
   nullable: z.boolean(),
   default: z
     .string()
@@ -61,6 +65,7 @@ const flatColumn = z.object({
   table_kind: relationKind,
   column: z.string(),
   type: z.string(),
+  base_type: z.string().describe(BASE_TYPE),
   nullable: z.boolean(),
   description: z.string().nullable(),
   position: z.number().int(),

@@ -111,7 +111,9 @@ async function cteView(warehouse: Warehouse, cte: Cte): Promise<SourceTableView>
     );
     base.columns = result.columns.map((c, i) => ({
       name: c.name,
+      // A result column of a domain type is described by its base type already (the row description).
       type: c.type,
+      base_type: c.type,
       nullable: true,
       default: null,
       generated: null,
@@ -160,6 +162,7 @@ function flattenTables(tables: SourceTableView[]) {
       table_kind: t.kind,
       column: c.name,
       type: c.type,
+      base_type: c.base_type,
       nullable: c.nullable,
       description: c.description,
       position: c.position,
