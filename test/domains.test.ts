@@ -12,6 +12,7 @@ import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
  * `accounts_plain` of their base types.
  */
 const db = scratchDatabase('domains');
+const destination = scratchDatabase('domains_dest');
 
 const ROWS = `select i,
        case when i % 4 = 0 then null else '  User' || i || '@Example.COM ' end,
@@ -73,6 +74,7 @@ let plain: Tenant;
 
 beforeAll(async () => {
   await db.create();
+  await destination.create();
   await db.sql(`create schema dom; create schema typed; create schema plain; create schema wh;
     create domain dom.label_t as text;
     create domain dom.amount_t as numeric(12,2);
@@ -108,6 +110,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   await db.drop();
+  await destination.drop();
 });
 
 /** Text with the source schema's name (bare or quoted) written as S: the two sources compared. */
@@ -292,7 +295,12 @@ describe('audiences', () => {
       ],
     };
     const created = await asTyped('POST', '/api/api/audiences', {
-      body: { name: 'domains', target_table: 'accounts', definition: { type: 'rules', rules } },
+      body: {
+        name: 'domains',
+        target_table: 'accounts',
+        definition: { type: 'rules', rules },
+        attribute_columns: ['email', 'balance', 'ratio', 'updated_at'],
+      },
     });
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const id = created.body.id;
@@ -321,5 +329,49 @@ describe('audiences', () => {
     });
     expect(wrong.status).toBe(400);
     expect(wrong.body.message).toMatch(/balance/);
+
+    // Exported into another database, which has none of the domains: the base types, the same values.
+    const exp = await asTyped('POST', '/api/api/audiences/exports', {
+      body: {
+        audience_id: id,
+        destination: pgConfig(destination.name, { password: 'unused', schema: 'out', table: 'members' }),
+        field_mapping: ['account_id', 'email', 'balance', 'ratio', 'updated_at'].map((c) => ({
+          source: c,
+          destination: c,
+        })),
+      },
+    });
+    expect(exp.status, JSON.stringify(exp.body)).toBe(200);
+    const finished = await until(
+      'export',
+      async () =>
+        (await asTyped('GET', `/api/api/audiences/${id}/exports`)).body.exports.find(
+          (e: any) => e.id === exp.body.export.id,
+        ),
+      (e) =>
+        e?.last_run?.run_id === exp.body.run.run_id && ['succeeded', 'failed'].includes(e.last_run.status),
+    );
+    expect(finished.last_run.status, finished.last_run.error).toBe('succeeded');
+    const types = await destination.sql(
+      `select column_name as name, format_type(atttypid, atttypmod) as type
+         from information_schema.columns c join pg_attribute a
+           on a.attrelid = 'out.members'::regclass and a.attname = c.column_name
+        where c.table_schema = 'out' and c.table_name = 'members' order by c.ordinal_position`,
+    );
+    expect(types).toEqual([
+      { name: 'account_id', type: 'integer' },
+      { name: 'email', type: 'text' },
+      { name: 'balance', type: 'numeric(12,2)' },
+      { name: 'ratio', type: 'double precision' },
+      { name: 'updated_at', type: 'timestamp with time zone' },
+    ]);
+    const exported = await destination.sql(
+      `select account_id, email, balance::text, ratio, updated_at from out.members order by 1`,
+    );
+    const expected = await db.sql(
+      `select account_id, email, balance::text, ratio, updated_at from wh.accounts
+        where balance between 0.5 and 20 and ratio > 1 order by 1`,
+    );
+    expect(exported).toEqual(expected);
   });
 });

@@ -701,7 +701,10 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       );
     const target = audienceTarget(deps, em, audience);
     const warehouse = await warehouses(deps).open(target, `${audience.workspace.id}:target`);
-    const types = new Map((audience.materializedColumns ?? []).map((col) => [col.name, col.type]));
+    // A destination is created with base types: the domains of the target database are not there.
+    const types = new Map(
+      (audience.materializedColumns ?? []).map((col) => [col.name, col.base_type ?? col.type]),
+    );
     const source: Source = {
       warehouse,
       demo: target.type === 'postgres' && isDemoWarehouse(deps, target),

@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { AppDeps } from '../../deps.ts';
 import type { JobContext } from '../../jobs/queue.ts';
+import { baseTypeSql } from '../../warehouse/introspect.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { requiredConnectionConfig, targetSchemaOf } from '../workspaces/workspaces.service.ts';
 import { Audience, type AudienceEntity } from './audiences.entity.ts';
@@ -106,8 +107,10 @@ async function materializeAudience(deps: AppDeps, payload: MaterializePayload, c
         await tx.query(
           `create index on ${qualifiedName(MATERIALIZED_SCHEMA, table)} (${memberLookup(column)})`,
         );
-      const columns = await tx.query<{ name: string; type: string }>(
-        `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type
+      // CREATE TABLE … AS keeps a domain column's domain.
+      const columns = await tx.query<{ name: string; type: string; base_type: string }>(
+        `select a.attname as name, format_type(a.atttypid, a.atttypmod) as type,
+                ${baseTypeSql('a.atttypid', 'a.atttypmod')} as base_type
            from pg_attribute a
           where a.attrelid = $1::regclass and a.attnum > 0 and not a.attisdropped
           order by a.attnum`,

@@ -15,6 +15,11 @@ export const EXPORT_STATUSES = ['active', 'paused'] as const;
 export interface MaterializedColumn {
   name: string;
   type: string;
+  /**
+   * The type of the values: a domain's base type (baseTypeSql), which a destination outside the target
+   * database is created with (it has no such domain). Absent in materializations written before it.
+   */
+  base_type?: string;
 }
 
 export interface FieldMappingEntry {

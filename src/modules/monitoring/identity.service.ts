@@ -157,7 +157,7 @@ const TIMESTAMP_NAMES = [
 function timestampOf(table: IntrospectedTable): { timestampColumn?: string } {
   for (const name of TIMESTAMP_NAMES) {
     const column = table.columns.find((c) => c.name.toLowerCase() === name);
-    if (column && /^(timestamp|date)/.test(column.type)) return { timestampColumn: column.name };
+    if (column && /^(timestamp|date)/.test(column.base_type)) return { timestampColumn: column.name };
   }
   return {};
 }
@@ -251,7 +251,9 @@ async function planIdentity(
         if (!source.schemas.includes(table.schema) || table.kind !== 'table') continue;
         if (selected && !selected.has(table.name) && !selected.has(`${table.schema}.${table.name}`)) continue;
         if (sources.some((s) => s.table.schema === table.schema && s.table.name === table.name)) continue;
-        const profiles = await profileTable(run, table.schema, table.name, table.columns, { rowLimit: 1000 });
+        // Profiled by base type: a domain over text is text to the identifier rules.
+        const columns = table.columns.map((c) => ({ name: c.name, type: c.base_type }));
+        const profiles = await profileTable(run, table.schema, table.name, columns, { rowLimit: 1000 });
         const identifiers = profiledIdentifiers(table, profiles);
         if (!identifiers.some((i) => i.type === 'email' || i.type === 'phone')) continue;
         const key = table.primary_key.length === 1 ? table.primary_key[0] : undefined;
