@@ -32,7 +32,9 @@ describe('wrapped bodies', () => {
     expect(res.body.code).toBe('BAD_REQUEST');
     expect(res.body.issues).toEqual([
       {
+        code: 'unrecognized_keys',
         path: ['input_data'],
+        keys: ['input_data'],
         message: expect.stringMatching(
           /"input_data" is not a field of POST \/api\/admin\/llm-parameters; send .*model.*monthly_budget_usd.* at the top level of the body, not wrapped/,
         ),
@@ -71,9 +73,10 @@ describe('wrapped bodies', () => {
       },
     });
     expect(settings.status).toBe(400);
-    // admin-settings answers with a `settings` field, so its own (strict) schema names it instead.
+    // admin-settings answers with a `settings` field: being a field of the answer does not make it one
+    // of the body.
     expect(settings.body.issues).toEqual([
-      expect.objectContaining({ code: 'unrecognized_keys', keys: ['settings'] }),
+      expect.objectContaining({ code: 'unrecognized_keys', path: ['settings'], keys: ['settings'] }),
     ]);
   });
 
@@ -86,10 +89,13 @@ describe('wrapped bodies', () => {
       },
     });
     expect(flat.status).toBe(400);
-    // table_name is also a field of its answer (read-only, tolerated); the others are refused.
+    // table_name is also a field of its answer: a client that sends it still learns it was not taken.
+    // The wrapper the body lacks is named after them.
     expect(flat.body.issues.map((i: { path: string[] }) => i.path[0])).toEqual([
+      'table_name',
       'target_field',
       'source_field',
+      'resolve_input',
     ]);
     expect(flat.body.issues[0].message).toMatch(/send resolve_input at the top level/);
   });

@@ -5,12 +5,12 @@ import type { AuthedContext } from './context.ts';
 import { organizationOf } from '../auth/tenancy.ts';
 import { t } from './init.ts';
 import { toTRPCError } from './errors.ts';
-import { checkBodyShape } from './body-rule.ts';
+import { refuseUnknownFields } from './body-rule.ts';
 
 /** Every procedure's errors pass through here: AppError → its status, anything unknown → a bare 500. */
-const translateErrors = t.middleware(async ({ next, path, type, getRawInput }) => {
+const translateErrors = t.middleware(async ({ next, path, getRawInput }) => {
   try {
-    checkBodyShape(path, type, await getRawInput());
+    await refuseUnknownFields(path, await getRawInput());
   } catch (error) {
     throw toTRPCError(error);
   }
@@ -30,7 +30,7 @@ export const publicProcedure = t.procedure.use(translateErrors);
  * (bench/api-overhead.ts), so each guarded procedure has exactly one.
  */
 function guarded(check?: (principal: Principal) => void) {
-  return t.procedure.use(async ({ ctx, meta, next, path, type, getRawInput }) => {
+  return t.procedure.use(async ({ ctx, meta, next, path, getRawInput }) => {
     let principal: Principal | null;
     try {
       principal = ctx.bearer ? await ctx.deps.authenticator.authenticate(ctx, ctx.bearer) : null;
@@ -40,7 +40,7 @@ function guarded(check?: (principal: Principal) => void) {
           reason: 'PASSWORD_CHANGE_REQUIRED',
         });
       check?.(principal);
-      checkBodyShape(path, type, await getRawInput());
+      await refuseUnknownFields(path, await getRawInput());
       if (principal.organizationId && !principal.isSuperAdmin) ctx.setTenant(principal.organizationId);
     } catch (error) {
       throw toTRPCError(error);

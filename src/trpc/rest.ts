@@ -197,13 +197,14 @@ export function createRestHandler(
       });
     // A body method may take its optional parameters from the query as well (`PUT …?schema_type=source`);
     // the body wins where both name one.
-    const input = route.takesNoInput
-      ? undefined
-      : {
-          ...queryInput(req, route.queryReaders),
-          ...(useBody ? ((req.body as object | undefined) ?? {}) : {}),
-          ...params,
-        };
+    const given = {
+      ...queryInput(req, route.queryReaders),
+      ...(useBody ? ((req.body as object | undefined) ?? {}) : {}),
+      ...params,
+    };
+    // A route that takes nothing gets nothing, unless something was sent: then the input rule
+    // (body-rule.ts) names it rather than the route acting as if it had not been.
+    const input = route.takesNoInput && !Object.keys(given).length ? undefined : given;
     // A client that goes away aborts the procedure (long queries and streams watch the signal).
     const controller = new AbortController();
     const abortOnClose = () => {

@@ -1,5 +1,5 @@
 import { router } from './procedures.ts';
-import { registerBodyShapes } from './body-rule.ts';
+import { registerInputRules } from './body-rule.ts';
 import { authRouter } from '../modules/auth/auth.router.ts';
 import { adminRouter } from '../modules/admin/admin.router.ts';
 import { serviceAccountsRouter } from '../modules/service-accounts/service-accounts.router.ts';
@@ -32,6 +32,6 @@ export const appRouter = router({
   alerts: alertsRouter,
 });
 
-registerBodyShapes(appRouter._def.procedures);
+registerInputRules(appRouter._def.procedures);
 
 export type AppRouter = typeof appRouter;

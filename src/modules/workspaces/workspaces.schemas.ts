@@ -266,6 +266,8 @@ export const configSaveInput = workspaceNameParam.extend({
   system_prompt: z.string().max(100_000).nullable().optional(),
   success_criteria_prompt: z.string().max(100_000).nullable().optional(),
   workflow_state: z.partialRecord(z.enum(WORKFLOW_TASKS), workflowTaskState).optional(),
+  // Declared so that what GET answered can be saved again as it is; any other unknown key is a 400.
+  warnings: sideWarnings.optional().describe('As returned on read; read-only, ignored'),
 });
 export const configSaveOutput = configOutput.extend({ stale_connections: z.array(staleConnection) });
 
