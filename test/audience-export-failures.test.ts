@@ -16,7 +16,9 @@ import { exportFilePath } from '../src/modules/audiences/audience-export.job.ts'
  *
  * The warehouse is reached through a relay that can stall and then cut every connection partway
  * through what the warehouse sends: each attempt of a run then fails after writing some rows, as a
- * network failure in the middle of a large export would.
+ * network failure in the middle of a large export would. The cut waits until the test has seen the
+ * run report those rows, so no attempt can fail before its progress was read, however slow the
+ * machine.
  */
 const warehouse = scratchDatabase('aud_fail');
 const destination = scratchDatabase('aud_fail_dest');
@@ -31,15 +33,19 @@ interface Fault {
   stallAfter?: number;
   /** ... for this long: the run's next progress report is then written. */
   stallMs?: number;
-  /** Bytes after which the connection is held for `cutDelayMs` and then cut. */
+  /** Bytes after which the connection is cut ... */
   cutAfter: number;
-  cutDelayMs?: number;
+  /** ... once `release()` was called (or the fault replaced), when set; at once otherwise. */
+  holdCut?: boolean;
 }
 
 /** A TCP relay to the PostgreSQL server whose connections fail as `fault` says, once it is set. */
 async function faultyRelay(target: { host: string; port: number }) {
   let fault: Fault | null = null;
   let epoch = 0;
+  /** Opens the gate that held cuts of the current fault wait for. */
+  let release = () => {};
+  let released = Promise.resolve();
   const sockets = new Set<Socket>();
   const relay = createTcpServer((client) => {
     const upstream = connect(target.port, target.host);
@@ -68,7 +74,8 @@ async function faultyRelay(target: { host: string; port: number }) {
       seen.bytes += chunk.length;
       if (seen.bytes > f.cutAfter) {
         upstream.pause();
-        setTimeout(cut, f.cutDelayMs ?? 0);
+        if (f.holdCut) void released.then(cut);
+        else cut();
         return;
       }
       if (f.stallAfter !== undefined && !seen.stalled && seen.bytes > f.stallAfter) {
@@ -87,9 +94,14 @@ async function faultyRelay(target: { host: string; port: number }) {
   return {
     port: (relay.address() as AddressInfo).port,
     fail(next: Fault | null) {
+      // Connections held by the previous fault are cut, not left waiting on a gate nobody opens.
+      release();
+      released = new Promise<void>((resolve) => (release = resolve));
       fault = next;
       epoch++;
     },
+    /** Lets the current fault's held connections (and those that reach it later) be cut. */
+    release: () => release(),
     close() {
       for (const s of sockets) s.destroy();
       return new Promise((resolve) => relay.close(resolve));
@@ -97,8 +109,12 @@ async function faultyRelay(target: { host: string; port: number }) {
   };
 }
 
-/** Every connection fails partway through the second batch, after the first was written and reported. */
-const MIDWAY: Fault = { stallAfter: 50_000, stallMs: 1200, cutAfter: 300_000, cutDelayMs: 1200 };
+/**
+ * Every connection fails partway through the second batch, after the first was written and reported:
+ * the stall outlasts the progress writes' interval (1 s), so the first batch's rows are written, and
+ * the cut waits for the test to see them (`run(id, true)` releases it).
+ */
+const MIDWAY: Fault = { stallAfter: 50_000, stallMs: 1200, cutAfter: 300_000, holdCut: true };
 
 let server: TestServer;
 let tenant: Tenant;
@@ -114,13 +130,22 @@ const api = bindCall(
 const exportOf = async (id: string) =>
   (await api('GET', `/${audienceId}/exports`)).body.exports.find((e: any) => e.id === id);
 
-const finished = (id: string, runId: string) =>
-  until(
+/**
+ * The export once its run's last attempt is over. An ended status is not enough: a CSV run reads
+ * `succeeded` from its point of no return (`context.succeed`, just before its file moves into place),
+ * and a file that cannot be moved then fails it. The attempt is over once the queue recorded its
+ * outcome: the handler's result (a successful run returns one) or its error. The export is read after
+ * that, so it holds what the attempt wrote on its way out.
+ */
+const finished = async (id: string, runId: string) => {
+  await until(
     `export ${id} run ${runId}`,
-    () => exportOf(id),
-    (e) => e?.last_run?.run_id === runId && ENDED.includes(e.last_run.status),
+    () => server.deps.jobs.getRun(runId, tenant.organization.id),
+    (job) => !!job && ENDED.includes(job.status) && (job.status !== 'succeeded' || job.result !== null),
     120_000,
   );
+  return exportOf(id);
+};
 
 /** Starts a run of the export and waits for its end, seeing it report rows on the way when `midway`. */
 async function run(id: string, midway = false) {
@@ -136,6 +161,7 @@ async function run(id: string, midway = false) {
       60_000,
       50,
     );
+  relay.release();
   const done = await finished(id, runId);
   const job = await server.deps.jobs.getRun(runId, tenant.organization.id);
   return { done, job };
