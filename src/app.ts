@@ -1,3 +1,4 @@
+import { pipeline } from 'node:stream/promises';
 import { createReadStream } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
@@ -187,13 +188,12 @@ export function createApp(deps: AppDeps) {
         ...(req.query as Record<string, never>),
         export_id: String(req.params.export_id),
       });
+      const { size, stream } = await file.open();
       res.setHeader('content-type', 'text/csv; charset=utf-8');
       res.setHeader('content-disposition', `attachment; filename="${file.filename}"`);
-      if (file.size != null) res.setHeader('content-length', String(file.size));
-      file
-        .open()
-        .on('error', () => res.destroy())
-        .pipe(res);
+      res.setHeader('content-length', String(size));
+      // pipeline closes the file when the client goes away mid-download, and the response on a read error.
+      await pipeline(stream, res).catch(() => undefined);
     } catch (error) {
       sendError(res, error, deps.logger);
     }

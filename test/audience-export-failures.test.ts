@@ -286,7 +286,24 @@ describe('a CSV run that fails midway', () => {
     }
   }, 240_000);
 
-  it('a run whose file cannot be moved into place after it recorded its success claims no rows', async () => {
+  it("serves a download with the length of the file it sends, not the export's record of it", async () => {
+    const id = await createExport({ destination: { type: 'csv' } });
+    const { done } = await run(id);
+    expect(done.last_run.status).toBe('succeeded');
+    const path = exportFilePath(server.deps, tenant.organization.id, id);
+    // The file another run has just moved into place while the record still names the previous size
+    // (the record and the file change in one transaction, but a download opens the file on its own).
+    writeFileSync(path, 'id\n1\n2\n');
+    const res = await fetch(`${server.url}/api/api/audiences/exports/${id}/download`, {
+      headers: { authorization: `Bearer ${tenant.admin.token}` },
+    });
+    expect(res.status).toBe(200);
+    const body = await res.text();
+    expect(res.headers.get('content-length')).toBe(String(Buffer.byteLength(body)));
+    expect(body).toBe('id\n1\n2\n');
+  });
+
+  it('a run whose file cannot be moved into place fails once, records no success and claims no rows', async () => {
     const id = await createExport({ destination: { type: 'csv' } });
     // A directory with something in it where the file goes: the finished file cannot replace it.
     const path = exportFilePath(server.deps, tenant.organization.id, id);
@@ -294,7 +311,9 @@ describe('a CSV run that fails midway', () => {
     writeFileSync(join(path, 'keep'), 'x');
     const { done, job } = await run(id);
     expect(done.last_run.status).toBe('failed');
-    // Past its point of no return a run is not retried.
+    // The move is part of the success's transaction: it failed, so no success was ever recorded. A
+    // path the server cannot write is met again by a retry: it fails once.
+    expect(done.last_run.error).toMatch(/cannot be moved into place/);
     expect(job?.retry_count).toBe(0);
     expect(done.last_run.progress).toMatchObject({ rows_exported: 0, percent: 0 });
     expect(done.rows_exported).toBeNull();

@@ -77,7 +77,14 @@ interface Source {
 type Progress = (rows: number, extra?: Record<string, unknown>, force?: boolean) => Promise<void>;
 
 /** Records a complete CSV run and its file together, just before the file moves into place. */
-type CompleteCsv = (rows: number, file: { filePath: string; fileSize: number }) => Promise<void>;
+type CompleteCsv = (
+  rows: number,
+  file: { filePath: string; fileSize: number },
+  place: () => Promise<void>,
+) => Promise<void>;
+
+/** Errors of a file move that a retry meets again: the path is a directory, or the server may not write it. */
+const UNMOVABLE = new Set(['EISDIR', 'ENOTEMPTY', 'ENOTDIR', 'EEXIST', 'EACCES', 'EPERM', 'EROFS']);
 
 async function writeCsv(
   deps: AppDeps,
@@ -125,9 +132,23 @@ async function writeCsv(
     // (pause, cancellation): a stream destroyed with a write pending must never be left to emit an
     // 'error' that nothing listens to, which would end the whole process. It also applies backpressure.
     await pipeline(chunks(), file.createWriteStream(), { signal: context.signal });
-    // A pause from here on finds the run finished: the file and the run's status agree.
-    await complete(rows, { filePath: path, fileSize: (await stat(partial)).size });
-    await rename(partial, path);
+    // The file moves into place inside the transaction that records the run's success: a reader sees
+    // `succeeded` only with the new file in place, and a move that fails leaves the run unrecorded
+    // (it fails as any error does; the previous file and figures stay). A commit failing after the
+    // move leaves the new file under the previous figures until the retry writes it again.
+    await complete(rows, { filePath: path, fileSize: (await stat(partial)).size }, () =>
+      rename(partial, path).catch((error: unknown) => {
+        const code = (error as { code?: unknown }).code;
+        if (typeof code === 'string' && UNMOVABLE.has(code))
+          throw new PermanentJobError(
+            `The export file cannot be moved into place: ${(error as Error).message}`,
+            {
+              cause: error,
+            },
+          );
+        throw error;
+      }),
+    );
   } catch (error) {
     await file.close().catch(() => undefined);
     await rm(partial, { force: true });
@@ -502,23 +523,16 @@ interface Delivered {
 }
 
 /**
- * The export's `rows_exported` (and CSV file) after a run that did not succeed: the rows the
- * destination holds from it when it holds any (`reached`: a webhook's acknowledged batches, a file or
- * table in place), else the figure as it was before the run, which is what the destination still
- * holds: it is written back because a CSV run that failed after recording its success (the file not
- * moved into place) had already set its own.
+ * The export's `rows_exported` after a run that did not succeed: the rows the destination holds from
+ * it when it holds any (`reached`: a webhook's acknowledged batches, a file or table in place), else
+ * the figure as it was before the run, which is what the destination still holds. A CSV file's record
+ * changes only with the file in place (the success transaction moves it), so it is left as it is.
  */
 function exportedAfterFailure(
   exp: AudienceExportEntity,
   reached: { rows: number } | null,
 ): Partial<AudienceExportEntity> {
-  if (reached) return { rowsExported: reached.rows };
-  return {
-    rowsExported: exp.rowsExported ?? null,
-    ...(exp.destinationType === 'csv'
-      ? { filePath: exp.filePath ?? null, fileSize: exp.fileSize ?? null }
-      : {}),
-  };
+  return { rowsExported: reached ? reached.rows : (exp.rowsExported ?? null) };
 }
 
 /**
@@ -750,11 +764,11 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       lastWrite = Date.now();
       await context.progress(progressOf(rows, extra));
     };
-    const completeCsv: CompleteCsv = (rows, file) =>
+    const completeCsv: CompleteCsv = (rows, file, place) =>
       context.succeed({
         progress: progressOf(rows),
-        alongside: (tx) =>
-          tx.nativeUpdate(
+        alongside: async (tx) => {
+          await tx.nativeUpdate(
             AudienceExport,
             { id: exp.id, organization: context.organizationId },
             {
@@ -764,7 +778,9 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
               ...file,
               updatedAt: new Date(),
             },
-          ),
+          );
+          await place();
+        },
       });
     // The delivery and where it starts are recorded before the first batch: a run that fails before
     // sending one still hands the acknowledged batches on to the next.

@@ -1,4 +1,5 @@
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
+import { open as openFile } from 'node:fs/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError, notFound } from '../../app-error.ts';
 import type { AppDeps, CallerScope } from '../../deps.ts';
@@ -459,11 +460,20 @@ export async function exportFile(scope: CallerScope, exportId: string) {
   const safeName = exp.name.replace(/[^\w.-]+/g, '_').slice(0, 80) || 'audience';
   const config = exp.destinationConfig as { filename?: string };
   const path = exp.filePath;
-  // An opener rather than the path: the file location never leaves the server.
+  // An opener rather than the path: the file location never leaves the server. The size is the opened
+  // file's own, not the record's: a run moving its new file into place while the download starts
+  // would otherwise send one file under the other's length (a cut or hanging download).
   return {
     filename: config.filename ?? `${safeName}.csv`,
-    size: exp.fileSize ?? null,
-    open: () => createReadStream(path),
+    open: async () => {
+      const handle = await openFile(path).catch((error: unknown) => {
+        if ((error as { code?: unknown }).code === 'ENOENT')
+          throw new AppError('NOT_FOUND', 'This export has no file yet: it has not completed a run');
+        throw error;
+      });
+      const { size } = await handle.stat();
+      return { size, stream: handle.createReadStream() };
+    },
   };
 }
 
