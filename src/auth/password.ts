@@ -32,9 +32,10 @@ export async function checkPassword(
       return false;
     }
   };
-  if (await attempt(normalized(password))) return 'match';
+  const form = normalized(password);
+  if (await attempt(form)) return 'match';
   // A second hash only for the few passwords that normalization changes.
-  if (normalized(password) !== password && (await attempt(password))) return 'match-unnormalized';
+  if (form !== password && (await attempt(password))) return 'match-unnormalized';
   return 'mismatch';
 }
 

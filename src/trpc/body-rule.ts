@@ -193,6 +193,15 @@ function unknownKeysOf(issues: readonly Issue[], prefix: (string | number)[] = [
 
 const dotted = (u: Unknown) => [...u.parent.map(String), u.key].join('.');
 
+/** What a route takes at the top level, told beside an unknown top-level key; `bodyVerb` leads a body's list. */
+function whatItTakes(rule: InputRule, noun: string, bodyVerb: 'it takes' | 'send'): string {
+  if (!rule.fields.length) return `it takes no ${noun}s`;
+  const fields = rule.fields.join(', ');
+  return rule.place === 'body'
+    ? `${bodyVerb} ${fields} at the top level of the body, not wrapped in another object`
+    : `it takes ${fields}`;
+}
+
 /** Throws BAD_REQUEST naming every field of the raw input that its procedure's schema does not declare. */
 export async function refuseUnknownFields(path: string, raw: unknown): Promise<void> {
   const rule = rules?.get(path);
@@ -221,13 +230,7 @@ export async function refuseUnknownFields(path: string, raw: unknown): Promise<v
   const names = unknown.map((u) => `"${dotted(u)}"`).join(', ');
   const noun = rule.place === 'query' ? 'parameter' : 'field';
   const topLevel = unknown.some((u) => !u.parent.length);
-  const expected = !topLevel
-    ? ''
-    : rule.fields.length
-      ? rule.place === 'body'
-        ? `: it takes ${rule.fields.join(', ')} at the top level of the body, not wrapped in another object`
-        : `: it takes ${rule.fields.join(', ')}`
-      : `: it takes no ${noun}s`;
+  const expected = topLevel ? `: ${whatItTakes(rule, noun, 'it takes')}` : '';
   throw new AppError(
     'BAD_REQUEST',
     `Unknown ${noun}${unknown.length > 1 ? 's' : ''} ${names} in ${rule.where}${expected}` +
@@ -243,13 +246,7 @@ export async function refuseUnknownFields(path: string, raw: unknown): Promise<v
           keys: [u.key],
           message:
             `"${dotted(u)}" is not a ${noun} of ${rule.where.replace(/^the (body|query|input) of /, '')}` +
-            (u.parent.length
-              ? ''
-              : rule.fields.length
-                ? rule.place === 'body'
-                  ? `; send ${rule.fields.join(', ')} at the top level of the body, not wrapped in another object`
-                  : `; it takes ${rule.fields.join(', ')}`
-                : `; it takes no ${noun}s`),
+            (u.parent.length ? '' : `; ${whatItTakes(rule, noun, 'send')}`),
         })),
         ...others,
       ],
