@@ -106,6 +106,29 @@ describe('runs of one kind side by side', () => {
     expect(events).toEqual(['start run 0', 'end run 0', 'start run 1', 'end run 1']);
   });
 
+  it("takes tenants in turn: one tenant's many waiting runs do not hold another's behind them all", async () => {
+    const jobs = server.deps.jobs;
+    const { kind, release, events } = await gatedKind(jobs, { concurrency: 1 });
+    const [busy, many, one] = tenants.map((t) => t.organization.id);
+    // The one worker is busy while the rest wait: tenant `many` queues three runs, then `one` queues one.
+    const runs = await enqueueFor(jobs, kind, [busy]);
+    await until(
+      'the first run started',
+      () => statuses(jobs, runs),
+      (s) => s[0] === 'running',
+    );
+    runs.push(...(await enqueueFor(jobs, kind, [many, many, many, one])));
+    release.open();
+    await until(
+      'all done',
+      () => statuses(jobs, runs),
+      (s) => s.every((x) => x === 'succeeded'),
+    );
+    // enqueueFor names runs by their position in its own list: `many`'s are runs 0–2, `one`'s is run 3.
+    const started = events.filter((e) => e.startsWith('start')).slice(1);
+    expect(started).toEqual(['start run 0', 'start run 3', 'start run 1', 'start run 2']);
+  });
+
   it('defaults to four at once on PostgreSQL and one on the embedded database', async () => {
     const jobs = defaults.deps.jobs;
     const expected = defaults.deps.dbKind === 'embedded' ? 1 : 4;

@@ -479,7 +479,21 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
           retryCount: 0,
         });
         await tx.flush();
-        const jobId = await boss.send(kind, { runId: run.id }, { id: run.id, db: transactionBossDb(tx) });
+        // Fair order between tenants: a run waits behind every other tenant's runs of its kind that
+        // have as many of their tenant's runs ahead of them (pg-boss hands out higher priorities
+        // first, then older jobs). Without it one tenant's hundred due exports would hold another
+        // tenant's one behind all of them.
+        const ahead = await tx.count(JobRun, {
+          organizationId: options.organizationId,
+          kind,
+          status: { $in: ACTIVE_RUN_STATUSES },
+          id: { $ne: run.id },
+        });
+        const jobId = await boss.send(
+          kind,
+          { runId: run.id },
+          { id: run.id, priority: -ahead, db: transactionBossDb(tx) },
+        );
         // pg-boss answers null when it kept no job: the row must not stay without one.
         if (!jobId) throw new Error(`The job queue did not accept the run of ${kind}`);
         return run;
