@@ -414,6 +414,25 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(run.result).toMatchObject({ rows_written: 4, mode: 'streamed_copy' });
     expect(await targetRows(otherTarget)).toEqual(EXPECTED);
   });
+
+  it('a run that fails at the swap reports no rows written and leaves the previous rows', async () => {
+    // A table referencing one of the target's rows: the target cannot be dropped, and the in-place
+    // replacement cannot delete the referenced row. The run fails after it had counted every row.
+    await sql(
+      otherTarget,
+      `create table crm.profile_notes (customer_id integer references crm.customer_profiles (customer_id));
+       insert into crm.profile_notes values (${EXPECTED[0][0]})`,
+    );
+    try {
+      const { run } = await materializeAndWait('customer_profiles');
+      expect(run.status).toBe('failed');
+      expect(run.error).toMatch(/foreign key/);
+      expect(run.progress).toMatchObject({ phase: 'rolled_back', rows_written: 0 });
+      expect(await targetRows(otherTarget)).toEqual(EXPECTED);
+    } finally {
+      await sql(otherTarget, 'drop table crm.profile_notes');
+    }
+  });
 });
 
 describe('a source database that prints values in its own styles', () => {

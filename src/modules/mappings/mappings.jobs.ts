@@ -216,6 +216,9 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
     }
   } catch (error) {
     await run(plan.cleanup).catch(() => {});
+    // The staging rows are gone and the target keeps its previous rows: the run wrote none, whatever
+    // count it had reported on the way. Best effort: the run's own error is what must reach it.
+    await context.recordLastProgress({ phase: 'rolled_back', mode, rows_written: 0 }).catch(() => false);
     throw error;
   }
 
