@@ -386,6 +386,55 @@ describe('job queue', () => {
     }
   });
 
+  it("ends a last attempt that outlives the stop's grace period with its kind's onAbandoned", async () => {
+    const kind = unique('stopped-');
+    const queue = createJobQueue({
+      orm: server.deps.orm,
+      logger: server.deps.logger,
+      connection: jobQueueConnection(server.db),
+      stopTimeoutMs: 500,
+    });
+    const calls: { runId: string; progress: unknown; error: string }[] = [];
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    await queue.register(
+      kind,
+      async (_payload, context) => {
+        await context.progress({ rows: 10 });
+        // Deaf to the abort, as a handler stuck in a long statement is.
+        await finished;
+        return { rows: 10 };
+      },
+      {
+        retryLimit: 0,
+        async onAbandoned(run) {
+          calls.push({ runId: run.runId, progress: run.progress, error: run.error });
+          return { rows: 0, why: 'rolled back' };
+        },
+      },
+    );
+    await queue.start();
+    const { run } = await queue.enqueue(kind, {}, org());
+    try {
+      await waitFor(queue, run.id, (r) => r.progress.rows === 10);
+      await queue.stop();
+      const error = 'Interrupted: the server shut down during the run';
+      expect(calls).toEqual([{ runId: run.id, progress: { rows: 10 }, error }]);
+      // The handler ending late changes nothing: the run is no longer its attempt's.
+      finish();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(await jobs.getRun(run.id, tenant.organization.id)).toMatchObject({
+        status: 'failed',
+        error,
+        progress: { rows: 0, why: 'rolled back' },
+        result: null,
+      });
+    } finally {
+      finish();
+      await queue.stop();
+    }
+  });
+
   it('keeps a run across a queue restart: the next process finishes it', async () => {
     const kind = unique('restart-');
     const connection = jobQueueConnection(server.db);

@@ -61,7 +61,9 @@ export interface JobKindOptions {
   concurrency?: number;
   /**
    * Called when the queue ends a run failed that its handler could not end: its worker stopped
-   * responding on the last attempt (or pg-boss would not retry it). The area records the failure
+   * responding on the last attempt (or pg-boss would not retry it), or the process stopped while
+   * the last attempt's handler outlived the grace period (the handler is still asked to stop and may
+   * record the failure too: the hook and it must agree). The area records the failure
    * where it keeps the run's outcome, which the handler would have written, on `em`: it runs inside
    * the transaction that ends the run, while the row is still that attempt's (locked), so what it
    * writes commits with the run's end or not at all, and one process calls it once per run (on the

@@ -129,6 +129,9 @@ interface Schedule {
 interface InFlight {
   controller: AbortController;
   final: boolean;
+  registration: Registration;
+  row: Pick<JobRunEntity, 'id' | 'organizationId' | 'payload'>;
+  retryCount: number;
 }
 
 /**
@@ -222,7 +225,13 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       status: 'running',
       retryCount: attempt,
     };
-    const flight: InFlight = { controller: new AbortController(), final: attempt >= job.retryLimit };
+    const flight: InFlight = {
+      controller: new AbortController(),
+      final: attempt >= job.retryLimit,
+      registration,
+      row,
+      retryCount: attempt,
+    };
     inFlight.set(runId, flight);
     const heartbeat = setInterval(
       () => {
@@ -609,16 +618,17 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       await sweeping;
       await boss.stop({ graceful: true, timeout: deps.stopTimeoutMs ?? 10_000, close: true });
       // Handlers that outlived the grace period: pg-boss failed their jobs over to a retry (or to
-      // failed on the last attempt); the rows say the same, and the handlers are asked to stop.
+      // failed on the last attempt); the rows say the same, and the handlers are asked to stop. A last
+      // attempt ends as one whose worker died does, with its kind's `onAbandoned`: its handler may
+      // not get to record the failure in its area before the process exits.
+      const message = 'Interrupted: the server shut down during the run';
       for (const [runId, flight] of inFlight) {
         flight.controller.abort();
-        await updateRun(
-          { id: runId, status: 'running' },
-          {
-            status: flight.final ? 'failed' : 'queued',
-            error: 'Interrupted: the server shut down during the run',
-            finishedAt: flight.final ? now() : null,
-          },
+        const attempt = { id: runId, status: 'running', retryCount: flight.retryCount };
+        await (
+          flight.final
+            ? endAbandoned(flight.registration, flight.row, attempt, message)
+            : updateRun(attempt, { status: 'queued', error: message, finishedAt: null })
         ).catch((error) => logger.warn({ err: error, runId }, 'could not record an interrupted run'));
       }
       inFlight.clear();
