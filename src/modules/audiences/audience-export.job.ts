@@ -76,12 +76,15 @@ interface Source {
 
 type Progress = (rows: number, extra?: Record<string, unknown>, force?: boolean) => Promise<void>;
 
-/** Records a complete CSV run and its file together, just before the file moves into place. */
+/**
+ * Records a complete CSV run and its file together, just before the file moves into place. Whether
+ * the file was moved: not when the export names a newer run (see `record`).
+ */
 type CompleteCsv = (
   rows: number,
   file: { filePath: string; fileSize: number },
   place: () => Promise<void>,
-) => Promise<void>;
+) => Promise<boolean>;
 
 /** Errors of a file move that a retry meets again: the path is a directory, or the server may not write it. */
 const UNMOVABLE = new Set(['EISDIR', 'ENOTEMPTY', 'ENOTDIR', 'EEXIST', 'EACCES', 'EPERM', 'EROFS']);
@@ -132,11 +135,12 @@ async function writeCsv(
     // (pause, cancellation): a stream destroyed with a write pending must never be left to emit an
     // 'error' that nothing listens to, which would end the whole process. It also applies backpressure.
     await pipeline(chunks(), file.createWriteStream(), { signal: context.signal });
+    const written = { filePath: path, fileSize: (await stat(partial)).size };
     // The file moves into place inside the transaction that records the run's success: a reader sees
     // `succeeded` only with the new file in place, and a move that fails leaves the run unrecorded
     // (it fails as any error does; the previous file and figures stay). A commit failing after the
     // move leaves the new file under the previous figures until the retry writes it again.
-    await complete(rows, { filePath: path, fileSize: (await stat(partial)).size }, () =>
+    const placed = await complete(rows, written, () =>
       rename(partial, path).catch((error: unknown) => {
         const code = (error as { code?: unknown }).code;
         if (typeof code === 'string' && UNMOVABLE.has(code))
@@ -149,12 +153,15 @@ async function writeCsv(
         throw error;
       }),
     );
+    // Past the point of no return nothing may fail the run: the file is not looked at again, and a
+    // partial file left behind only takes disk space.
+    if (!placed) await rm(partial, { force: true }).catch(() => undefined);
+    return { rows, ...(placed ? written : {}) };
   } catch (error) {
     await file.close().catch(() => undefined);
     await rm(partial, { force: true });
     throw error;
   }
-  return { rows, filePath: path, fileSize: (await stat(path)).size };
 }
 
 async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: Source, progress: Progress) {
@@ -559,17 +566,26 @@ function abandonedDelivery(progress: Record<string, unknown>): {
   };
 }
 
+/**
+ * Writes what run `runId` did (status, error, figures, file) on its export while the export still
+ * names that run as its last, as `onAbandoned` does; whether it wrote. A run names itself when it
+ * starts, holding the export's singleton key; once that key is free (a CSV run past its point of no
+ * return, a run cancelled while its handler winds down) a newer run can be enqueued, and the scheduler
+ * names it at once: what the older handler writes on its way out would overwrite the newer run's.
+ */
 async function record(
   em: EntityManager,
-  id: string,
+  exportId: string,
   organizationId: string,
+  runId: string,
   changes: Partial<AudienceExportEntity>,
-) {
-  const fresh = em.fork() as EntityManager;
-  const row = await fresh.findOne(AudienceExport, { id, organization: organizationId });
-  if (!row) return;
-  Object.assign(row, changes);
-  await fresh.flush();
+): Promise<boolean> {
+  const changed = await em.nativeUpdate(
+    AudienceExport,
+    { id: exportId, organization: organizationId, lastRunId: runId },
+    { ...changes, updatedAt: new Date() },
+  );
+  return changed > 0;
 }
 
 /**
@@ -677,18 +693,22 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
   );
   if (!exp) return { skipped: 'the export was deleted' };
   if (exp.status === 'paused') {
-    await record(em, exp.id, context.organizationId, {
+    // Recorded only when the export names this run: the scheduler names a run when it enqueues it, a
+    // manual trigger once it starts, which this one does not. The export then keeps its previous
+    // run, whose own outcome its status describes (this run ends `succeeded`, having sent nothing).
+    await record(em, exp.id, context.organizationId, context.runId, {
       lastRunStatus: 'cancelled',
       lastError: 'paused before it ran',
     });
     return { skipped: 'the export is paused' };
   }
   const startedAt = new Date();
-  await record(em, exp.id, context.organizationId, {
-    lastRunId: context.runId,
-    lastRunStatus: 'running',
-    lastRunAt: startedAt,
-  });
+  // Unconditional: the run holds the export's singleton key, so no newer run of it exists.
+  await em.nativeUpdate(
+    AudienceExport,
+    { id: exp.id, organization: context.organizationId },
+    { lastRunId: context.runId, lastRunStatus: 'running', lastRunAt: startedAt, updatedAt: startedAt },
+  );
   let audience = exp.audience;
   let table: string | null = null;
   let delivered: Delivered | null = null;
@@ -764,24 +784,25 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       lastWrite = Date.now();
       await context.progress(progressOf(rows, extra));
     };
-    const completeCsv: CompleteCsv = (rows, file, place) =>
-      context.succeed({
+    const completeCsv: CompleteCsv = async (rows, file, place) => {
+      let placed = false;
+      await context.succeed({
         progress: progressOf(rows),
         alongside: async (tx) => {
-          await tx.nativeUpdate(
-            AudienceExport,
-            { id: exp.id, organization: context.organizationId },
-            {
-              lastRunStatus: 'succeeded',
-              lastError: null,
-              rowsExported: rows,
-              ...file,
-              updatedAt: new Date(),
-            },
-          );
+          const recorded = await record(tx, exp.id, context.organizationId, context.runId, {
+            lastRunStatus: 'succeeded',
+            lastError: null,
+            rowsExported: rows,
+            ...file,
+          });
+          // The file is the export's record as much as its figures are: a newer run's stays.
+          if (!recorded) return;
           await place();
+          placed = true;
         },
       });
+      return placed;
+    };
     // The delivery and where it starts are recorded before the first batch: a run that fails before
     // sending one still hands the acknowledged batches on to the next.
     await progress(delivered?.rows ?? 0, delivery ? { batches_sent: delivery.from } : {}, true);
@@ -796,7 +817,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
       ...(outcome.batches !== undefined ? { batches_sent: outcome.batches } : {}),
     };
     await progress(outcome.rows, final, true);
-    await record(em, exp.id, context.organizationId, {
+    await record(em, exp.id, context.organizationId, context.runId, {
       lastRunStatus: 'succeeded',
       lastError: null,
       rowsExported: outcome.rows,
@@ -820,7 +841,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
         .catch(() => undefined);
     const exported = exportedAfterFailure(exp, landed ?? (delivered?.batches ? delivered : null));
     if (run?.status === 'cancelled') {
-      await record(em, exp.id, context.organizationId, {
+      await record(em, exp.id, context.organizationId, context.runId, {
         lastRunStatus: 'cancelled',
         lastError: 'cancelled while it ran',
         ...exported,
@@ -829,7 +850,7 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
     }
     const error =
       table && missingTable(caught, table) ? await missingSourceError(em, audience, table) : caught;
-    await record(em, exp.id, context.organizationId, {
+    await record(em, exp.id, context.organizationId, context.runId, {
       lastRunStatus: 'failed',
       lastError: error instanceof Error ? error.message : String(error),
       ...exported,
