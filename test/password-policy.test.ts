@@ -19,6 +19,7 @@ const REPEATED = /one character or a short pattern repeated/;
 const SEQUENCE = /sequence/;
 const USERNAME = /must not contain the username/;
 const DOMAIN = /must not contain the organization's domain name/;
+const COMMON = /must not be a common password/;
 
 /** A 400 whose message and issues name the rule, and that never shows the password it refused. */
 function expectRefused(
@@ -82,6 +83,37 @@ describe('the password policy, wherever a password is set', () => {
       // Kept as given: nothing was trimmed.
       await login(server, res.body.user.username, domain, password);
     }
+  });
+
+  it('refuses common passwords, alone or padded with digits and symbols, in any case', async () => {
+    // 'baseball1234' is not a sequence, not repeated, and long enough: only the list refuses it.
+    for (const password of [
+      '1qaz2wsx3edc',
+      'baseball1234',
+      'Iloveyou2024!',
+      '!!Sunshine!!2025',
+      '  monkey 2024  ',
+    ]) {
+      const res = await call(server, 'POST', '/api/admin/users', {
+        token: tenant.admin.token,
+        body: { username: unique('u'), password },
+      });
+      expectRefused(res, COMMON, password);
+    }
+    // A common word inside a longer phrase, or with letters after it, is a different password.
+    for (const password of ['baseball-in-the-rain', 'sunshinearcade7', '1a2345678901']) {
+      const res = await call(server, 'POST', '/api/admin/users', {
+        token: tenant.admin.token,
+        body: { username: unique('u'), password, must_change_password: false },
+      });
+      expect(res.status, `${password}: ${JSON.stringify(res.body)}`).toBe(200);
+    }
+    const user = await tenant.addUser(['viewer']);
+    const changed = await call(server, 'POST', '/api/auth/change-password', {
+      token: user.token,
+      body: { current_password: TEST_PASSWORD, new_password: 'Football2024' },
+    });
+    expectRefused(changed, COMMON, 'Football2024', 'new_password');
   });
 
   it('refuses them at change-password, naming the rule', async () => {
@@ -150,6 +182,7 @@ describe('SUPERADMIN_PASSWORD at start', () => {
     );
     expect(start('short')).toThrow(/SUPERADMIN_PASSWORD: must have at least 12 characters/);
     expect(start('12345678901234')).toThrow(/SUPERADMIN_PASSWORD: must not be a sequence/);
+    expect(start('administrator2024')).toThrow(/SUPERADMIN_PASSWORD: must not be a common password/);
     expect(start('the-root-of-it-all', 'root-of-it')).toThrow(
       /SUPERADMIN_PASSWORD: must not contain the username/,
     );

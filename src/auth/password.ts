@@ -1,4 +1,6 @@
+import { createRequire } from 'node:module';
 import { hash, verify } from '@node-rs/argon2';
+import type { dictionary as CommonLists } from '@zxcvbn-ts/language-common';
 import { AppError, type AppErrorIssue } from '../app-error.ts';
 import { generateToken } from './tokens.ts';
 
@@ -52,11 +54,34 @@ export async function checkPassword(
 //      'zyxwvutsrqpo', '135791357913', 'a1b2c3d4e5f6'); digits and letters wrap around (…7890…, …xyza…);
 //   4. containing a word of the account (ignoring case): the username, the organization's domain or a
 //      label of it before the top-level one ('acme' of acme.com). Words shorter than 4 characters are
-//      not looked for: inside a 12-character password they match by chance, not by choice.
-// Cases 2 and 3 ignore letter case. The messages name the rule, never the password.
+//      not looked for: inside a 12-character password they match by chance, not by choice;
+//   5. common: a password of zxcvbn-ts's list of leaked passwords (49,233 of them), whole or with only
+//      digits, spaces and symbols before or after it ('password1234', 'iloveyou2024!', 'qwertyuiop!!'):
+//      with 12 characters required, only 308 of the list are long enough to be refused as they are,
+//      and padding a common word up to the length is what people do. What is left once the padding
+//      is taken off must have 4 characters or more to count ('1a2345678901' is not 'a').
+// Cases 2, 3 and 5 ignore letter case. The messages name the rule, never the password.
 
 const MIN_PASSWORD_LENGTH = 12;
 const MIN_CONTEXT_WORD_LENGTH = 4;
+const MIN_COMMON_CORE_LENGTH = 4;
+
+let commonPasswords: Set<string> | null = null;
+
+/**
+ * The leaked-password list, read the first time a password is set rather than at start: the package
+ * decompresses its lists when loaded (~30 ms), and a server may never set a password.
+ */
+function isCommonPassword(lowered: string): boolean {
+  if (!commonPasswords) {
+    const require = createRequire(import.meta.url);
+    const { dictionary } = require('@zxcvbn-ts/language-common') as { dictionary: typeof CommonLists };
+    commonPasswords = new Set(dictionary['passwords-common']);
+  }
+  if (commonPasswords.has(lowered)) return true;
+  const core = lowered.replace(/^[\p{N}\p{P}\p{S}\p{Z}]+|[\p{N}\p{P}\p{S}\p{Z}]+$/gu, '');
+  return [...core].length >= MIN_COMMON_CORE_LENGTH && commonPasswords.has(core);
+}
 
 /** Whom a password is for: the words of the account it must not contain. */
 interface PasswordAccount {
@@ -119,6 +144,8 @@ export function passwordPolicyIssues(
       .map((w) => w.what),
   );
   for (const what of found) issue(`must not contain ${what}`);
+  if (isCommonPassword(lowered))
+    issue('must not be a common password, alone or with only digits or symbols around it');
   return issues;
 }
 
