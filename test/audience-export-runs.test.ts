@@ -393,7 +393,7 @@ describe("an export run writes its outcome on the export only while it is the ex
     expect(filesOf()).toEqual([`${id}.csv`]);
   }, 120_000);
 
-  it('a manual run that finds its export paused before it ran leaves the previous run on the export', async () => {
+  it('pausing an export cancels its queued manual run, which never runs', async () => {
     const id = await webhookExport();
     const previous = await trigger(id);
     hook.decide(previous, 'ok');
@@ -401,23 +401,26 @@ describe("an export run writes its outcome on the export only while it is the ex
 
     // Both workers busy: the next run of the export waits in the queue while the export is paused.
     const busy = [await heldRun(await webhookExport()), await heldRun(await webhookExport())];
-    const skipped = await trigger(id);
+    const queued = await trigger(id);
+    // The export names the run it queued at once, as the schedule's runs are named.
+    expect((await exportOf(id)).last_run).toMatchObject({ run_id: queued, status: 'queued' });
     const paused = await api('PUT', `/exports/${id}`, { body: { status: 'paused' } });
     expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+    expect(paused.body.export.last_run).toMatchObject({ run_id: queued, status: 'cancelled' });
     for (const runId of busy) hook.decide(runId, 'ok');
-    const job = await finished(skipped);
-    expect(job.status).toBe('succeeded');
-    expect(job.result).toMatchObject({ skipped: 'the export is paused' });
     for (const runId of busy) await finished(runId);
+    const job = await finished(queued);
+    expect(job).toMatchObject({ status: 'cancelled', started_at: null, result: null });
+    expect(hook.heldOf(queued)).toEqual([]);
 
     const view = await exportOf(id);
     expect(view.status).toBe('paused');
-    expect(view.last_run).toMatchObject({ run_id: previous, status: 'succeeded' });
+    expect(view.last_run).toMatchObject({ run_id: queued, status: 'cancelled' });
+    // What the destination holds is still the previous run's rows.
     expect(view.rows_exported).toBe(CUSTOMERS);
     expect(await stored(id)).toMatchObject({
-      last_run_id: previous,
-      last_run_status: 'succeeded',
-      last_error: null,
+      last_run_id: queued,
+      last_run_status: 'cancelled',
       rows_exported: CUSTOMERS,
     });
   }, 120_000);

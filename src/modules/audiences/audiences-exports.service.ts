@@ -308,12 +308,19 @@ async function findExport(scope: CallerScope, id: string, workspace?: WorkspaceE
   return { exp, workspace: ws };
 }
 
+/**
+ * Queues a run of the export and names it the export's last run at once, as the scheduler does: a
+ * pause cancels the run the export names, so a run still queued when the export is paused never
+ * runs (named only once it started, a queued run was left to start and skip itself).
+ */
 async function startRun(scope: CallerScope, exp: AudienceExportEntity) {
   const { run, created } = await scope.deps.jobs.enqueue(
     EXPORT_KIND,
     { export_id: exp.id },
     { organizationId: exp.organization.id, workspaceId: exp.workspace.id, singletonKey: exp.id },
   );
+  exp.lastRunId = run.id;
+  await scope.em.flush();
   return { run_id: run.id, status: run.status, created };
 }
 
@@ -397,10 +404,7 @@ export async function updateExport(
     materializedColumns(exp.audience);
     run = await startRun(scope, exp);
   }
-  if (!run) return { export: (await exportViews(scope.em, exp.organization.id, [exp]))[0], run };
-  // The export names the new run only once the run starts.
-  const runs = await runsOf(scope.em, exp.organization.id, [run.run_id]);
-  return { export: exportView(exp, runs.get(run.run_id)), run };
+  return { export: (await exportViews(scope.em, exp.organization.id, [exp]))[0], run };
 }
 
 export async function listExports(scope: CallerScope, audienceId: string) {
