@@ -1,9 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase, withClient } from './helpers/scratch-db.ts';
 import { demoSchemaSql, demoSourceStatements } from '../seeds/demo-source/generate.ts';
 import { generateDbtProject } from '../src/transform/dbt.ts';
+import { dbtModelSchema } from './helpers/dbt.ts';
 import { profileOptionsOf } from '../src/quality/golden-records.ts';
 
 /*
@@ -135,7 +137,15 @@ describe('unified profiles on the demo', () => {
     const model = files.find((f) => f.path === 'models/unified_profiles.sql')!;
     expect(model.content).toContain("{{ source('analytics_identity', 'identity_records') }}");
     expect(files.find((f) => f.path === 'models/sources.yml')!.content).toMatch(/crm_contacts/);
-    expect(files.find((f) => f.path === 'models/schema.yml')!.content).toMatch(/unified_profiles/);
+    const schemaYml = parseYaml(files.find((f) => f.path === 'models/schema.yml')!.content);
+    const described = schemaYml.models.find((m: any) => m.name === 'unified_profiles');
+    // Every column the built table has is described, the cluster's identifier count included.
+    expect(described.columns.map((c: any) => c.name)).toEqual([
+      'cluster_id',
+      'identifiers',
+      ...profile.fields.map((f) => f.name),
+      'lineage',
+    ]);
     // What dbt would run, with its source() calls resolved, equals the table the build wrote.
     const sql = model.content.replace(/\{\{ source\('([^']+)', '([^']+)'\) \}\}/g, '"$1"."$2"');
     await withClient(warehouse.url, async (client) => {
@@ -145,6 +155,54 @@ describe('unified profiles on the demo', () => {
       expect(rows[0].n).toBe(0);
       const total = await client.query(`select count(*)::int as n from (${sql}) m`);
       expect(total.rows[0].n).toBe(graph.body.clusters);
+    });
+  });
+
+  it('names the profile model apart from a target table called unified_profiles, building the same relation', async () => {
+    const graph = await api('GET', '/api/monitoring/identity-graph/workspace');
+    const profile = profileOptionsOf(graph.body.schema, graph.body.last_build.result)!;
+    const files = await generateDbtProject({
+      projectName: 'demo',
+      targetSchema: 'analytics',
+      identityProfile: profile,
+      models: [
+        {
+          target: { name: 'unified_profiles', columns: [{ name: 'email', type: 'text' as const }] },
+          mapping: {
+            table_name: 'unified_profiles',
+            tables: { 'shop.customers': { relationship: 'primary' as const } },
+            connections: [
+              { source_field: 'shop.customers.email', target_field: 'email', status: 'confirmed' as const },
+            ],
+          },
+        },
+      ],
+    });
+    const models = files.filter((f) => /^models\/[^/]+\.sql$/.test(f.path)).map((f) => f.path);
+    expect(models.sort()).toEqual(['models/unified_profiles.sql', 'models/unified_profiles_identity.sql']);
+    expect(files.find((f) => f.path === 'models/unified_profiles.sql')!.content).toContain(
+      "{{ source('shop', 'customers') }}",
+    );
+    const project = parseYaml(files.find((f) => f.path === 'dbt_project.yml')!.content);
+    expect(project.models.demo.unified_profiles_identity).toEqual({
+      '+schema': graph.body.schema,
+      '+alias': 'unified_profiles',
+    });
+    expect(dbtModelSchema(files, 'unified_profiles_identity', 'dbt_user')).toBe(graph.body.schema);
+    expect(dbtModelSchema(files, 'unified_profiles', 'dbt_user')).toBe('analytics');
+    const schemaYml = parseYaml(files.find((f) => f.path === 'models/schema.yml')!.content);
+    expect(schemaYml.models.map((m: any) => m.name).sort()).toEqual([
+      'unified_profiles',
+      'unified_profiles_identity',
+    ]);
+    // The renamed model still gives the rows of the table the build wrote.
+    const model = files.find((f) => f.path === 'models/unified_profiles_identity.sql')!;
+    const sql = model.content.replace(/\{\{ source\('([^']+)', '([^']+)'\) \}\}/g, '"$1"."$2"');
+    await withClient(warehouse.url, async (client) => {
+      const { rows } = await client.query(
+        `select count(*)::int as n from ((${sql}) except (select * from analytics_identity.unified_profiles)) d`,
+      );
+      expect(rows[0].n).toBe(0);
     });
   });
 
