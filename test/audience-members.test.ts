@@ -288,6 +288,33 @@ describe('rows sharing identifier values are one member', () => {
   });
 });
 
+describe('a table materialized by an earlier dimas', () => {
+  it('reads stale until materialized again, naming why', async () => {
+    const id = await create({ definition: { type: 'rules', rules: US }, identifier_columns: ['email'] });
+    await materialized(id);
+    const em = server.deps.orm.em.fork() as EntityManager;
+    const size = async () => (await api('GET', `/${id}/size`)).body;
+    expect(await size()).toMatchObject({ stale: false, message: 'Up to date' });
+    // What a materialization made before members were distinct identifiers left: no rows_merged.
+    await em.execute(`update audiences set rows_merged = null where id = ?`, [id]);
+    const older = /^Stale: it was materialized by an earlier version of dimas/;
+    expect(await size()).toMatchObject({ stale: true, message: expect.stringMatching(older) });
+    expect((await api('GET', `/${id}`)).body.materialization.stale).toBe(true);
+    await materialized(id);
+    expect(await size()).toMatchObject({ stale: false, message: 'Up to date' });
+    // And before domain columns were followed: no base type recorded for its columns.
+    await em.execute(
+      `update audiences set materialized_columns =
+         (select jsonb_agg(c - 'base_type') from jsonb_array_elements(materialized_columns) c)
+       where id = ?`,
+      [id],
+    );
+    expect(await size()).toMatchObject({ stale: true, message: expect.stringMatching(older) });
+    await materialized(id);
+    expect((await api('GET', `/${id}`)).body.materialization.stale).toBe(false);
+  });
+});
+
 describe('conversions are the members', () => {
   it('counts conversions of members, and keeps others apart as unmatched with a warning naming the id', async () => {
     const id = await create({

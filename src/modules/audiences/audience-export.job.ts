@@ -30,6 +30,7 @@ import {
   Audience,
   AudienceExport,
   isStale,
+  staleReason,
   type AudienceEntity,
   type AudienceExportEntity,
 } from './audiences.entity.ts';
@@ -596,8 +597,8 @@ async function record(
  */
 function refreshReason(audience: AudienceEntity, scheduledAt: Date): string | null {
   if (!audience.materializedTable) return 'the audience was never materialized';
-  if (isStale(audience))
-    return `its definition changed since it was materialized (version ${audience.materializedVersion} → ${audience.definitionVersion})`;
+  const stale = staleReason(audience);
+  if (stale) return stale;
   if (!audience.materializedAt || audience.materializedAt < scheduledAt)
     return 'a scheduled run sends the audience as it is when the run is due';
   return null;

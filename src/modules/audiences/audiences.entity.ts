@@ -88,11 +88,29 @@ export const Audience = defineEntity({
 export type AudienceEntity = InferEntity<typeof Audience>;
 
 /** Whether the definition changed since the last successful materialization (its members may differ). */
-export function isStale(
-  audience: Pick<AudienceEntity, 'materializedVersion' | 'definitionVersion'>,
-): boolean {
-  return audience.materializedVersion != null && audience.materializedVersion !== audience.definitionVersion;
+/**
+ * Why the audience's materialized table no longer holds what a materialization would write now, or
+ * null (also when it was never materialized). Besides a changed definition, a table written by an
+ * earlier dimas: one that kept blank and repeated identifiers as members records no `rows_merged`,
+ * and one from before domain columns were followed records no `base_type` (its PostgreSQL exports
+ * would create `text` columns). Nothing else marks those tables; exports and scheduled runs read it.
+ */
+export function staleReason(
+  audience: Pick<
+    AudienceEntity,
+    'materializedVersion' | 'definitionVersion' | 'rowsMerged' | 'materializedColumns'
+  >,
+): string | null {
+  if (audience.materializedVersion == null) return null;
+  if (audience.materializedVersion !== audience.definitionVersion)
+    return `its definition changed since it was materialized (version ${audience.materializedVersion} → ${audience.definitionVersion})`;
+  if (audience.rowsMerged == null || (audience.materializedColumns ?? []).some((c) => !c.base_type))
+    return 'it was materialized by an earlier version of dimas, whose members may hold blank or repeated identifiers and whose columns lack their base types';
+  return null;
 }
+
+export const isStale = (audience: Parameters<typeof staleReason>[0]): boolean =>
+  staleReason(audience) !== null;
 
 export const AudienceExport = defineEntity({
   name: 'AudienceExport',

@@ -19,7 +19,7 @@ import {
 } from '../workspaces/workspaces.service.ts';
 import { compileRules } from './audiences-rules.ts';
 import { qualifiedName, schemaTable } from './audiences-sql.ts';
-import { Audience, AudienceExport, isStale, type AudienceEntity } from './audiences.entity.ts';
+import { Audience, AudienceExport, isStale, staleReason, type AudienceEntity } from './audiences.entity.ts';
 
 // ---- shared look-ups ----
 
@@ -397,7 +397,7 @@ export async function audienceSize(scope: CallerScope, id: string) {
       audience.materializationStatus === 'failed'
         ? `Never materialized successfully: ${audience.lastError ?? 'the last run failed'}`
         : 'Never materialized: POST …/materialize to count its members';
-  else if (stale) message = 'Stale: the definition changed after the last materialization';
+  else if (stale) message = `Stale: ${staleReason(audience)}`;
   else message = 'Up to date';
   return {
     audience_id: audience.id,
