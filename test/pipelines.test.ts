@@ -214,6 +214,36 @@ describe('the transformation project', () => {
     );
   });
 
+  it("compares a relationship in the referenced column's type: the integer 1 is the numeric 1.0", async () => {
+    // Created by other tooling as numeric: as text, '1.0' is not '1' and every row would fail.
+    await warehouse.sql(`alter table mart.segments alter column id type numeric(10,1)`);
+    try {
+      const res = await api('POST', '/api/pipelines/test-model', {
+        body: { table_name: 'contacts', sample_size: 50 },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const test = res.body.tests.find(
+        (t: { name: string }) => t.name === 'relationships_contacts_segment_id',
+      );
+      expect(test).toMatchObject({ status: 'fail', failures: 1, failing_rows: [{ segment_id: '9' }] });
+      // A referenced column that is not there is that test's error, not a 500.
+      await warehouse.sql(`alter table mart.segments rename column id to segment_key`);
+      const gone = await api('POST', '/api/pipelines/test-model', {
+        body: { table_name: 'contacts', sample_size: 50 },
+      });
+      expect(gone.status, JSON.stringify(gone.body)).toBe(200);
+      expect(
+        gone.body.tests.find((t: { name: string }) => t.name === 'relationships_contacts_segment_id'),
+      ).toMatchObject({
+        status: 'error',
+        message: 'mart.segments.id does not exist in the target warehouse',
+      });
+    } finally {
+      await warehouse.sql(`alter table mart.segments rename column segment_key to id`).catch(() => {});
+      await warehouse.sql(`alter table mart.segments alter column id type integer`);
+    }
+  });
+
   it('tells which tables drifted and why', async () => {
     let res = await api('POST', '/api/mappings/contacts/transformation', {
       body: { transformation: { target_field: 'tier', expression: `upper(coalesce(users.plan, 'none'))` } },

@@ -550,10 +550,32 @@ export async function testModel(scope: CallerScope, input: { table_name: string;
       const table = { schema: targetConfig.schemas[0], name: check.to };
       try {
         // The source and the target are different databases: values travel as text, with how many
-        // rows hold each, so that the rows without a match are counted as dbt counts them.
+        // rows hold each, so that the rows without a match are counted as dbt counts them. They are
+        // compared as dbt's join compares them, in the referenced column's type (numbers as numbers:
+        // an integer 1 matches a numeric 1.0, which as text it did not).
+        const [referenced] = (
+          await target.readOnlyQuery(
+            `select format_type(a.atttypid, a.atttypmod) as type, t.typcategory as category
+               from pg_attribute a join pg_type t on t.oid = a.atttypid
+              where a.attrelid = to_regclass($1) and a.attname = $2 and a.attnum > 0 and not a.attisdropped`,
+            { params: [qualified(table), check.field], limit: 1 },
+          )
+        ).rows as { type: string; category: string }[];
+        if (!referenced) {
+          Object.assign(check.result, {
+            status: 'error',
+            message: `${table.schema}.${table.name}.${check.field} does not exist in the target warehouse`,
+          });
+          continue;
+        }
+        const field = `t.${quoteIdent(check.field)}`;
+        const matches =
+          referenced.category === 'N'
+            ? `${field}::numeric = u.v::numeric`
+            : `${field} = u.v::${referenced.type}`;
         const missing = await target.readOnlyQuery(
           `select v, n from unnest($1::text[], $2::bigint[]) as u(v, n)
-            where not exists (select 1 from ${qualified(table)} t where t.${quoteIdent(check.field)}::text = u.v) order by 1`,
+            where not exists (select 1 from ${qualified(table)} t where ${matches}) order by 1`,
           {
             params: [check.values.map((r) => r.v), check.values.map((r) => r.n)],
             limit: 100_000,
