@@ -1,11 +1,12 @@
 import { readdirSync, existsSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { dirname } from 'node:path';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './helpers/server.ts';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.ts';
 import { bindCall, createTenant, createWorkspace, until, type Tenant } from './helpers/api.ts';
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { EXPORT_KIND, exportFilePath } from '../src/modules/audiences/audience-export.job.ts';
@@ -74,55 +75,11 @@ async function receiver() {
   };
 }
 
-/** A TCP relay to the warehouse that holds what the warehouse answers while it is closed. */
-async function gate(target: { host: string; port: number }) {
-  let open = true;
-  const waiting: (() => void)[] = [];
-  const sockets = new Set<Socket>();
-  const relay = createTcpServer((client) => {
-    const upstream = connect(target.port, target.host);
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on('error', () => {});
-      s.on('close', () => {
-        sockets.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.on('data', (chunk: Buffer) => {
-      if (open) {
-        client.write(chunk);
-        return;
-      }
-      upstream.pause();
-      waiting.push(() => {
-        client.write(chunk);
-        upstream.resume();
-      });
-    });
-  });
-  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (relay.address() as AddressInfo).port,
-    hold: () => (open = false),
-    release() {
-      open = true;
-      for (const pass of waiting.splice(0)) pass();
-    },
-    close() {
-      for (const s of sockets) s.destroy();
-      return new Promise((resolve) => relay.close(resolve));
-    },
-  };
-}
-
 let server: TestServer;
 let tenant: Tenant;
 let audienceId: string;
 let hook: Awaited<ReturnType<typeof receiver>>;
-let warehouseGate: Awaited<ReturnType<typeof gate>>;
+let warehouseGate: TcpProxy;
 
 const api = bindCall(
   () => server,
@@ -217,12 +174,12 @@ beforeAll(async () => {
   await warehouse.sql(`insert into crm.customers
      select i, 'user' || i || '@example.com' from generate_series(1, ${CUSTOMERS}) i`);
   const direct = pgConfig(warehouse.name, { schemas: ['crm'] });
-  warehouseGate = await gate({ host: direct.host, port: direct.port });
+  warehouseGate = await startTcpProxy(new URL(`postgresql://${direct.host}:${direct.port}`));
   hook = await receiver();
   server = await startTestServer({ JOB_CONCURRENCY: '2' });
   tenant = await createTenant(server);
   await createWorkspace(server, tenant.admin.token, {
-    target_config: { ...direct, host: '127.0.0.1', port: warehouseGate.port },
+    target_config: { ...direct, host: '127.0.0.1', port: Number(new URL(warehouseGate.url).port) },
     target_schema: {
       name: 'crm',
       version: '1.0.0',

@@ -10,6 +10,9 @@ export interface TcpProxy {
   close(): Promise<void>;
   /** Everything clients sent through the proxy so far (latin1), when started with `record`. */
   sent(): string;
+  /** The database's answers wait in the proxy (connections stay open) until `release`. */
+  hold(): void;
+  release(): void;
 }
 
 /**
@@ -21,6 +24,8 @@ export async function startTcpProxy(target: URL, options: { record?: boolean } =
   const sockets = new Set<Socket>();
   const recorded: Buffer[] = [];
   let open = true;
+  let holding = false;
+  const held: (() => void)[] = [];
   const relay = createServer((client) => {
     client.on('error', () => {});
     if (!open) {
@@ -39,7 +44,18 @@ export async function startTcpProxy(target: URL, options: { record?: boolean } =
       });
     }
     if (options.record) client.on('data', (chunk: Buffer) => recorded.push(chunk));
-    client.pipe(upstream).pipe(client);
+    client.pipe(upstream);
+    upstream.on('data', (chunk: Buffer) => {
+      if (!holding) {
+        client.write(chunk);
+        return;
+      }
+      upstream.pause();
+      held.push(() => {
+        client.write(chunk);
+        upstream.resume();
+      });
+    });
   });
   await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
   const url = new URL(target);
@@ -61,6 +77,13 @@ export async function startTcpProxy(target: URL, options: { record?: boolean } =
       open = false;
       destroyAll();
       return new Promise((resolve) => relay.close(() => resolve()));
+    },
+    hold() {
+      holding = true;
+    },
+    release() {
+      holding = false;
+      for (const pass of held.splice(0)) pass();
     },
     sent() {
       if (!options.record) throw new Error('this proxy was started without record');
