@@ -275,9 +275,19 @@ export async function setUpMapping(
       ],
     },
   });
-  const mapping = `/api/mappings/${options.table}`;
-  await api('POST', `${mapping}/tables`, { source_table: options.sourceTable, relationship: 'primary' });
-  for (const column of options.columns) {
+  return mapTable(api, options.table, options.sourceTable, options.columns);
+}
+
+/** Maps a target table of the selected workspace from one source table and commits it: its SQL. */
+export async function mapTable(
+  api: JsonApi,
+  table: string,
+  sourceTable: string,
+  columns: MappedColumn[],
+): Promise<string> {
+  const mapping = `/api/mappings/${table}`;
+  await api('POST', `${mapping}/tables`, { source_table: sourceTable, relationship: 'primary' });
+  for (const column of columns) {
     if (column.sourceField)
       await api('POST', `${mapping}/connection`, {
         connection: { source_field: column.sourceField, target_field: column.name },

@@ -433,6 +433,30 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
       await sql(otherTarget, 'drop table crm.profile_notes');
     }
   });
+
+  it("copies across databases every character COPY's text format escapes, and NULL apart from '\\N'", async () => {
+    // Tab, line feed, carriage return, a backslash before N (text, not NULL) and two backslashes.
+    const expression = `CASE WHEN customers.id < 4 THEN 'tab' || chr(9) || 'here' || chr(10) || 'line' || chr(13) || chr(92) || 'N ' || chr(92) || chr(92) || ' ü' END`;
+    let res = await api('POST', '/api/mappings/customer_profiles/transformation', {
+      body: { transformation: { target_field: 'notes', expression } },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    res = await api('POST', '/api/mappings/customer_profiles/commit-transformation', {
+      body: { message: 'escapes' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const { run } = await materializeAndWait('customer_profiles');
+    expect(run.status, run.error).toBe('succeeded');
+    expect(run.result).toMatchObject({ rows_written: 4, mode: 'streamed_copy' });
+    const notes = await sql(otherTarget, 'select customer_id, notes from crm.customer_profiles order by 1');
+    const escaped = 'tab\there\nline\r\\N \\\\ ü';
+    expect(notes.rows).toEqual([
+      { customer_id: '1', notes: escaped },
+      { customer_id: '2', notes: escaped },
+      { customer_id: '3', notes: escaped },
+      { customer_id: '4', notes: null },
+    ]);
+  });
 });
 
 describe('a source database that prints values in its own styles', () => {

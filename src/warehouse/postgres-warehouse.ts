@@ -374,6 +374,30 @@ export class PostgresWarehouse implements Warehouse {
     }
   }
 
+  async *copyOut(sql: string, options: Pick<StreamOptions, 'timeoutMs'> = {}): AsyncGenerator<Buffer> {
+    const { check } = await assertReadOnlySql(sql);
+    const client = await this.#connect();
+    let clean = false;
+    try {
+      try {
+        await this.#begin(client, options.timeoutMs ?? 0, check);
+      } catch (error) {
+        throw translate(error, this.config, 'user-sql');
+      }
+      try {
+        for await (const chunk of client.query(copyTo(`COPY (${sql}) TO STDOUT`))) yield chunk as Buffer;
+      } catch (error) {
+        throw translate(error, this.config, 'user-sql');
+      }
+      await client.query('commit');
+      await client.query('discard all');
+      clean = true;
+    } finally {
+      // A consumer that stopped early leaves the COPY under way: drop that connection.
+      client.release(clean ? undefined : true);
+    }
+  }
+
   async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
     return this.#withClient(async (client) => {
       await client.query(BEGIN_WITH_TEXT_FORMATS);

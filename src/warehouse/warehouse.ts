@@ -176,6 +176,12 @@ export interface Warehouse {
   /** A read-only statement streamed in batches through a cursor; nothing is held beyond one batch. */
   stream(sql: string, options?: StreamOptions): AsyncGenerator<Record<string, unknown>[]>;
   /**
+   * A read-only statement's rows as COPY text-format chunks (`COPY (…) TO STDOUT`), checked and run
+   * as `stream` runs it: what another database's `COPY … FROM STDIN` reads without a row ever being
+   * built in this process. Absent where the engine has no COPY (MySQL).
+   */
+  copyOut?(sql: string, options?: Pick<StreamOptions, 'timeoutMs'>): AsyncGenerator<Buffer>;
+  /**
    * Discovery's column profiles in the engine's own SQL; absent, discovery runs the PostgreSQL profile
    * through `aggregate`.
    */
