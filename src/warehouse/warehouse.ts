@@ -122,6 +122,13 @@ export interface TableRef {
   name: string;
 }
 
+/** The rows a chunk of COPY text-format data ends: the format escapes line breaks inside values. */
+export function copyRowsIn(chunk: Buffer): number {
+  let rows = 0;
+  for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) rows++;
+  return rows;
+}
+
 /** What runs inside `transaction(fn)`: statements on one connection, committed together. */
 export interface WarehouseTransaction {
   query<R extends Record<string, unknown> = Record<string, unknown>>(

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
@@ -25,7 +26,7 @@ import {
 } from '../../outbound-http.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { portableFamily } from '../../warehouse/types.ts';
-import type { Warehouse } from '../../warehouse/warehouse.ts';
+import { copyRowsIn, type Warehouse } from '../../warehouse/warehouse.ts';
 import {
   Audience,
   AudienceExport,
@@ -201,6 +202,23 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
         );
         rows = copied.rowCount;
         await progress(rows);
+        return;
+      }
+      // The demo warehouse (PGlite) cannot take COPY … FROM STDIN over its socket: rows go as inserts.
+      if (source.warehouse.copyOut && !isDemoWarehouse(deps, c)) {
+        // The source's COPY text goes into the destination's COPY as it comes: no row is built here.
+        const copyOut = source.warehouse.copyOut.bind(source.warehouse);
+        const chunks = async function* () {
+          for await (const chunk of copyOut(source.sql)) {
+            yield chunk;
+            rows += copyRowsIn(chunk);
+            await progress(rows);
+          }
+        };
+        await pipeline(
+          Readable.from(chunks(), { objectMode: false }),
+          tx.copyFrom(`copy ${table} (${names.join(', ')}) from stdin`),
+        );
         return;
       }
       for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {

@@ -7,7 +7,7 @@ import { failOnceWhenDeterministic, PermanentJobError, type JobContext } from '.
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
-import type { TableRef, Warehouse } from '../../warehouse/warehouse.ts';
+import { copyRowsIn, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
 import { materializeSql, sourceTableSql } from '../../transform/sql.ts';
 import { parseTableKey, type MappingTable } from '../../transform/mapping.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
@@ -115,10 +115,7 @@ async function streamedCopy(
     for await (const chunk of source.copyOut!(read)) {
       if (context.signal.aborted) throw new Error('The run was cancelled');
       yield chunk;
-      // COPY's text format escapes line breaks inside values: each one left ends a row.
-      let rows = 0;
-      for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) rows++;
-      await counted(rows);
+      await counted(copyRowsIn(chunk));
     }
   }
   async function* rowsAsCopyText() {
