@@ -109,7 +109,7 @@ async function faultyRelay(target: { host: string; port: number }) {
 
 /**
  * Every connection fails partway through what the warehouse sends, after some rows were written and
- * reported (a CSV run reads batches of 5,000 rows, a PostgreSQL run COPY chunks):
+ * reported (a CSV run reads batches of 500 rows, a PostgreSQL run COPY chunks):
  * the stall outlasts the progress writes' interval (1 s), so the first batch's rows are written, and
  * the cut waits for the test to see them (`run(id, true)` releases it).
  */
