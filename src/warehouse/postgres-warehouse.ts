@@ -340,16 +340,37 @@ export class PostgresWarehouse implements Warehouse {
     return fields.map((f) => ({ name: f.name, type: this.entry.typeNames.get(f.dataTypeID) ?? 'unknown' }));
   }
 
-  async *stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
+  /**
+   * The session `stream` and `copyOut` read in: the statement checked by the SQL guard, a READ ONLY
+   * transaction with its timeout, committed and reset once `read` has given everything. A consumer
+   * that stops early leaves a portal or a COPY under way: that connection is dropped, not reused.
+   */
+  async *#readOnlySession<T>(
+    sql: string,
+    timeoutMs: number,
+    read: (client: pg.PoolClient) => AsyncGenerator<T>,
+  ): AsyncGenerator<T> {
     const { check } = await assertReadOnlySql(sql);
     const client = await this.#connect();
     let clean = false;
     try {
       try {
-        await this.#begin(client, options.timeoutMs ?? 0, check);
+        await this.#begin(client, timeoutMs, check);
       } catch (error) {
         throw translate(error, this.config, 'user-sql');
       }
+      yield* read(client);
+      await client.query('commit');
+      await client.query('discard all');
+      clean = true;
+    } finally {
+      client.release(clean ? undefined : true);
+    }
+  }
+
+  stream(sql: string, options: StreamOptions = {}): AsyncGenerator<Record<string, unknown>[]> {
+    const { config } = this;
+    return this.#readOnlySession(sql, options.timeoutMs ?? 0, async function* (client) {
       const cursor = client.query(new Cursor(sql, options.params));
       const batchSize = options.batchSize ?? 1000;
       for (;;) {
@@ -359,43 +380,24 @@ export class PostgresWarehouse implements Warehouse {
           rows = read.rows;
           asJsonValues(rows, read.fields);
         } catch (error) {
-          throw translate(error, this.config, 'user-sql');
+          throw translate(error, config, 'user-sql');
         }
         if (!rows.length) break;
         yield rows;
       }
       await cursor.close();
-      await client.query('commit');
-      await client.query('discard all');
-      clean = true;
-    } finally {
-      // A consumer that stopped early leaves an open portal: drop that connection instead of reusing it.
-      client.release(clean ? undefined : true);
-    }
+    });
   }
 
-  async *copyOut(sql: string, options: Pick<StreamOptions, 'timeoutMs'> = {}): AsyncGenerator<Buffer> {
-    const { check } = await assertReadOnlySql(sql);
-    const client = await this.#connect();
-    let clean = false;
-    try {
-      try {
-        await this.#begin(client, options.timeoutMs ?? 0, check);
-      } catch (error) {
-        throw translate(error, this.config, 'user-sql');
-      }
+  copyOut(sql: string, options: Pick<StreamOptions, 'timeoutMs'> = {}): AsyncGenerator<Buffer> {
+    const { config } = this;
+    return this.#readOnlySession(sql, options.timeoutMs ?? 0, async function* (client) {
       try {
         for await (const chunk of client.query(copyTo(`COPY (${sql}) TO STDOUT`))) yield chunk as Buffer;
       } catch (error) {
-        throw translate(error, this.config, 'user-sql');
+        throw translate(error, config, 'user-sql');
       }
-      await client.query('commit');
-      await client.query('discard all');
-      clean = true;
-    } finally {
-      // A consumer that stopped early leaves the COPY under way: drop that connection.
-      client.release(clean ? undefined : true);
-    }
+    });
   }
 
   async transaction<T>(fn: (tx: WarehouseTransaction) => Promise<T>): Promise<T> {
