@@ -9,6 +9,7 @@ import { bindCall, createTenant, createWorkspace, unique, until, type Tenant } f
 import { pgConfig, scratchDatabase } from './helpers/scratch-db.ts';
 import { AudienceExport } from '../src/modules/audiences/audiences.entity.ts';
 import { MATERIALIZE_KIND } from '../src/modules/audiences/audience-materialize.job.ts';
+import { MATERIALIZE_MAPPING_KIND } from '../src/modules/mappings/mappings.service.ts';
 import { EXPORT_KIND, exportFilePath } from '../src/modules/audiences/audience-export.job.ts';
 import { HYPOTHESIS_TEST_KIND } from '../src/modules/analytics/analytics.jobs.ts';
 
@@ -79,7 +80,7 @@ async function runWithDeadWorker(
   kind: string,
   payload: Record<string, unknown>,
   attempt: number,
-  shownBy: { table: string; status: string; id: string },
+  shownBy: { table: string; status: string; id: string } | null,
   run: { id?: string; progress?: Record<string, unknown>; singletonKey?: string } = {},
 ) {
   const em = server.deps.orm.em.fork();
@@ -98,10 +99,11 @@ async function runWithDeadWorker(
       attempt,
     ],
   );
-  await em.execute(
-    `update ${shownBy.table} set ${shownBy.status} = 'running', last_run_id = ? where id = ?`,
-    [rows[0].id, shownBy.id],
-  );
+  if (shownBy)
+    await em.execute(
+      `update ${shownBy.table} set ${shownBy.status} = 'running', last_run_id = ? where id = ?`,
+      [rows[0].id, shownBy.id],
+    );
   return rows[0].id;
 }
 
@@ -201,6 +203,31 @@ describe('a run whose worker died', () => {
     expect(await runOf(runId)).toMatchObject({ status: 'failed' });
     // A new materialization runs as usual.
     expect((await materialized(audienceId)).materialization.row_count).toBe(20);
+  });
+
+  it("says a mapping's materialization wrote no row, unless it had reached the swap", async () => {
+    const payload = { workspace_id: randomUUID(), commit_id: randomUUID() };
+    const progress = { mode: 'streamed_copy', rows_written: 4000 };
+    // Their last attempts (materializations of a mapping retry once).
+    const copying = await runWithDeadWorker(MATERIALIZE_MAPPING_KIND, payload, 1, null, {
+      progress: { ...progress, phase: 'copying' },
+    });
+    const swapping = await runWithDeadWorker(MATERIALIZE_MAPPING_KIND, payload, 1, null, {
+      progress: { ...progress, phase: 'swapping' },
+    });
+    const ended = (id: string) =>
+      until(
+        'the queue to end the run',
+        () => runOf(id),
+        (r) => r?.status === 'failed',
+      );
+    // Its staging table is dropped with its rolled-back transaction; the target holds none of its rows.
+    expect(await ended(copying)).toMatchObject({
+      progress: { mode: 'streamed_copy', phase: 'rolled_back', rows_written: 0 },
+      error: expect.stringMatching(/stopped responding/),
+    });
+    // The swap may have committed: what the target holds from it is not known, so its count stays.
+    expect((await ended(swapping))?.progress).toEqual({ ...progress, phase: 'swapping' });
   });
 
   it("fails the export's last run when pg-boss will not hand the run out again", async () => {

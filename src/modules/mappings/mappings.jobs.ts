@@ -270,6 +270,18 @@ export async function registerMappingJobs(deps: AppDeps): Promise<void> {
   await deps.jobs.register<MaterializeMappingPayload>(
     MATERIALIZE_MAPPING_KIND,
     (payload, context) => materializeMapping(deps, payload, context).catch(failOnceWhenDeterministic),
-    { retryLimit: 1, retryDelaySeconds: 2, retryBackoff: false, timeoutSeconds: 6 * 3600 },
+    {
+      retryLimit: 1,
+      retryDelaySeconds: 2,
+      retryBackoff: false,
+      timeoutSeconds: 6 * 3600,
+      // Its worker died on the last attempt: its transactions rolled back with their connections, so
+      // the target kept its rows and this run wrote none, as a failing handler records. Unless it had
+      // reached the swap, which may have committed: then what it wrote is not known, and its count stays.
+      async onAbandoned(run) {
+        if (run.progress.phase === 'swapping') return;
+        return { ...run.progress, phase: 'rolled_back', rows_written: 0 };
+      },
+    },
   );
 }
