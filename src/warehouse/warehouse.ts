@@ -1,4 +1,5 @@
-import type { Readable, Writable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { ConnectionConfig } from './config.ts';
 import type { ColumnProfile } from '../llm/profile.ts';
 
@@ -123,10 +124,32 @@ export interface TableRef {
 }
 
 /** The rows a chunk of COPY text-format data ends: the format escapes line breaks inside values. */
-export function copyRowsIn(chunk: Buffer): number {
+function copyRowsIn(chunk: Buffer): number {
   let rows = 0;
   for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) rows++;
   return rows;
+}
+
+/**
+ * `sql`'s rows from `source` into `into`, a `COPY … FROM STDIN` of another database: the source's
+ * COPY text as it comes, no row built in this process, with the pipeline's backpressure. `counted`
+ * hears the rows of each chunk once it has gone on (it may throw to stop the copy).
+ */
+export async function pipeCopyText(
+  source: Warehouse,
+  sql: string,
+  into: Writable,
+  counted: (rows: number) => Promise<void>,
+): Promise<void> {
+  const copyOut = source.copyOut?.bind(source);
+  if (!copyOut) throw new Error(`A ${source.config.type} warehouse gives no COPY text`);
+  const chunks = async function* () {
+    for await (const chunk of copyOut(sql)) {
+      yield chunk;
+      await counted(copyRowsIn(chunk));
+    }
+  };
+  await pipeline(Readable.from(chunks(), { objectMode: false }), into);
 }
 
 /** What runs inside `transaction(fn)`: statements on one connection, committed together. */

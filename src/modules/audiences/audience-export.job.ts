@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
-import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname, join } from 'node:path';
@@ -26,7 +25,7 @@ import {
 } from '../../outbound-http.ts';
 import { quoteIdent, warehouses } from '../../warehouse/postgres.ts';
 import { portableFamily } from '../../warehouse/types.ts';
-import { copyRowsIn, type Warehouse } from '../../warehouse/warehouse.ts';
+import { pipeCopyText, type Warehouse } from '../../warehouse/warehouse.ts';
 import {
   Audience,
   AudienceExport,
@@ -212,18 +211,11 @@ async function writePostgres(deps: AppDeps, exp: AudienceExportEntity, source: S
       // The demo warehouse (PGlite) cannot take COPY … FROM STDIN over its socket: rows go as inserts.
       if (source.warehouse.copyOut && !isDemoWarehouse(deps, c)) {
         // The source's COPY text goes into the destination's COPY as it comes: no row is built here.
-        const copyOut = source.warehouse.copyOut.bind(source.warehouse);
-        const chunks = async function* () {
-          for await (const chunk of copyOut(source.sql)) {
-            yield chunk;
-            rows += copyRowsIn(chunk);
-            await progress(rows);
-          }
-        };
-        await pipeline(
-          Readable.from(chunks(), { objectMode: false }),
-          tx.copyFrom(`copy ${table} (${names.join(', ')}) from stdin`),
-        );
+        const into = tx.copyFrom(`copy ${table} (${names.join(', ')}) from stdin`);
+        await pipeCopyText(source.warehouse, source.sql, into, async (chunkRows) => {
+          rows += chunkRows;
+          await progress(rows);
+        });
         return;
       }
       for await (const batch of source.warehouse.stream(source.sql, { batchSize: STREAM_BATCH })) {
@@ -717,9 +709,8 @@ async function runAudienceExport(deps: AppDeps, payload: ExportPayload, context:
   );
   if (!exp) return { skipped: 'the export was deleted' };
   if (exp.status === 'paused') {
-    // Recorded only when the export names this run: the scheduler names a run when it enqueues it, a
-    // manual trigger once it starts, which this one does not. The export then keeps its previous
-    // run, whose own outcome its status describes (this run ends `succeeded`, having sent nothing).
+    // Recorded only while the export names this run (the trigger or the schedule named it when it
+    // queued it; a pause cancels such a run before it starts, so this is a pause that came later).
     await record(em, exp.id, context.organizationId, context.runId, {
       lastRunStatus: 'cancelled',
       lastError: 'paused before it ran',

@@ -353,8 +353,7 @@ export async function createExport(
   });
   await scope.em.flush();
   const run = input.run_now ? await startRun(scope, exp) : null;
-  const runs = run ? await runsOf(scope.em, exp.organization.id, [run.run_id]) : new Map();
-  return { export: exportView(exp, run ? runs.get(run.run_id) : undefined), run };
+  return { export: (await exportViews(scope.em, exp.organization.id, [exp]))[0], run };
 }
 
 export async function updateExport(

@@ -87,7 +87,6 @@ export const Audience = defineEntity({
 
 export type AudienceEntity = InferEntity<typeof Audience>;
 
-/** Whether the definition changed since the last successful materialization (its members may differ). */
 /**
  * Why the audience's materialized table no longer holds what a materialization would write now, or
  * null (also when it was never materialized). Besides a changed definition, a table written by an
@@ -109,6 +108,7 @@ export function staleReason(
   return null;
 }
 
+/** Whether the materialized table no longer holds what a materialization would write now. */
 export const isStale = (audience: Parameters<typeof staleReason>[0]): boolean =>
   staleReason(audience) !== null;
 

@@ -7,7 +7,7 @@ import { failOnceWhenDeterministic, PermanentJobError, type JobContext } from '.
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
-import { copyRowsIn, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
+import { pipeCopyText, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
 import { materializeSql, sourceTableSql } from '../../transform/sql.ts';
 import { parseTableKey, type MappingTable } from '../../transform/mapping.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
@@ -105,23 +105,16 @@ async function streamedCopy(
   let written = 0;
   let reported = performance.now();
   const counted = async (rows: number) => {
+    if (context.signal.aborted) throw new Error('The run was cancelled');
     written += rows;
     if (performance.now() - reported > PROGRESS_EVERY_MS) {
       reported = performance.now();
       await context.progress({ phase: 'copying', mode: 'streamed_copy', rows_written: written });
     }
   };
-  async function* copyText() {
-    for await (const chunk of source.copyOut!(read)) {
-      if (context.signal.aborted) throw new Error('The run was cancelled');
-      yield chunk;
-      await counted(copyRowsIn(chunk));
-    }
-  }
   async function* rowsAsCopyText() {
     const keys = columns.map((_, i) => `c${i}`);
     for await (const batch of source.stream(read, { batchSize: COPY_BATCH_ROWS })) {
-      if (context.signal.aborted) throw new Error('The run was cancelled');
       let chunk = '';
       for (const row of batch) {
         chunk += `${keys.map((k) => copyField(row[k])).join('\t')}\n`;
@@ -134,14 +127,14 @@ async function streamedCopy(
       await counted(batch.length);
     }
   }
-  await target.transaction((tx) =>
-    pipeline(
-      Readable.from(source.copyOut ? copyText() : rowsAsCopyText(), { objectMode: false }),
-      tx.copyFrom(
-        `COPY ${qualified(staging)} (${columns.map((c) => quoteIdent(c.name)).join(', ')}) FROM STDIN`,
-      ),
-    ),
-  );
+  await target.transaction((tx) => {
+    const into = tx.copyFrom(
+      `COPY ${qualified(staging)} (${columns.map((c) => quoteIdent(c.name)).join(', ')}) FROM STDIN`,
+    );
+    return source.copyOut
+      ? pipeCopyText(source, read, into, counted)
+      : pipeline(Readable.from(rowsAsCopyText(), { objectMode: false }), into);
+  });
   return written;
 }
 
