@@ -85,7 +85,7 @@ describe('the password policy, wherever a password is set', () => {
     }
   });
 
-  it('refuses common passwords, alone or padded with digits and symbols, in any case', async () => {
+  it('refuses common passwords, alone or padded with digits and symbols, in any case or with look-alikes', async () => {
     // 'baseball1234' is not a sequence, not repeated, and long enough: only the list refuses it.
     for (const password of [
       '1qaz2wsx3edc',
@@ -93,6 +93,11 @@ describe('the password policy, wherever a password is set', () => {
       'Iloveyou2024!',
       '!!Sunshine!!2025',
       '  monkey 2024  ',
+      // Look-alikes read as the letters they stand for; a digit at the word's edge can be either.
+      'P@ssw0rd2024',
+      'M0nk3y!!2024',
+      '1loveyou!2025',
+      'hell0w0rld123',
     ]) {
       const res = await call(server, 'POST', '/api/admin/users', {
         token: tenant.admin.token,
@@ -101,7 +106,13 @@ describe('the password policy, wherever a password is set', () => {
       expectRefused(res, COMMON, password);
     }
     // A common word inside a longer phrase, or with letters after it, is a different password.
-    for (const password of ['baseball-in-the-rain', 'sunshinearcade7', '1a2345678901']) {
+    // Digits read as letters spell some listed keyboard walk ('a23456'): only a middle of mostly letters is read so.
+    for (const password of [
+      'baseball-in-the-rain',
+      'sunshinearcade7',
+      '1a2345678901',
+      'p@ssage-in-the-rain',
+    ]) {
       const res = await call(server, 'POST', '/api/admin/users', {
         token: tenant.admin.token,
         body: { username: unique('u'), password, must_change_password: false },

@@ -59,7 +59,9 @@ export async function checkPassword(
 //      digits, spaces and symbols before or after it ('password1234', 'iloveyou2024!', 'qwertyuiop!!'):
 //      with 12 characters required, only 308 of the list are long enough to be refused as they are,
 //      and padding a common word up to the length is what people do. What is left once the padding
-//      is taken off must have 4 characters or more to count ('1a2345678901' is not 'a').
+//      is taken off must have 4 characters or more to count ('1a2345678901' is not 'a'). Look-alike
+//      characters read as the letters they stand for ('P@ssw0rd2024' is 'password'; '1' and '!' as 'i'
+//      or 'l'), so a digit or symbol inside the word is a substitution and around it padding.
 // Cases 2, 3 and 5 ignore letter case. The messages name the rule, never the password.
 
 const MIN_PASSWORD_LENGTH = 12;
@@ -67,20 +69,84 @@ const MIN_CONTEXT_WORD_LENGTH = 4;
 const MIN_COMMON_CORE_LENGTH = 4;
 
 let commonPasswords: Set<string> | null = null;
+let longestCommon = 0;
+
+/** Characters written for letters: the letters they may stand for. */
+const LOOK_ALIKES: Record<string, string> = {
+  '@': 'a',
+  '4': 'a',
+  '8': 'b',
+  '(': 'c',
+  '3': 'e',
+  '6': 'g',
+  '9': 'g',
+  '1': 'il',
+  '!': 'il',
+  '|': 'il',
+  '0': 'o',
+  $: 's',
+  '5': 's',
+  '7': 't',
+  '+': 't',
+  '2': 'z',
+};
+const PADDING = /^[\p{N}\p{P}\p{S}\p{Z}]$/u;
+const LETTER_UNIT = /^\p{L}$/u;
+/** How far into a run of padding a word may start or end: past it, the rest is padding anyway. */
+const MAX_PADDING_TRIED = 16;
+/** Readings of a core tried at most (each ambiguous look-alike doubles them). */
+const MAX_READINGS = 64;
 
 /**
  * The leaked-password list, read the first time a password is set rather than at start: the package
  * decompresses its lists when loaded (~30 ms), and a server may never set a password.
  */
-function isCommonPassword(lowered: string): boolean {
+function commonList(): Set<string> {
   if (!commonPasswords) {
     const require = createRequire(import.meta.url);
     const { dictionary } = require('@zxcvbn-ts/language-common') as { dictionary: typeof CommonLists };
     commonPasswords = new Set(dictionary['passwords-common']);
+    for (const word of commonPasswords) longestCommon = Math.max(longestCommon, [...word].length);
   }
-  if (commonPasswords.has(lowered)) return true;
-  const core = lowered.replace(/^[\p{N}\p{P}\p{S}\p{Z}]+|[\p{N}\p{P}\p{S}\p{Z}]+$/gu, '');
-  return [...core].length >= MIN_COMMON_CORE_LENGTH && commonPasswords.has(core);
+  return commonPasswords;
+}
+
+/** The words `core` may be read as, its look-alikes taken for letters (bounded). */
+function readings(core: string[]): string[] {
+  let words = [''];
+  for (const unit of core) {
+    const letters = LOOK_ALIKES[unit] ?? unit;
+    if (words.length * letters.length > MAX_READINGS) return [];
+    words = words.flatMap((word) => [...letters].map((letter) => word + letter));
+  }
+  return words;
+}
+
+/**
+ * Whether a lowercased password is a common one: whole, or what is left (4 characters or more) once
+ * the padding around it is taken off, or a middle of at least half letters with only padding around
+ * it, read with its look-alikes as letters. Every split of the padding runs is tried for that, as a
+ * look-alike at the edge of the word (the '0' of 'hell0') is also padding.
+ */
+function isCommonPassword(lowered: string): boolean {
+  const list = commonList();
+  if (list.has(lowered)) return true;
+  const units = [...lowered];
+  let lead = 0;
+  while (lead < units.length && PADDING.test(units[lead])) lead++;
+  let trail = units.length;
+  while (trail > lead && PADDING.test(units[trail - 1])) trail--;
+  if (trail === lead) return false;
+  for (let start = Math.max(0, lead - MAX_PADDING_TRIED); start <= lead; start++)
+    for (let end = Math.min(units.length, trail + MAX_PADDING_TRIED); end >= trail; end--) {
+      const core = units.slice(start, end);
+      if (core.length < MIN_COMMON_CORE_LENGTH || core.length > longestCommon) continue;
+      if (start === lead && end === trail && list.has(core.join(''))) return true;
+      // Mostly letters: read as letters, a run of digits spells some listed keyboard walk ('a23456').
+      const letters = core.filter((unit) => LETTER_UNIT.test(unit)).length;
+      if (letters * 2 >= core.length && readings(core).some((word) => list.has(word))) return true;
+    }
+  return false;
 }
 
 /** Whom a password is for: the words of the account it must not contain. */
