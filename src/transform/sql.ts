@@ -87,10 +87,32 @@ export async function generateSelectSql(
 }
 
 const MAX_IDENTIFIER = 63;
+const RUN_DIGITS = 8;
+
+/** `base` cut to fit PostgreSQL's identifiers, `__<tag>_`, then the run's digits (`orders__stg_1a2b3c4d`). */
+function derivedPrefix(base: string, tag: string): string {
+  const tagPart = `__${tag}_`;
+  return base.slice(0, MAX_IDENTIFIER - tagPart.length - RUN_DIGITS) + tagPart;
+}
+
+const runDigits = (runId: string) => createHash('sha256').update(runId).digest('hex').slice(0, RUN_DIGITS);
 
 function derivedName(base: string, tag: string, runId: string): string {
-  const suffix = `__${tag}_${createHash('sha256').update(runId).digest('hex').slice(0, 8)}`;
-  return base.slice(0, MAX_IDENTIFIER - suffix.length) + suffix;
+  return derivedPrefix(base, tag) + runDigits(runId);
+}
+
+/**
+ * How the staging tables of a target's runs are named: `prefix` is common to all of them, `of` names
+ * one run's. `digitsSql` computes in PostgreSQL the digits that end a run's name from its id column,
+ * so that the runs a table name may belong to are found without reading every run of the table.
+ */
+export function stagingTableNames(targetName: string) {
+  return {
+    prefix: derivedPrefix(targetName, 'stg'),
+    of: (runId: string) => derivedName(targetName, 'stg', runId),
+    digitsSql: (idColumn: string) =>
+      `left(encode(sha256(convert_to(${idColumn}::text, 'UTF8')), 'hex'), ${RUN_DIGITS})`,
+  };
 }
 
 export interface MaterializeOptions {
@@ -142,7 +164,7 @@ END $rename$`;
 
 export function materializeSql(options: MaterializeOptions): MaterializePlan {
   const { target, columns, selectSql, runId } = options;
-  const staging = { schema: target.schema, name: derivedName(target.name, 'stg', runId) };
+  const staging = { schema: target.schema, name: stagingTableNames(target.name).of(runId) };
   const old = derivedName(target.name, 'old', runId);
   const columnList = columns.map(quoteIdent).join(', ');
   return {

@@ -8,14 +8,14 @@ import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
 import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { pipeCopyText, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
-import { materializeSql, sourceTableSql } from '../../transform/sql.ts';
+import { materializeSql, sourceTableSql, stagingTableNames } from '../../transform/sql.ts';
 import { parseTableKey, type MappingTable } from '../../transform/mapping.ts';
 import { Workspace } from '../workspaces/workspaces.entity.ts';
 import { requiredConnectionConfig } from '../workspaces/workspaces.service.ts';
 import { enqueueMonitoringRun } from '../monitoring/monitoring.jobs.ts';
 import { mappedSourceConfig } from '../sources/source-copy.ts';
 import { MappingCommit, TableMapping } from './mappings.entity.ts';
-import { MATERIALIZE_MAPPING_KIND } from './mappings.service.ts';
+import { MATERIALIZE_MAPPING_KIND, materializeKey } from './mappings.service.ts';
 
 interface MaterializeMappingPayload extends Record<string, unknown> {
   workspace_id: string;
@@ -33,6 +33,13 @@ const COPY_BATCH_ROWS = 2000;
  */
 const COPY_CHUNK_CHARS = 32 * 1024;
 const PROGRESS_EVERY_MS = 500;
+/**
+ * How long dropping an earlier run's staging table waits for its lock: a run that was cancelled or
+ * taken for dead may still be loading into it, and the new run must not wait hours behind that load.
+ */
+const LEFTOVER_LOCK_TIMEOUT_MS = 2000;
+/** A run's result names at most this many of the leftovers it dropped (the log names them all). */
+const LISTED_LEFTOVERS = 20;
 
 /**
  * A target without a primary key does not refuse duplicated rows: the load must not give a primary
@@ -74,6 +81,86 @@ async function ensureTargetTable(
     ))
       await tx.query(statement);
   });
+}
+
+/**
+ * Drops the staging tables that ended runs of this target table left in its schema: a run whose
+ * worker died never ran its cleanup, nor did one that failed while the warehouse was unreachable, and
+ * only a retry of the same run (whose staging table has the same name) would drop it. A table goes
+ * only if its name is exactly the staging table's name of a failed or cancelled run of this table
+ * (same organization and singleton key): a user's `customers__stg_manual`, or another table's
+ * leftovers, stay. No other run of this table is queued or running (the singleton key), but one that
+ * was cancelled or taken for dead may still be at work on its staging table: the drop waits for it
+ * at most LEFTOVER_LOCK_TIMEOUT_MS, and that run drops its table itself when it stops. No `__old_`
+ * table needs the same: the swap renames the target to it and drops it in one transaction.
+ * Best effort: what fails is logged and the run goes on. The names dropped.
+ */
+async function dropLeftoverStagingTables(
+  deps: AppDeps,
+  em: EntityManager,
+  warehouse: Warehouse,
+  target: TableRef,
+  singletonKey: string,
+  context: JobContext,
+): Promise<string[]> {
+  const names = stagingTableNames(target.name);
+  let leftovers: string[];
+  try {
+    // LIKE on a fixed prefix reads the catalog's index of names: 0.1 ms in a schema of 20,000 tables,
+    // where starts_with reads them all (3.5 ms).
+    const { rows } = await warehouse.transaction((tx) =>
+      tx.query<{ name: string }>(
+        `select c.relname::text as name from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = $1 and c.relkind in ('r', 'p') and c.relname like $2`,
+        [target.schema, `${names.prefix.replace(/[\\%_]/g, '\\$&')}%`],
+      ),
+    );
+    const present = new Set(rows.map((r) => r.name));
+    const digits = [...present]
+      .map((name) => name.slice(names.prefix.length))
+      .filter((tail) => /^[0-9a-f]{8}$/.test(tail));
+    if (digits.length === 0) return [];
+    // Asked only when such a table is present, and answering only the runs whose digits end one:
+    // PostgreSQL hashes the table's failed runs for it (65 ms for 4,000) rather than sending them all.
+    const runs = await em.execute<{ id: string }[]>(
+      `select id from job_runs
+        where organization_id = ? and kind = ? and singleton_key = ? and status in ('failed', 'cancelled')
+          and id <> ? and ${names.digitsSql('id')} = any(?::text[])`,
+      [
+        context.organizationId,
+        MATERIALIZE_MAPPING_KIND,
+        singletonKey,
+        context.runId,
+        `{${digits.join(',')}}`,
+      ],
+    );
+    leftovers = [...new Set(runs.map((r) => names.of(r.id)))].filter((name) => present.has(name));
+  } catch (error) {
+    deps.logger.warn({ err: error, runId: context.runId }, 'could not look for leftover staging tables');
+    return [];
+  }
+  const dropped: string[] = [];
+  for (const name of leftovers) {
+    try {
+      await warehouse.transaction(async (tx) => {
+        await tx.query(`set local lock_timeout = ${LEFTOVER_LOCK_TIMEOUT_MS}`);
+        // No IF EXISTS: a table gone meanwhile (renamed by a swap it waited for) is not reported dropped.
+        await tx.query(`DROP TABLE ${qualified({ schema: target.schema, name })}`);
+      });
+      dropped.push(name);
+    } catch (error) {
+      deps.logger.warn(
+        { err: error, runId: context.runId, table: `${target.schema}.${name}` },
+        'could not drop the staging table an ended materialization left',
+      );
+    }
+  }
+  if (dropped.length)
+    deps.logger.info(
+      { runId: context.runId, schema: target.schema, tables: dropped },
+      'dropped the staging tables ended materializations left',
+    );
+  return dropped;
 }
 
 /** A value in COPY's text format: backslash, tab and line breaks escaped; SQL NULL as `\N`. */
@@ -167,6 +254,14 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
     target,
     commit.targetTable as unknown as SchemaDocument['tables'][number],
   );
+  const removedLeftovers = await dropLeftoverStagingTables(
+    deps,
+    em,
+    targetWarehouse,
+    target,
+    materializeKey(workspace, commit.tableName),
+    context,
+  );
   const mode = sameDatabase(sourceConfig, targetConfig) ? 'insert_select' : 'streamed_copy';
   const targetTable = commit.targetTable as { primary_key?: string[] | null };
   const keyless = !targetTable.primary_key?.length;
@@ -255,6 +350,7 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
     target_table: `${target.schema}.${target.name}`,
     version: commit.version,
     duration_ms: durationMs,
+    ...(removedLeftovers.length ? { removed_leftovers: removedLeftovers.slice(0, LISTED_LEFTOVERS) } : {}),
   };
 }
 
