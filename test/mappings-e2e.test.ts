@@ -415,6 +415,28 @@ describe('a mapping from two joined tables, end to end over HTTP', () => {
     expect(await targetRows(otherTarget)).toEqual(EXPECTED);
   });
 
+  it('knows the target database by its identity, not by how its host is written', async () => {
+    // The same server and database with the host spelled another way (a loopback name or address
+    // written otherwise): compared as written, they were two databases and the rows went through a copy.
+    const written = config(source.name, ['crm']);
+    const otherSpelling = ['localhost', '127.0.0.1'].includes(written.host)
+      ? { ...written, host: written.host === 'localhost' ? '127.0.0.1' : '127.1' }
+      : null;
+    if (!otherSpelling) return;
+    let res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      body: { target_config: otherSpelling },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const { run } = await materializeAndWait('customer_profiles');
+    expect(run.status, run.error).toBe('succeeded');
+    expect(run.result).toMatchObject({ rows_written: 4, mode: 'insert_select' });
+    expect(await targetRows(source)).toEqual(EXPECTED);
+    res = await api('POST', `/api/workspaces/${workspace}/config`, {
+      body: { target_config: config(otherTarget.name, ['crm']) },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+  });
+
   it('a run that fails at the swap reports no rows written and leaves the previous rows', async () => {
     // A table referencing one of the target's rows: the target cannot be dropped, and the in-place
     // replacement cannot delete the referenced row. The run fails after it had counted every row.

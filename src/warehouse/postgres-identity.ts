@@ -20,6 +20,11 @@ export interface RoleFacts {
   bypassRls: boolean;
 }
 
+/** What the identity check learns about a connection: whom it reaches and what its role may do. */
+export interface ConnectionFacts extends RoleFacts {
+  server: ServerIdentity;
+}
+
 // Every name schema-qualified: a function or view the role put earlier on its search_path cannot answer
 // instead. pg_control_system() is executable by PUBLIC unless an administrator revoked it.
 const IDENTITY_SQL = `select s.system_identifier::text as system_identifier, d.oid::text as database_oid,
@@ -69,13 +74,14 @@ const IDENTITY_TIMEOUT_MS = 10_000;
 
 /**
  * Asks a new physical connection who it is: refused when the server cannot say, or when it is the
- * control plane's own database; otherwise what its role may do (the caller records and judges it).
+ * control plane's own database; otherwise whom it reaches and what its role may do (the caller records
+ * and judges it).
  */
 export async function checkServerIdentity(
   config: Pick<ConnectionConfig, 'user'>,
   client: pg.ClientBase,
   controlPlaneIdentity: ServerIdentity | Promise<ServerIdentity> | undefined,
-): Promise<RoleFacts> {
+): Promise<ConnectionFacts> {
   let row: IdentityRow | undefined;
   let unknown: string | undefined;
   try {
@@ -108,5 +114,9 @@ export async function checkServerIdentity(
       "This connection reaches dimas's own database, which is never reachable through a workspace, however the host is written",
       { reason: 'CONTROL_PLANE_DATABASE' },
     );
-  return { superuser: row.superuser, bypassRls: row.bypass_rls };
+  return {
+    superuser: row.superuser,
+    bypassRls: row.bypass_rls,
+    server: { systemIdentifier: row.system_identifier, databaseOid: row.database_oid },
+  };
 }

@@ -3,6 +3,7 @@ import Cursor from 'pg-cursor';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { AppError } from '../app-error.ts';
 import type { ConnectionConfig } from './config.ts';
+import type { ServerIdentity } from './postgres-identity.ts';
 import { introspectCatalog } from './introspect.ts';
 import { asJsonValues, readCapped, readCursor } from './postgres-read.ts';
 import {
@@ -54,6 +55,8 @@ export interface PoolEntry {
   holdsTempViews?: Promise<boolean>;
   /** Whether the last statement checked found functions of the database's own that may not run. */
   ownRefusedRoutines?: boolean;
+  /** Whom the pool's connections reach, as the identity check of the latest one saw it. */
+  server?: ServerIdentity;
 }
 
 /**
@@ -204,6 +207,13 @@ export class PostgresWarehouse implements Warehouse {
         throw error;
       });
     return this.entry.holdsTempViews;
+  }
+
+  async reach() {
+    // The identity check of a new connection records it: connect once if none was made yet.
+    if (!this.entry.server) await this.#withClient(async () => {}, 'connect');
+    const { systemIdentifier, databaseOid } = this.entry.server!;
+    return JSON.stringify(['postgresql', systemIdentifier, databaseOid, this.config.user]);
   }
 
   async ping() {

@@ -195,7 +195,8 @@ export class WarehouseRegistry {
   }
 
   async #checkIdentity(entry: PoolEntry, client: pg.ClientBase): Promise<void> {
-    const facts = await checkServerIdentity(entry.config, client, this.settings.controlPlane);
+    const { server, ...facts } = await checkServerIdentity(entry.config, client, this.settings.controlPlane);
+    entry.server = server;
     const key = roleKey(entry.config);
     this.#roles.delete(key);
     this.#roles.set(key, facts);

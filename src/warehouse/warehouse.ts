@@ -176,6 +176,12 @@ export interface Warehouse {
   readonly config: ConnectionConfig;
   /** Connects and runs `select 1`; throws the 422 with the reason when that fails. */
   ping(): Promise<{ server_version: string; database: string; user: string }>;
+  /**
+   * Whom this warehouse reaches, by the server's own identity (cluster, database, login role): two
+   * warehouses with equal answers read the same data with the same rights, however their hosts were
+   * written. Absent where the engine cannot tell it (MySQL).
+   */
+  reach?(): Promise<string>;
   /** Databases and schemas the credentials can see. */
   catalogs(): Promise<{ databases: string[]; schemas: string[] }>;
   /** Schemas, relations, columns, keys and estimated rows in a constant number of catalog queries. */

@@ -6,7 +6,6 @@ import type { AppDeps } from '../../deps.ts';
 import { failOnceWhenDeterministic, PermanentJobError, type JobContext } from '../../jobs/queue.ts';
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
-import type { ConnectionConfig } from '../../warehouse/config.ts';
 import { pipeCopyText, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
 import { materializeSql, sourceTableSql, stagingTableNames } from '../../transform/sql.ts';
 import { parseTableKey, type MappingTable } from '../../transform/mapping.ts';
@@ -58,10 +57,14 @@ async function checkRowCount(source: Warehouse, tables: Record<string, MappingTa
     );
 }
 
-/** Same server, database and login: the SELECT can run inside the target database itself. */
-function sameDatabase(a: ConnectionConfig, b: ConnectionConfig): boolean {
-  const host = (h: string) => (/^(localhost|127\.0\.0\.1|::1)$/i.test(h) ? 'loopback' : h.toLowerCase());
-  return host(a.host) === host(b.host) && a.port === b.port && a.database === b.database && a.user === b.user;
+/**
+ * One database reached as one role, however the two hosts were written (by the servers' own
+ * identity): the SELECT can run inside the target database itself.
+ */
+async function sameDatabase(source: Warehouse, target: Warehouse): Promise<boolean> {
+  if (!source.reach || !target.reach) return false;
+  const [a, b] = await Promise.all([source.reach(), target.reach()]);
+  return a === b;
 }
 
 async function ensureTargetTable(
@@ -262,7 +265,8 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
     materializeKey(workspace, commit.tableName),
     context,
   );
-  const mode = sameDatabase(sourceConfig, targetConfig) ? 'insert_select' : 'streamed_copy';
+  const sourceWarehouse = await warehouses(deps).open(sourceConfig, `${workspace.id}:source`);
+  const mode = (await sameDatabase(sourceWarehouse, targetWarehouse)) ? 'insert_select' : 'streamed_copy';
   const targetTable = commit.targetTable as { primary_key?: string[] | null };
   const keyless = !targetTable.primary_key?.length;
   const plan = materializeSql({
@@ -285,7 +289,6 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
       await targetWarehouse.assertUserSqlAllowed(commit.sql);
       rows = await targetWarehouse.transaction(async (tx) => (await tx.query(plan.load)).rowCount);
     } else {
-      const sourceWarehouse = await warehouses(deps).open(sourceConfig, `${workspace.id}:source`);
       rows = await streamedCopy(
         sourceWarehouse,
         targetWarehouse,
@@ -297,7 +300,7 @@ async function materializeMapping(deps: AppDeps, payload: MaterializeMappingPayl
     }
     if (keyless)
       await checkRowCount(
-        await warehouses(deps).open(sourceConfig, `${workspace.id}:source`),
+        sourceWarehouse,
         (commit.mapping as { tables?: Record<string, MappingTable> }).tables ?? {},
         rows,
       );
