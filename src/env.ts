@@ -73,6 +73,8 @@ const envSchema = z.object({
   JOB_HEARTBEAT_TIMEOUT_SECONDS: z.coerce.number().int().min(2).default(60),
   /** Runs of one job kind a process works on at once; unset: 4 on PostgreSQL, 1 embedded. */
   JOB_CONCURRENCY: z.coerce.number().int().min(1).max(32).optional(),
+  /** Finished job runs older than this many days are deleted hourly, except those still shown or read; 0 keeps all. */
+  JOB_RUNS_RETENTION_DAYS: z.coerce.number().int().min(0).default(90),
   // Identity graphs up to this many identifiers (and twice as many pairs) get their components in
   // the job's process (~40 bytes each); larger ones in the warehouse, so that the process does not
   // grow with them.

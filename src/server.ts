@@ -69,6 +69,7 @@ export async function startServer(env: Env, options: StartOptions = {}): Promise
       // The embedded database serves one transaction at a time: runs side by side would only queue
       // behind each other's statements there.
       concurrency: env.JOB_CONCURRENCY ?? (db.kind === 'embedded' ? 1 : DEFAULT_JOB_CONCURRENCY),
+      retentionDays: env.JOB_RUNS_RETENTION_DAYS,
     }),
     startedAt: new Date(),
     controlPlane: await readControlPlaneIdentity(db.orm),

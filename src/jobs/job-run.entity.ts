@@ -7,7 +7,8 @@ export type JobRunStatus = (typeof JOB_RUN_STATUSES)[number];
 /**
  * One run of a long job (materialize, export, hypothesis test, monitoring run). The queue (pg-boss)
  * only schedules; this row is what routes read, so it carries the tenant and outlives pg-boss's own
- * retention. Its id is also the pg-boss job id. The migration adds a partial unique index on
+ * retention; the queue's sweep deletes it JOB_RUNS_RETENTION_DAYS after it finished unless it is still
+ * read (see queue.ts). Its id is also the pg-boss job id. The migration adds a partial unique index on
  * (organization, kind, singleton_key) over queued/running rows: one active run per key.
  *
  * The organization and workspace are plain ids, not relations: the queue knows no area's entity

@@ -74,6 +74,22 @@ export interface JobKindOptions {
    * as it was and none of the hook's writes.
    */
   onAbandoned?: (run: AbandonedRun, em: EntityManager) => Promise<Record<string, unknown> | void>;
+  /**
+   * The finished runs of this kind that the retention sweep keeps however old, beyond what the queue
+   * keeps of every kind (active runs, and the newest finished run of each singleton key: a key's
+   * "latest run" that routes show and schedules compare against).
+   */
+  retain?: RetainRuns;
+}
+
+interface RetainRuns {
+  /** Tables whose `last_run_id` names a run of this kind (an area's "last run", which routes show). */
+  namedBy?: string[];
+  /**
+   * A SQL condition on the run, `run` (a row of job_runs), for what the kind reads of its earlier
+   * runs, e.g. the latest one that got as far as some step.
+   */
+  where?: string;
 }
 
 interface AbandonedRun {
@@ -155,6 +171,11 @@ export interface JobQueue {
   listRuns(organizationId: string, options?: ListRunsOptions, em?: EntityManager): Promise<JobRunView[]>;
   /** Cancels a queued or running run; a finished run is returned unchanged. */
   cancel(id: string, organizationId: string): Promise<JobRunView | null>;
+  /**
+   * Deletes the runs, of every organization, that finished longer ago than the retention period and
+   * that nothing still needs (what the queue's hourly sweep does); how many it deleted.
+   */
+  deleteExpiredRuns(): Promise<number>;
   start(): Promise<void>;
   stop(): Promise<void>;
 }

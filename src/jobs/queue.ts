@@ -41,9 +41,16 @@ export interface JobQueueDeps {
    * (default 1): one tenant's long export or materialization then leaves workers to the others.
    */
   concurrency?: number;
+  /**
+   * Finished runs older than this many days are deleted by an hourly sweep, except those still needed
+   * (see `deleteExpiredRuns`); 0 or unset keeps every run.
+   */
+  retentionDays?: number;
 }
 
-const KIND_DEFAULTS: Required<Omit<JobKindOptions, 'onAbandoned'>> = {
+type KindSettings = Required<Omit<JobKindOptions, 'onAbandoned' | 'retain'>>;
+
+const KIND_DEFAULTS: KindSettings = {
   retryLimit: 2,
   retryDelaySeconds: 5,
   retryBackoff: true,
@@ -55,6 +62,34 @@ const KIND_DEFAULTS: Required<Omit<JobKindOptions, 'onAbandoned'>> = {
 const MAX_ERROR_LENGTH = 4000;
 const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 60;
 const MAX_LIST = 500;
+
+/** The queue's own periodic work: deleting expired runs (hourly, off the hour's busy first minute). */
+const RETENTION_SCHEDULE = 'job-runs-retention';
+const RETENTION_CRON = '17 * * * *';
+/** Runs one statement of the sweep looks at: each batch deletes and locks at most these. */
+const RETENTION_BATCH = 1000;
+/** A sweep stops after this long (its tick times out at 15 minutes); the next tick carries on. */
+const RETENTION_BUDGET_MS = 10 * 60_000;
+const FINISHED = `status not in (${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
+/**
+ * What the queue keeps of every kind: the newest finished run of each singleton key in its
+ * organization, which a key's "latest run" shows (a mapping's materialization, a workspace's source
+ * load or identity build) and which the monitoring schedule compares against to see what is due.
+ */
+const NEWEST_OF_ITS_KEY = `(run.singleton_key is not null and not exists (
+  select 1 from job_runs newer
+   where newer.organization_id = run.organization_id and newer.kind = run.kind
+     and newer.singleton_key = run.singleton_key and newer.created_at > run.created_at
+     and newer.${FINISHED}))`;
+
+/** The SQL condition on `run` under which the sweep keeps a finished run of a kind. */
+function retainedWhen(retain: JobKindOptions['retain'] = {}): string {
+  const named = (retain.namedBy ?? []).map((table) => {
+    if (!/^[a-z_][a-z0-9_]*$/.test(table)) throw new Error(`retain.namedBy: ${table} is not a table name`);
+    return `exists (select 1 from "${table}" t where t.last_run_id = run.id and t.organization_id = run.organization_id)`;
+  });
+  return [NEWEST_OF_ITS_KEY, ...named, ...(retain.where ? [`(${retain.where})`] : [])].join(' or ');
+}
 
 /** The database's clock for every time the queue compares (heartbeats against the sweep's now()). */
 const now = () => raw('now()');
@@ -115,8 +150,10 @@ function embeddedBossDb(pg: PGlite) {
 
 interface Registration {
   handler: JobHandler<any>;
-  options: Required<Omit<JobKindOptions, 'onAbandoned'>>;
+  options: KindSettings;
   onAbandoned?: JobKindOptions['onAbandoned'];
+  /** `retainedWhen` of the kind's `retain`. */
+  retainedWhen: string;
   workerIds: string[];
 }
 
@@ -163,6 +200,14 @@ interface InFlight {
  * lets one of them turn each tick into one job, and one worker in the cluster runs it. Such ticks
  * have no run row: they are the queue's own housekeeping, not a tenant's run.
  *
+ * Retention: finished runs older than `retentionDays` (JOB_RUNS_RETENTION_DAYS) are deleted by an
+ * hourly sweep, one of the queue's schedules, across organizations, in batches of a bounded size. It
+ * keeps what is still read: active runs, the newest finished run of each singleton key, and what each
+ * kind says it needs at `register` (`retain`: the tables whose `last_run_id` names its runs, and a
+ * condition of its own), so the rule sits beside the code that reads the runs rather than in a list
+ * here. Only the kinds registered in the sweeping process are swept: a run of a kind it does not know
+ * may be needed by code it does not have.
+ *
  * Embedded database: pg-boss runs on the same PGlite instance through a `db` adapter that takes the
  * same mutex as MikroORM, so its polling never interleaves with an open transaction. It follows that
  * a job handler (or any code) holding a transaction on the embedded database must not call
@@ -200,6 +245,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   );
   let sweepTimer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
+  const retentionDays = deps.retentionDays ?? 0;
+  schedules.set(RETENTION_SCHEDULE, {
+    cron: RETENTION_CRON,
+    handler: async () => void (await deleteExpiredRuns()),
+    timeoutSeconds: 15 * 60,
+  });
 
   const fork = () => orm.em.fork() as EntityManager;
   /** Conditional update of one run; the number of rows it changed (0: the condition no longer held). */
@@ -406,6 +457,56 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
     return (await updateRun(where, end)) > 0;
   }
 
+  /**
+   * One kind's finished runs that ended before `cutoff`, in batches taken in the order they ended: each
+   * batch is one statement that deletes those of the batch the kind does not retain, and the next one
+   * starts after the last it looked at, so the runs kept are read once per sweep, not once per batch.
+   */
+  async function deleteExpiredRunsOf(
+    kind: string,
+    registration: Registration,
+    cutoff: string,
+    deadline: number,
+  ): Promise<number> {
+    const em = fork();
+    let after = { at: '-infinity', id: '00000000-0000-0000-0000-000000000000' };
+    let deleted = 0;
+    while (state !== 'stopped' && Date.now() < deadline) {
+      const [batch] = (await em.execute(
+        `with batch as (
+           select id, finished_at from job_runs
+            where kind = ? and ${FINISHED} and finished_at < ?::timestamptz
+              and (finished_at, id) > (?::timestamptz, ?::uuid)
+            order by finished_at, id limit ?
+         ), deleted as (
+           delete from job_runs run using batch
+            where run.id = batch.id and not (${registration.retainedWhen})
+           returning run.id
+         )
+         select (select count(*) from deleted) as deleted, last.finished_at::text as last_at, last.id as last_id
+           from (select finished_at, id from batch order by finished_at desc, id desc limit 1) last`,
+        [kind, cutoff, after.at, after.id, RETENTION_BATCH],
+      )) as { deleted: string | number; last_at: string; last_id: string }[];
+      if (!batch) break;
+      deleted += Number(batch.deleted);
+      after = { at: batch.last_at, id: batch.last_id };
+    }
+    return deleted;
+  }
+
+  async function deleteExpiredRuns(): Promise<number> {
+    if (retentionDays <= 0) return 0;
+    const deadline = Date.now() + RETENTION_BUDGET_MS;
+    const [{ cutoff }] = (await fork().execute(`select (now() - make_interval(days => ?))::text as cutoff`, [
+      retentionDays,
+    ])) as { cutoff: string }[];
+    let deleted = 0;
+    for (const [kind, registration] of registrations)
+      deleted += await deleteExpiredRunsOf(kind, registration, cutoff, deadline);
+    if (deleted > 0) logger.info({ deleted, retentionDays }, 'deleted expired job runs');
+    return deleted;
+  }
+
   function scheduleSweeps(): void {
     const sweep = () => {
       sweeping = sweepDeadAttempts()
@@ -517,11 +618,12 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
   return {
     async register(kind, handler, options = {}) {
       assertName(kind);
-      const { onAbandoned, ...kindOptions } = options;
+      const { onAbandoned, retain, ...kindOptions } = options;
       const registration: Registration = {
         handler: handler as JobHandler<any>,
         options: { ...KIND_DEFAULTS, concurrency: deps.concurrency ?? 1, ...kindOptions },
         onAbandoned,
+        retainedWhen: retainedWhen(retain),
         workerIds: [],
       };
       registrations.set(kind, registration);
@@ -598,6 +700,8 @@ export function createJobQueue(deps: JobQueueDeps): JobQueue {
       }
       return toView(row);
     },
+
+    deleteExpiredRuns,
 
     async start() {
       if (state !== 'created') return;

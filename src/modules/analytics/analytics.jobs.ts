@@ -142,6 +142,7 @@ export async function registerAnalyticsJobs(deps: AppDeps): Promise<void> {
     {
       retryLimit: 0,
       timeoutSeconds: 2 * 3600,
+      retain: { namedBy: ['hypotheses'] },
       // Its worker died: the hypothesis must not show that run as running (nor refuse an insight as
       // "still running") until it is tested again.
       async onAbandoned(run, em) {

@@ -882,6 +882,16 @@ export async function registerExportJob(deps: AppDeps): Promise<void> {
       retryLimit: 2,
       retryDelaySeconds: 2,
       timeoutSeconds: 6 * 3600,
+      retain: {
+        namedBy: ['audience_exports'],
+        // What `lastDelivery` reads: the latest finished run that got as far as delivering, which a
+        // webhook rerun resumes after however long ago it ran.
+        where: `run.progress->>'delivery_id' is not null and not exists (
+          select 1 from job_runs later
+           where later.organization_id = run.organization_id and later.kind = run.kind
+             and later.singleton_key = run.singleton_key and later.created_at > run.created_at
+             and later.status not in ('queued', 'running') and later.progress->>'delivery_id' is not null)`,
+      },
       // Its worker died on the last attempt: the export and the run record what its handler would
       // have, had it failed.
       async onAbandoned(run, em) {

@@ -188,6 +188,7 @@ export async function registerMaterializeJob(deps: AppDeps): Promise<void> {
       retryLimit: 1,
       retryDelaySeconds: 5,
       timeoutSeconds: 6 * 3600,
+      retain: { namedBy: ['audiences'] },
       // Its worker died on the last attempt: the audience must not show that run as running forever.
       async onAbandoned(run, em) {
         await em.nativeUpdate(

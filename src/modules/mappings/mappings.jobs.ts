@@ -367,6 +367,16 @@ export async function registerMappingJobs(deps: AppDeps): Promise<void> {
       retryDelaySeconds: 2,
       retryBackoff: false,
       timeoutSeconds: 6 * 3600,
+      retain: {
+        namedBy: ['mappings'],
+        // What `dropLeftoverStagingTables` reads: an ended run that did not succeed names a staging table
+        // it may have left, until a later run of the same table succeeded (and dropped it).
+        where: `run.status in ('failed', 'cancelled') and not exists (
+          select 1 from job_runs later
+           where later.organization_id = run.organization_id and later.kind = run.kind
+             and later.singleton_key = run.singleton_key and later.created_at > run.created_at
+             and later.status = 'succeeded')`,
+      },
       // Its worker died on the last attempt: its transactions rolled back with their connections, so
       // the target kept its rows and this run wrote none, as a failing handler records. Unless it had
       // reached the swap, which may have committed: then what it wrote is not known, and its count stays.

@@ -147,7 +147,8 @@ export async function registerMonitoringJobs(deps: AppDeps): Promise<void> {
       }
       return summary;
     },
-    { retryLimit: 1, retryDelaySeconds: 30, timeoutSeconds: 2 * 3600 },
+    // An alert names the run that last saw it, however long ago that was.
+    { retryLimit: 1, retryDelaySeconds: 30, timeoutSeconds: 2 * 3600, retain: { namedBy: ['alerts'] } },
   );
   await deps.jobs.register<IdentityResolutionPayload>(
     IDENTITY_RESOLUTION_KIND,
@@ -162,7 +163,13 @@ export async function registerMonitoringJobs(deps: AppDeps): Promise<void> {
     // A build replaces the graph in one transaction, so a retry starts from a clean state. One build
     // at a time per process: each may hold IDENTITY_IN_PROCESS_IDENTIFIERS' worth of labels in memory,
     // and the server's memory bound (README) is for one.
-    { retryLimit: 1, retryDelaySeconds: 10, timeoutSeconds: 4 * 3600, concurrency: 1 },
+    {
+      retryLimit: 1,
+      retryDelaySeconds: 10,
+      timeoutSeconds: 4 * 3600,
+      concurrency: 1,
+      retain: { namedBy: ['identity_graphs', 'alerts'] },
+    },
   );
   // One look per tick in the whole cluster (the queue's scheduler), whichever process takes it.
   await deps.jobs.schedule('monitoring-due', DUE_MONITORING_CRON, async () => {
