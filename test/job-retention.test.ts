@@ -216,13 +216,14 @@ describe('job_runs retention', () => {
     const keeping = await startTestServer({ JOB_RUNS_RETENTION_DAYS: '0' });
     try {
       const t = await createTenant(keeping);
+      // Past this file's 30 days, within the default 90 of the other servers on a shared database.
       const runs = [
         await insertRun(
-          { organizationId: t.organization.id, kind: 'source-load', key: 'x', ageDays: 400 },
+          { organizationId: t.organization.id, kind: 'source-load', key: 'x', ageDays: 45 },
           keeping,
         ),
         await insertRun(
-          { organizationId: t.organization.id, kind: 'source-load', key: 'x', ageDays: 300 },
+          { organizationId: t.organization.id, kind: 'source-load', key: 'x', ageDays: 40 },
           keeping,
         ),
       ];
