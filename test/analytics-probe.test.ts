@@ -143,6 +143,21 @@ describe('changing test or alpha while a test runs', () => {
         async () => (await api('GET', `/status/${id}`)).body,
         (s) => s.run?.status === 'running',
       );
+      // Running is not enough: under load the run may not have read the hypothesis yet, and would then
+      // test at the new alpha, rightly. Its query waiting for the lock means it read the settings.
+      await until(
+        "the run's query to wait for the lock",
+        async () => {
+          // Inside a transaction the backends' status is read once and kept: cleared for each look.
+          await lock.query('select pg_stat_clear_snapshot()');
+          const { rows } = await lock.query(
+            `select count(*)::int as n from pg_stat_activity
+              where datname = current_database() and wait_event_type = 'Lock'`,
+          );
+          return rows[0].n as number;
+        },
+        (n) => n > 0,
+      );
       // What a request that read the run as ended a moment earlier would have stored.
       await server.deps.orm.em.fork().execute(`update hypotheses set alpha = 0.5 where id = ?`, [id]);
       await lock.query('commit');
