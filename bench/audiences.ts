@@ -1,5 +1,6 @@
 /**
- * Audiences: the dashboard's SQL statement count as audiences grow, and a large CSV export.
+ * Audiences: the dashboard's SQL statement count as audiences grow, a large CSV export, and webhook
+ * exports at once.
  *
  *   node bench/audiences.ts
  *
@@ -18,6 +19,10 @@
  *    the server's peak RSS during the export, sampled from /proc, are printed (target < 300 MB: the
  *    export streams from a cursor with constant memory). Then four exports of it at once (the runs of a
  *    kind a server on PostgreSQL works on by default): their time and the peak RSS.
+ * 3. Webhooks: four exports of the same audience at once to a webhook receiver in a child process of
+ *    its own (bench/harness.ts startWebhookReceiver: its memory is not counted, and it checks that each
+ *    row arrives once), at the largest batch_size a user may set (10,000 rows a request, each held
+ *    while it is sent): time, requests and the server's peak RSS (target < 300 MB).
  */
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,12 +43,16 @@ import {
   serverEnv,
   signIn,
   startServer as startChildServer,
+  startWebhookReceiver,
   stopServer,
   urlFor,
+  type WebhookTally,
 } from './harness.ts';
 
 const RSS_TARGET_MB = 300;
 const PASSWORD = 'timing-password-audiences';
+/** The largest batch_size a webhook destination accepts (audiences.schemas.ts). */
+const WEBHOOK_BATCH = 10_000;
 
 async function until<T>(
   read: () => Promise<T>,
@@ -296,32 +305,72 @@ export async function runAudiencesBench() {
         `(target < ${RSS_TARGET_MB} MB): ${peakMb < RSS_TARGET_MB ? 'ok' : 'OVER'}`,
     );
 
-    // ---- 3. four exports at once: as many runs of a kind as a server on PostgreSQL works on by
+    // ---- 2, continued: four exports at once, as many runs of a kind as a server on PostgreSQL runs by
     // default (JOB_CONCURRENCY), each streaming its rows through this process ----
-    let parallelPeakMb = rssMb(pid);
-    const parallelSampler = setInterval(() => (parallelPeakMb = Math.max(parallelPeakMb, rssMb(pid))), 20);
-    const parallelStarted = performance.now();
-    const runs = await Promise.all(
-      [1, 2, 3, 4].map(async () => {
-        const exp = await exportApi('POST', '/api/api/audiences/exports', {
-          audience_id: audience.id,
-          destination: { type: 'csv' },
-        });
-        return until(
-          async () =>
-            (await exportApi('GET', `/api/api/audiences/${audience.id}/exports`)).exports.find(
-              (e: any) => e.id === exp.export.id,
-            ),
-          (e) => e.last_run?.run_id === exp.run.run_id && ['succeeded', 'failed'].includes(e.last_run.status),
-        );
-      }),
+    const fourAtOnce = async (destination: Record<string, unknown>) => {
+      const startMb = rssMb(pid);
+      let peak = startMb;
+      const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 20);
+      const started = performance.now();
+      const runs = await Promise.all(
+        [1, 2, 3, 4].map(async () => {
+          const exp = await exportApi('POST', '/api/api/audiences/exports', {
+            audience_id: audience.id,
+            destination,
+          });
+          return until(
+            async () =>
+              (await exportApi('GET', `/api/api/audiences/${audience.id}/exports`)).exports.find(
+                (e: any) => e.id === exp.export.id,
+              ),
+            (e) =>
+              e.last_run?.run_id === exp.run.run_id && ['succeeded', 'failed'].includes(e.last_run.status),
+          );
+        }),
+      );
+      clearInterval(sampler);
+      const failed = runs.find((e) => e.last_run.status !== 'succeeded');
+      if (failed) console.log(`  an export failed: ${failed.last_run.error}`);
+      return { ms: performance.now() - started, startMb, peakMb: peak, runs };
+    };
+    const csv = await fourAtOnce({ type: 'csv' });
+    const parallelOk = csv.runs.every(
+      (e) => e.last_run.status === 'succeeded' && e.rows_exported === exportRows,
     );
-    clearInterval(parallelSampler);
-    const parallelMs = performance.now() - parallelStarted;
-    const parallelOk = runs.every((e) => e.last_run.status === 'succeeded' && e.rows_exported === exportRows);
     console.log(
-      `four CSV exports at once: ${(parallelMs / 1000).toFixed(2)} s, server RSS peak ${parallelPeakMb.toFixed(0)} MB ` +
-        `(target < ${RSS_TARGET_MB} MB): ${parallelOk && parallelPeakMb < RSS_TARGET_MB ? 'ok' : 'OVER'}`,
+      `four CSV exports at once: ${(csv.ms / 1000).toFixed(2)} s, server RSS peak ${csv.peakMb.toFixed(0)} MB ` +
+        `(target < ${RSS_TARGET_MB} MB): ${parallelOk && csv.peakMb < RSS_TARGET_MB ? 'ok' : 'OVER'}`,
+    );
+
+    // ---- 3. four webhook exports at once, at the largest batch a user may set: a batch is held
+    // while it is sent, so a batch's size times four is what the server holds at least ----
+    const receiver = await startWebhookReceiver();
+    let webhook: Awaited<ReturnType<typeof fourAtOnce>>;
+    let received: WebhookTally;
+    try {
+      webhook = await fourAtOnce({
+        type: 'webhook',
+        url: receiver.url,
+        batch_size: WEBHOOK_BATCH,
+        timeout_ms: 120_000,
+      });
+      received = await receiver.tally();
+    } finally {
+      await receiver.stop();
+    }
+    const everyRowOnce = webhook.runs.every(
+      (e) =>
+        e.last_run.status === 'succeeded' &&
+        e.rows_exported === exportRows &&
+        received.exports[e.id]?.rows === exportRows &&
+        received.exports[e.id]?.repeated === 0,
+    );
+    const webhookOk = everyRowOnce && webhook.peakMb < RSS_TARGET_MB;
+    console.log(
+      `four webhook exports at once (batch_size ${WEBHOOK_BATCH}): ${(webhook.ms / 1000).toFixed(2)} s, ` +
+        `${received.requests} requests of up to ${(received.maxBodyBytes / 2 ** 20).toFixed(1)} MB, every row once: ` +
+        `${everyRowOnce ? 'yes' : 'NO'}; server RSS ${webhook.startMb.toFixed(0)} MB at the start, peak ${webhook.peakMb.toFixed(0)} MB ` +
+        `(target < ${RSS_TARGET_MB} MB): ${webhookOk ? 'ok' : 'OVER'}`,
     );
     return {
       dashboard: { small, large, constant },
@@ -332,10 +381,11 @@ export async function runAudiencesBench() {
         ok: peakMb < RSS_TARGET_MB && lines === exportRows,
       },
       parallelExports: {
-        ms: parallelMs,
-        peakMb: parallelPeakMb,
-        ok: parallelOk && parallelPeakMb < RSS_TARGET_MB,
+        ms: csv.ms,
+        peakMb: csv.peakMb,
+        ok: parallelOk && csv.peakMb < RSS_TARGET_MB,
       },
+      parallelWebhooks: { ms: webhook.ms, peakMb: webhook.peakMb, ok: webhookOk },
     };
   } finally {
     await server?.close().catch(() => undefined);
@@ -351,5 +401,5 @@ export async function runAudiencesBench() {
 
 runIfMain(import.meta.url, async () => {
   const r = await runAudiencesBench();
-  return r.dashboard.constant && r.export.ok && r.parallelExports.ok;
+  return r.dashboard.constant && r.export.ok && r.parallelExports.ok && r.parallelWebhooks.ok;
 });

@@ -330,3 +330,65 @@ export function runIfMain(importMetaUrl: string, main: () => Promise<boolean | v
     },
   );
 }
+
+/**
+ * What a benchmark's webhook receiver counted: per export, the rows and batches it acknowledged and
+ * the batches that came again (the same idempotency key twice); the largest request body.
+ */
+export interface WebhookTally {
+  exports: Record<string, { rows: number; batches: number; repeated: number }>;
+  requests: number;
+  maxBodyBytes: number;
+}
+
+// Plain JavaScript run by `node -e` in a process of its own: the receiver's memory and CPU are not
+// the benchmark's, and its parse of every body checks what the server sent.
+const WEBHOOK_RECEIVER = `
+const http = require('node:http');
+const tally = { exports: {}, requests: 0, maxBodyBytes: 0 };
+const keys = new Set();
+const server = http.createServer((req, res) => {
+  if (req.method === 'GET') return void res.end(JSON.stringify(tally));
+  const chunks = [];
+  req.on('data', (chunk) => chunks.push(chunk));
+  req.on('end', () => {
+    const raw = Buffer.concat(chunks);
+    tally.requests++;
+    tally.maxBodyBytes = Math.max(tally.maxBodyBytes, raw.length);
+    const body = JSON.parse(raw.toString('utf8'));
+    const seen = (tally.exports[body.export_id] ??= { rows: 0, batches: 0, repeated: 0 });
+    if (keys.has(body.idempotency_key)) seen.repeated++;
+    else {
+      keys.add(body.idempotency_key);
+      seen.rows += body.rows.length;
+      seen.batches++;
+    }
+    res.end('ok');
+  });
+});
+server.listen(0, '127.0.0.1', () => console.log('listening on ' + server.address().port));
+`;
+
+/** A webhook receiver in a child process that acknowledges every batch and counts what it got. */
+export function startWebhookReceiver(): Promise<{
+  url: string;
+  tally(): Promise<WebhookTally>;
+  stop(): Promise<void>;
+}> {
+  const child = spawn(process.execPath, ['-e', WEBHOOK_RECEIVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk) => {
+      out += chunk;
+      const match = /listening on (\d+)/.exec(out);
+      if (!match) return;
+      const base = `http://127.0.0.1:${match[1]}`;
+      resolve({
+        url: `${base}/hook`,
+        tally: async () => (await (await fetch(base)).json()) as WebhookTally,
+        stop: () => stopServer(child),
+      });
+    });
+    child.once('exit', (code) => reject(new Error(`the webhook receiver exited with ${code}: ${out}`)));
+  });
+}
