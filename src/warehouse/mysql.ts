@@ -83,7 +83,6 @@ export class MysqlPools {
   }
 }
 
-/** A MySQL / MariaDB source behind the Warehouse interface (read side only; targets are PostgreSQL). */
 /**
  * Rows an extract holds while COPY catches up, before it pauses the connection (a socket read's rows
  * still come in). Each row is an array of views of the read's buffer: rows waiting across COPY's awaits
@@ -92,6 +91,7 @@ export class MysqlPools {
  */
 const EXTRACT_BUFFERED_ROWS = 100;
 
+/** A MySQL / MariaDB source behind the Warehouse interface (read side only; targets are PostgreSQL). */
 export class MysqlWarehouse implements Warehouse {
   readonly dialect = 'mysql' as const;
   readonly config: ConnectionConfig;
