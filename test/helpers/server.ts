@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inject } from 'vitest';
 import { loadEnv, type Env } from '../../src/env.ts';
@@ -8,6 +8,12 @@ import { startServer, type RunningServer } from '../../src/server.ts';
 import { SUPERADMIN_PASSWORD, SUPERADMIN_USERNAME, TEST_SECRET_KEY } from './constants.ts';
 
 export type TestServer = RunningServer;
+
+function sharedDataDir(): string {
+  const dir = join(inject('scratchDir'), 'shared-server-data');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
 
 /**
  * A real server on a random port over the run's database: the PostgreSQL server of
@@ -19,7 +25,12 @@ export async function startTestServer(
   options: { logger?: Logger; databaseUrl?: string } = {},
 ): Promise<TestServer> {
   const databaseUrl = options.databaseUrl ?? inject('databaseUrl');
-  const dataDir = mkdtempSync(join(inject('scratchDir'), 'server-'));
+  // Servers over the run's shared PostgreSQL database share a data directory, as a deployment's
+  // processes do: any of them may end another's dead run (one queue), and removes its files there.
+  const dataDir =
+    databaseUrl && !options.databaseUrl
+      ? sharedDataDir()
+      : mkdtempSync(join(inject('scratchDir'), 'server-'));
   const env: Env = loadEnv({
     PORT: '0',
     DIMAS_DATA_DIR: dataDir,
