@@ -72,15 +72,23 @@ const RETENTION_BATCH = 1000;
 const RETENTION_BUDGET_MS = 10 * 60_000;
 const FINISHED = `status not in (${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
 /**
+ * For a kind's `retain.where`: a run of the same organization, kind and singleton key as `run`,
+ * created after it, holds `condition` (on `later`).
+ */
+export function laterRunOfItsKey(condition: string): string {
+  return `exists (
+  select 1 from job_runs later
+   where later.organization_id = run.organization_id and later.kind = run.kind
+     and later.singleton_key = run.singleton_key and later.created_at > run.created_at
+     and ${condition})`;
+}
+
+/**
  * What the queue keeps of every kind: the newest finished run of each singleton key in its
  * organization, which a key's "latest run" shows (a mapping's materialization, a workspace's source
  * load or identity build) and which the monitoring schedule compares against to see what is due.
  */
-const NEWEST_OF_ITS_KEY = `(run.singleton_key is not null and not exists (
-  select 1 from job_runs newer
-   where newer.organization_id = run.organization_id and newer.kind = run.kind
-     and newer.singleton_key = run.singleton_key and newer.created_at > run.created_at
-     and newer.${FINISHED}))`;
+const NEWEST_OF_ITS_KEY = `(run.singleton_key is not null and not ${laterRunOfItsKey(`later.${FINISHED}`)})`;
 
 /** The SQL condition on `run` under which the sweep keeps a finished run of a kind. */
 function retainedWhen(retain: JobKindOptions['retain'] = {}): string {

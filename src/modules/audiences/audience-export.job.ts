@@ -13,7 +13,7 @@ import {
   failOnceWhenDeterministic,
   isRunActive,
 } from '../../jobs/job-types.ts';
-import type { JobContext } from '../../jobs/queue.ts';
+import { laterRunOfItsKey, type JobContext } from '../../jobs/queue.ts';
 import { isFeatureEnabledFor } from '../../features.ts';
 import {
   hasUrlCredentials,
@@ -438,7 +438,8 @@ function checkpointOf(runId: string, status: string, progress: unknown, sameRun:
 /**
  * The export's latest delivery: an earlier attempt of this run, else the latest earlier run that got
  * as far as delivering (a run that failed before, e.g. on a refused materialization, says nothing
- * about the receiver). Runs are kept (`job_runs`), so a rerun days later still finds it.
+ * about the receiver). The kind's `retain` keeps that run past JOB_RUNS_RETENTION_DAYS, so a rerun
+ * however much later still finds it.
  */
 async function lastDelivery(
   deps: AppDeps,
@@ -1009,11 +1010,9 @@ export async function registerExportJob(deps: AppDeps): Promise<void> {
         namedBy: ['audience_exports'],
         // What `lastDelivery` reads: the latest finished run that got as far as delivering, which a
         // webhook rerun resumes after however long ago it ran.
-        where: `run.progress->>'delivery_id' is not null and not exists (
-          select 1 from job_runs later
-           where later.organization_id = run.organization_id and later.kind = run.kind
-             and later.singleton_key = run.singleton_key and later.created_at > run.created_at
-             and later.status not in ('queued', 'running') and later.progress->>'delivery_id' is not null)`,
+        where: `run.progress->>'delivery_id' is not null and not ${laterRunOfItsKey(
+          `later.status not in ('queued', 'running') and later.progress->>'delivery_id' is not null`,
+        )}`,
       },
       // Its worker died on the last attempt: the export and the run record what its handler would
       // have, had it failed.

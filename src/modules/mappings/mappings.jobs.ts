@@ -3,7 +3,12 @@ import { pipeline } from 'node:stream/promises';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { AppError } from '../../app-error.ts';
 import type { AppDeps } from '../../deps.ts';
-import { failOnceWhenDeterministic, PermanentJobError, type JobContext } from '../../jobs/queue.ts';
+import {
+  failOnceWhenDeterministic,
+  laterRunOfItsKey,
+  PermanentJobError,
+  type JobContext,
+} from '../../jobs/queue.ts';
 import { quoteIdent, qualified, warehouses } from '../../warehouse/postgres.ts';
 import { generateDdl, type SchemaDocument } from '../../warehouse/ddl.ts';
 import { pipeCopyText, type TableRef, type Warehouse } from '../../warehouse/warehouse.ts';
@@ -371,11 +376,7 @@ export async function registerMappingJobs(deps: AppDeps): Promise<void> {
         namedBy: ['mappings'],
         // What `dropLeftoverStagingTables` reads: an ended run that did not succeed names a staging table
         // it may have left, until a later run of the same table succeeded (and dropped it).
-        where: `run.status in ('failed', 'cancelled') and not exists (
-          select 1 from job_runs later
-           where later.organization_id = run.organization_id and later.kind = run.kind
-             and later.singleton_key = run.singleton_key and later.created_at > run.created_at
-             and later.status = 'succeeded')`,
+        where: `run.status in ('failed', 'cancelled') and not ${laterRunOfItsKey(`later.status = 'succeeded'`)}`,
       },
       // Its worker died on the last attempt: its transactions rolled back with their connections, so
       // the target kept its rows and this run wrote none, as a failing handler records. Unless it had
